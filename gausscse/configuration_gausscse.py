@@ -1,0 +1,77 @@
+"""Configuration of a GaussCSE model (ships with the weights as Hub custom code)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+from .gaussian import check_reduction
+
+POOLINGS = ("cls", "mean")
+MEAN_ACTIVATIONS = ("tanh", "none")
+
+
+def _check_choice(argument: str, value: Any, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"{argument} must be one of {valid}, got {value!r}")
+
+
+class GaussCSEConfig(PreTrainedConfig):
+    r"""Configuration of [`GaussCSEModel`]: a pre-trained encoder plus a mean head and a log-variance head.
+
+    Args:
+        encoder_config (`PreTrainedConfig` or `dict`, *optional*):
+            Config of the encoder (any model `AutoModel` builds: BERT, RoBERTa, MiniLM, DeBERTa, ...).
+            Defaults to a BERT-base config.
+        pooling (`str`, defaults to `"cls"`):
+            `"cls"`: the first token's vector (BERT `[CLS]`, RoBERTa `<s>`), as in the paper;
+            `"mean"`: the attention-masked mean of the last hidden states.
+        mean_activation (`str`, defaults to `"tanh"`):
+            Activation on the mean head: `"tanh"` as the released code, or `"none"`.
+        embedding_size (`int`, *optional*):
+            Dimension d of the Gaussians. Defaults to the encoder's hidden size.
+        similarity_reduction (`str`, defaults to `"sum"`):
+            `"sum"`: sim(a‖b) = 1 / (1 + Σ_k KL_k), the paper's eq. 2;
+            `"mean_dim"`: sim(a‖b) = mean_k 1 / (1 + KL_k), as the released code computes it.
+        logvar_min, logvar_max (`float`, defaults to -10 and 10):
+            Clamp range of the predicted log σ², so exp(±logvar) and the KL stay finite in fp16/bf16.
+
+    Example:
+
+    ```python
+    >>> from gausscse import GaussCSEConfig, GaussCSEModel
+    >>> config = GaussCSEConfig(encoder_config={"model_type": "bert", "hidden_size": 64,
+    ...     "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128})
+    >>> model = GaussCSEModel(config)
+    ```
+    """
+
+    model_type = "gausscse"
+    sub_configs_defaults = {"encoder_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}  # noqa: RUF012
+
+    encoder_config: PreTrainedConfig | dict[str, Any] | None = None
+    pooling: str = "cls"
+    mean_activation: str = "tanh"
+    embedding_size: int | None = None
+    similarity_reduction: str = "sum"
+    logvar_min: float = -10.0
+    logvar_max: float = 10.0
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        _check_choice("pooling", self.pooling, POOLINGS)
+        _check_choice("mean_activation", self.mean_activation, MEAN_ACTIVATIONS)
+        check_reduction(self.similarity_reduction)
+        if not self.logvar_min < self.logvar_max:
+            raise ValueError(
+                f"logvar_min must be below logvar_max, got logvar_min={self.logvar_min}, logvar_max={self.logvar_max}"
+            )
+        if self.embedding_size is None:
+            self.embedding_size = self.encoder_config.hidden_size
+        if self.embedding_size < 1:
+            raise ValueError(f"embedding_size must be a positive integer, got {self.embedding_size}")
+
+
+__all__ = ["MEAN_ACTIVATIONS", "POOLINGS", "GaussCSEConfig"]

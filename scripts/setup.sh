@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Create .venv and install the pinned requirements (idempotent: skipped when requirements.txt is unchanged).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# torch alone first, so pip takes the local CPU wheel instead of a CUDA build with gigabytes of extras.
+.venv/bin/python -m pip install -q "$(grep -E '^torch==' requirements.txt)"
+.venv/bin/python -m pip install -q -r requirements.txt
+echo "$want" > "$stamp"
