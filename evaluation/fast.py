@@ -1,0 +1,59 @@
+"""A fast SNLI-dev evaluator for use inside training (best-checkpoint selection every N steps).
+
+>>> evaluator = SNLIDevEvaluator(max_examples=2000)
+>>> evaluator(model, tokenizer)
+{'snli_dev_auprc': ..., 'snli_dev_accuracy': ..., 'snli_dev_threshold': ..., 'snli_dev_direction_accuracy': ...}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .encoders import GaussianEncoder
+from .tasks import NLI_DEV, binary_nli, dev_threshold, entailment_direction, load_nli
+
+
+class SNLIDevEvaluator:
+    """Binary-NLI AUPRC and best-threshold accuracy, and direction accuracy, on SNLI dev.
+
+    The dev pairs are loaded once; each call encodes every distinct sentence once (no grad, the model's
+    train/eval mode is restored) and scores pairs with sim(hyp‖pre) under ``config.similarity_reduction``.
+
+    Args:
+        data_dir: folder in the layout of ``shared/data`` (default :func:`evaluation.data.default_data_dir`).
+        max_examples: use only the first N dev pairs (all 9,842 by default).
+        batch_size: sentences per forward pass.
+        max_length: truncation length in tokens.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path | None = None,
+        max_examples: int | None = None,
+        batch_size: int = 128,
+        max_length: int = 64,
+    ):
+        self.pairs = load_nli("snli_dev", *NLI_DEV, data_dir=data_dir, max_examples=max_examples)
+        self.batch_size = batch_size
+        self.max_length = max_length
+
+    def __call__(self, model, tokenizer=None) -> dict[str, float]:
+        """Evaluate a GaussCSE model (or a ``DistributedDataParallel`` wrapping one).
+
+        Returns (percentages 0–100 as in the paper's tables; the threshold in [0, 1]):
+            ``snli_dev_auprc``: area under the precision–recall curve of the 0.001-step threshold sweep;
+            ``snli_dev_accuracy``: accuracy at the best grid threshold (entailment iff sim >= threshold);
+            ``snli_dev_threshold``: that threshold (the smallest among equally good ones);
+            ``snli_dev_direction_accuracy``: similarity rule sim(hyp‖pre) > sim(pre‖hyp) on entailment pairs.
+        """
+        encoder = GaussianEncoder(model, tokenizer=tokenizer, batch_size=self.batch_size, max_length=self.max_length)
+        encoded = encoder.encode_unique(self.pairs.sentences)
+        accuracy, threshold = dev_threshold(encoded, self.pairs)
+        nli = binary_nli(encoded, self.pairs, threshold)
+        direction = entailment_direction(encoded, self.pairs)
+        return {
+            "snli_dev_auprc": nli.metrics["auprc"],
+            "snli_dev_accuracy": 100.0 * accuracy,
+            "snli_dev_threshold": threshold,
+            "snli_dev_direction_accuracy": direction.metrics["similarity_rule"],
+        }
