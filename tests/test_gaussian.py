@@ -1,0 +1,144 @@
+"""The Gaussian math against torch.distributions (an independent formulation), in float64."""
+
+import pytest
+import torch
+from torch.distributions import Normal
+from torch.distributions import kl_divergence as torch_kl
+
+from gausscse.gaussian import (
+    GaussianEmbeddings,
+    check_finite,
+    kl_divergence,
+    kl_per_dim,
+    pairwise_kl_divergence,
+    pairwise_similarity,
+    similarity,
+)
+
+TOLERANCE = dict(rtol=1e-6, atol=1e-6)
+
+
+def random_gaussians(count: int, dim: int, seed: int, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    mu = torch.tanh(torch.randn(count, dim, generator=generator, dtype=dtype))
+    logvar = 1.5 * torch.randn(count, dim, generator=generator, dtype=dtype)
+    return mu, logvar
+
+
+def reference_kl_per_dim(mu_a, logvar_a, mu_b, logvar_b) -> torch.Tensor:
+    """KL per dimension by torch.distributions.Normal (σ = exp(logvar / 2))."""
+    return torch_kl(Normal(mu_a, torch.exp(0.5 * logvar_a)), Normal(mu_b, torch.exp(0.5 * logvar_b)))
+
+
+def reference_pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction: str) -> torch.Tensor:
+    """The released code's way: an N×M×d broadcast through torch.distributions."""
+    per_dim = reference_kl_per_dim(mu_a[:, None], logvar_a[:, None], mu_b[None], logvar_b[None])
+    if reduction == "sum":
+        return 1.0 / (1.0 + per_dim.sum(-1))
+    return (1.0 / (1.0 + per_dim)).mean(-1)
+
+
+def test_elementwise_kl_matches_torch_distributions():
+    mu_a, logvar_a = random_gaussians(50, 16, seed=0)
+    mu_b, logvar_b = random_gaussians(50, 16, seed=1)
+    expected = reference_kl_per_dim(mu_a, logvar_a, mu_b, logvar_b)
+    torch.testing.assert_close(kl_per_dim(mu_a, logvar_a, mu_b, logvar_b), expected, **TOLERANCE)
+    torch.testing.assert_close(kl_divergence(mu_a, logvar_a, mu_b, logvar_b), expected.sum(-1), **TOLERANCE)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean_dim"])
+def test_elementwise_similarity_matches_torch_distributions(reduction):
+    mu_a, logvar_a = random_gaussians(40, 12, seed=2)
+    mu_b, logvar_b = random_gaussians(40, 12, seed=3)
+    expected = reference_pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction).diagonal()
+    torch.testing.assert_close(similarity(mu_a, logvar_a, mu_b, logvar_b, reduction), expected, **TOLERANCE)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean_dim"])
+def test_pairwise_similarity_matches_torch_distributions(reduction):
+    mu_a, logvar_a = random_gaussians(23, 16, seed=4)
+    mu_b, logvar_b = random_gaussians(17, 16, seed=5)
+    expected = reference_pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction)
+    actual = pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction)
+    assert actual.shape == (23, 17)
+    torch.testing.assert_close(actual, expected, **TOLERANCE)
+
+
+def test_pairwise_kl_matches_torch_distributions_and_is_zero_on_itself():
+    mu_a, logvar_a = random_gaussians(9, 32, seed=6)
+    mu_b, logvar_b = random_gaussians(11, 32, seed=7)
+    expected = reference_kl_per_dim(mu_a[:, None], logvar_a[:, None], mu_b[None], logvar_b[None]).sum(-1)
+    torch.testing.assert_close(pairwise_kl_divergence(mu_a, logvar_a, mu_b, logvar_b), expected, **TOLERANCE)
+    self_kl = pairwise_kl_divergence(mu_a, logvar_a, mu_a, logvar_a).diagonal()
+    torch.testing.assert_close(self_kl, torch.zeros_like(self_kl), **TOLERANCE)
+
+
+def test_chunked_mean_dim_equals_unchunked():
+    mu_a, logvar_a = random_gaussians(37, 8, seed=8)
+    mu_b, logvar_b = random_gaussians(29, 8, seed=9)
+    whole = pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, "mean_dim", chunk_elements=10**9)
+    for chunk_elements in (1, 8 * 29, 5 * 8 * 29 + 3):
+        chunked = pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, "mean_dim", chunk_elements=chunk_elements)
+        torch.testing.assert_close(chunked, whole, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean_dim"])
+def test_pairwise_gradcheck(reduction):
+    mu_a, logvar_a = random_gaussians(4, 5, seed=10)
+    mu_b, logvar_b = random_gaussians(3, 5, seed=11)
+    inputs = tuple(tensor.clone().requires_grad_() for tensor in (mu_a, logvar_a, mu_b, logvar_b))
+    assert torch.autograd.gradcheck(lambda *args: pairwise_similarity(*args, reduction=reduction), inputs)
+
+
+def test_computes_in_float32_under_bf16_autocast_without_overflow():
+    mu_a, logvar_a = random_gaussians(8, 384, seed=12, dtype=torch.float32)
+    extreme_logvar = torch.full_like(logvar_a, -10.0)
+    extreme_logvar[::2] = 10.0
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        matrix = pairwise_similarity(
+            mu_a.bfloat16(), extreme_logvar.bfloat16(), mu_a.bfloat16(), extreme_logvar.flip(0).bfloat16()
+        )
+    assert matrix.dtype == torch.float32
+    assert torch.isfinite(matrix).all()
+    assert ((matrix > 0) & (matrix <= 1)).all()
+
+
+def test_asymmetry_broader_gaussian_is_the_entailing_side():
+    """sim(narrow‖broad) > sim(broad‖narrow): the hypothesis fits inside the broader premise, not the reverse."""
+    mu = torch.zeros(1, 16, dtype=torch.float64)
+    broad, narrow = torch.full_like(mu, 1.0), torch.full_like(mu, -1.0)
+    for reduction in ("sum", "mean_dim"):
+        narrow_given_broad = similarity(mu + 0.1, narrow, mu, broad, reduction)
+        broad_given_narrow = similarity(mu, broad, mu + 0.1, narrow, reduction)
+        assert narrow_given_broad.item() > broad_given_narrow.item()
+    same_variance = similarity(mu + 0.1, broad, mu, broad), similarity(mu, broad, mu + 0.1, broad)
+    torch.testing.assert_close(*same_variance)
+
+
+def test_unknown_reduction_names_the_valid_ones():
+    mu, logvar = random_gaussians(2, 3, seed=13)
+    with pytest.raises(ValueError, match=r"similarity_reduction must be one of \('sum', 'mean_dim'\), got 'max'"):
+        pairwise_similarity(mu, logvar, mu, logvar, reduction="max")
+
+
+def test_empty_inputs_give_empty_matrices():
+    mu, logvar = random_gaussians(3, 4, seed=14)
+    for reduction in ("sum", "mean_dim"):
+        assert pairwise_similarity(mu[:0], logvar[:0], mu, logvar, reduction).shape == (0, 3)
+        assert pairwise_similarity(mu, logvar, mu[:0], logvar[:0], reduction).shape == (3, 0)
+
+
+def test_gaussian_embeddings_helpers_and_checks():
+    mu, logvar = random_gaussians(3, 4, seed=15)
+    embeddings = GaussianEmbeddings(mu, logvar)
+    torch.testing.assert_close(embeddings.var, logvar.exp())
+    torch.testing.assert_close(embeddings.std**2, logvar.exp())
+    torch.testing.assert_close(embeddings.generality, logvar.sum(-1))
+    assert len(embeddings) == 3 and embeddings.dim == 4 and len(embeddings[1:]) == 2
+    with pytest.raises(ValueError, match="same shape"):
+        GaussianEmbeddings(mu, logvar[:, :2])
+    logvar[2, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"queries\.logvar\[2\] holds NaN or inf"):
+        GaussianEmbeddings(mu, logvar).check("queries")
+    with pytest.raises(ValueError, match=r"^x holds NaN or inf"):
+        check_finite("x", torch.tensor([1.0, float("inf")]))
