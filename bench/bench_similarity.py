@@ -1,0 +1,158 @@
+"""Pairwise similarity: GaussCSE's matrix form vs the released code's torch.distributions broadcast.
+
+Measures, side by side in one run, the time and peak extra memory of the N×M similarity matrix sim(a_i‖b_j):
+
+* ``ours_sum``       — :func:`gausscse.gaussian.pairwise_similarity` with ``reduction="sum"`` (matrix products,
+                       memory O(N·M + (N+M)·d));
+* ``ours_mean_dim``  — the same with ``reduction="mean_dim"`` (row chunks, bounded memory);
+* ``reference``      — ``torch.distributions.kl_divergence`` of two Normals broadcast to N×M×d, then
+                       ``mean(1 / (1 + KL_d))`` over d, as the released code does.
+
+Each variant runs in its own subprocess so its peak memory is its own: on CUDA ``max_memory_allocated``, on CPU the
+growth of the peak resident set size (``ru_maxrss``) over the inputs' footprint.
+
+    python bench/bench_similarity.py                 # N=M=1024, d=384 on CPU
+    python bench/bench_similarity.py --device cuda --json results/bench_similarity_cuda.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.distributions import Normal, kl_divergence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from gausscse.gaussian import pairwise_similarity
+
+VARIANTS = ("ours_sum", "ours_mean_dim", "reference")
+
+
+def reference_pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b) -> torch.Tensor:
+    """The released code's way: an N×M×d broadcast through torch.distributions, averaged over dimensions."""
+    kl = kl_divergence(
+        Normal(mu_a[:, None, :], torch.exp(0.5 * logvar_a)[:, None, :]),
+        Normal(mu_b[None, :, :], torch.exp(0.5 * logvar_b)[None, :, :]),
+    )
+    return (1.0 / (1.0 + kl)).mean(dim=-1)
+
+
+def run_variant(variant: str, n: int, m: int, dim: int, device: str, repeats: int) -> dict:
+    """Time ``variant`` (median of ``repeats``, after a warm-up if repeats > 1) and measure its peak extra memory."""
+    generator = torch.Generator().manual_seed(0)
+    mu_a, mu_b = (torch.tanh(torch.randn(size, dim, generator=generator)).to(device) for size in (n, m))
+    logvar_a, logvar_b = (torch.randn(size, dim, generator=generator).to(device) for size in (n, m))
+    function = {
+        "ours_sum": lambda: pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction="sum"),
+        "ours_mean_dim": lambda: pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction="mean_dim"),
+        "reference": lambda: reference_pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b),
+    }[variant]
+
+    def synchronize() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        baseline = torch.cuda.memory_allocated()
+    rss_before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    seconds = []
+    with torch.no_grad():
+        if repeats > 1:  # warm-up; a single repeat (the slow reference) is timed cold
+            function()
+            synchronize()
+        for _ in range(repeats):
+            start = time.perf_counter()
+            result = function()
+            synchronize()
+            seconds.append(time.perf_counter() - start)
+    if device.startswith("cuda"):
+        peak_bytes = torch.cuda.max_memory_allocated() - baseline
+    else:
+        peak_bytes = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before_kib) * 1024
+    return {
+        "variant": variant,
+        "median_seconds": statistics.median(seconds),
+        "peak_extra_bytes": int(peak_bytes),
+        "checksum": float(result.double().sum()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=1024)
+    parser.add_argument("--m", type=int, default=1024)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls of our variants (after one warm-up)")
+    parser.add_argument(
+        "--reference_repeats", type=int, default=1, help="timed calls of the reference (1: the single call is timed)"
+    )
+    parser.add_argument("--json", type=Path, help="also write the results here (atomically)")
+    parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        print(json.dumps(run_variant(args.worker, args.n, args.m, args.dim, args.device, args.repeats)))
+        return
+
+    rows = {}
+    for variant in VARIANTS:
+        command = [sys.executable, __file__, "--worker", variant, "--n", str(args.n), "--m", str(args.m)]
+        repeats = args.reference_repeats if variant == "reference" else args.repeats
+        command += ["--dim", str(args.dim), "--device", args.device, "--repeats", str(repeats)]
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        rows[variant] = json.loads(output.strip().splitlines()[-1])
+
+    reference = rows["reference"]
+    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
+    print(
+        f"pairwise similarity, N={args.n}, M={args.m}, d={args.dim}, device={args.device} ({device_name}), "
+        f"torch {torch.__version__}, {os.cpu_count()} CPU cores, median of {args.repeats} "
+        f"(reference: {args.reference_repeats})"
+    )
+    print(f"{'variant':<15}{'time (ms)':>12}{'peak extra memory (MiB)':>26}{'speed-up vs reference':>24}")
+    for variant, row in rows.items():
+        speedup = reference["median_seconds"] / row["median_seconds"]
+        row["speedup_vs_reference"] = speedup
+        row["memory_ratio_vs_reference"] = reference["peak_extra_bytes"] / max(row["peak_extra_bytes"], 1)
+        print(
+            f"{variant:<15}{row['median_seconds'] * 1e3:>12.2f}{row['peak_extra_bytes'] / 2**20:>26.1f}"
+            f"{speedup:>23.1f}×"
+        )
+    same = abs(rows["ours_mean_dim"]["checksum"] - reference["checksum"]) <= 1e-3 * abs(reference["checksum"])
+    print(f"ours_mean_dim and reference give the same matrix (checksum within 1e-3): {same}")
+    print(
+        f"target ≥20×: ours_sum is {rows['ours_sum']['speedup_vs_reference']:.1f}× faster, "
+        f"{rows['ours_sum']['memory_ratio_vs_reference']:.0f}× less peak memory"
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "n": args.n,
+            "m": args.m,
+            "dim": args.dim,
+            "device": args.device,
+            "device_name": device_name,
+            "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            "repeats": args.repeats,
+            "rows": rows,
+        }
+        with tempfile.NamedTemporaryFile("w", dir=args.json.parent, delete=False, suffix=".tmp") as handle:
+            json.dump(payload, handle, indent=2)
+        os.replace(handle.name, args.json)
+
+
+if __name__ == "__main__":
+    main()
