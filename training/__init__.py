@@ -1,0 +1,24 @@
+"""Training GaussCSE models: arguments, NLI data, losses (eq. 3 and supervised SimCSE), Trainer, LoRA, output."""
+
+from .arguments import DataArguments, GaussCSETrainingArguments, ModelArguments, parse_arguments
+from .data import TripletCollator, build_examples, load_training_examples, text_id
+from .losses import GAUSSCSE_VARIANTS, LOSS_NAMES, GaussCSELoss, NLIBatchEmbeddings, SupervisedSimCSELoss, build_loss
+from .trainer import GaussCSETrainer
+
+__all__ = [
+    "GAUSSCSE_VARIANTS",
+    "LOSS_NAMES",
+    "DataArguments",
+    "GaussCSELoss",
+    "GaussCSETrainer",
+    "GaussCSETrainingArguments",
+    "ModelArguments",
+    "NLIBatchEmbeddings",
+    "SupervisedSimCSELoss",
+    "TripletCollator",
+    "build_examples",
+    "build_loss",
+    "load_training_examples",
+    "parse_arguments",
+    "text_id",
+]

@@ -1,0 +1,187 @@
+"""Command-line / config-file arguments of ``train_gausscse.py`` (``HfArgumentParser`` dataclasses).
+
+Defaults follow the paper and its released code: loss ``ent+con+rev``, τ = 0.05, 3 epochs, AdamW, linear schedule
+with 10 % warm-up, batch 64, max length 32, evaluation every 100 steps on SNLI dev with the best checkpoint
+(SNLI dev AUPRC) kept.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+from transformers import HfArgumentParser, TrainingArguments
+
+from gausscse.configuration_gausscse import MEAN_ACTIVATIONS, POOLINGS
+from gausscse.gaussian import REDUCTIONS
+
+from .data import TRAIN_SOURCES
+from .losses import LOSS_NAMES, check_loss_name
+
+CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+@dataclass
+class ModelArguments:
+    """The backbone, the Gaussian heads and LoRA."""
+
+    model_name_or_path: str = field(
+        default="bert-base-uncased",
+        metadata={"help": "Encoder to start from (Hub id or local folder), or a GaussCSE folder to continue training."},
+    )
+    pooling: str = field(default="cls", metadata={"help": f"Sentence vector: one of {POOLINGS}."})
+    mean_activation: str = field(
+        default="tanh", metadata={"help": f"Activation of the μ head: one of {MEAN_ACTIVATIONS}."}
+    )
+    similarity_reduction: str = field(
+        default="mean_dim",
+        metadata={
+            "help": f"One of {REDUCTIONS}: 'mean_dim' as the released code (default), 'sum' as the paper's eq. 2."
+        },
+    )
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank on the backbone; 0 trains the backbone fully."})
+    lora_alpha: float = field(default=16.0, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout."})
+    lora_target_modules: list[str] | None = field(
+        default=None,
+        metadata={"help": "Backbone modules that get adapters (default: peft's choice for the architecture)."},
+    )
+    merge_lora: bool = field(
+        default=False,
+        metadata={
+            "help": "Merge the adapters into the backbone and save a plain GaussCSE folder (else adapter + heads)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.lora_r < 0:
+            raise ValueError(f"lora_r must be >= 0, got {self.lora_r}")
+        if self.merge_lora and self.lora_r == 0:
+            raise ValueError("--merge_lora needs LoRA: set --lora_r to a positive rank")
+
+
+@dataclass
+class DataArguments:
+    """Where the NLI training data and the SNLI dev set come from."""
+
+    data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Offline folder in the layout of ../shared/data (default: $GAUSSCSE_DATA_DIR or ../shared/data; "
+            "with none, SNLI/MNLI come from the Hub)."
+        },
+    )
+    train_datasets: list[str] = field(
+        default_factory=lambda: ["snli", "mnli"],
+        metadata={"help": f"NLI sources to train on, any of {TRAIN_SOURCES}."},
+    )
+    max_seq_length: int = field(default=32, metadata={"help": "Truncation length in tokens for training."})
+    max_train_examples: int | None = field(
+        default=None, metadata={"help": "Use only the first N built examples (quick runs, tests)."}
+    )
+    drop_bad_rows: bool = field(
+        default=False,
+        metadata={"help": "Drop rows with missing fields, unknown labels or empty text (logged) instead of stopping."},
+    )
+    eval_max_examples: int | None = field(
+        default=None, metadata={"help": "Evaluate on only the first N SNLI dev pairs (default: all 9,842)."}
+    )
+    eval_max_seq_length: int = field(default=64, metadata={"help": "Truncation length for the SNLI dev evaluation."})
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.train_datasets if name not in TRAIN_SOURCES]
+        if unknown:
+            raise ValueError(f"Unknown --train_datasets {unknown}; valid: {', '.join(TRAIN_SOURCES)}")
+        if self.max_seq_length < 2:
+            raise ValueError(f"max_seq_length must be at least 2, got {self.max_seq_length}")
+
+
+@dataclass
+class GaussCSETrainingArguments(TrainingArguments):
+    """``TrainingArguments`` with the GaussCSE loss options and the paper's defaults.
+
+    Gradient accumulation (``--gradient_accumulation_steps``) adds up the gradients of several contrastive batches;
+    it does **not** enlarge the batch the negatives come from (that is ``per_device_train_batch_size`` times the
+    number of processes).
+    """
+
+    loss: str = field(default="ent+con+rev", metadata={"help": f"Training objective, one of {LOSS_NAMES}."})
+    temperature: float = field(default=0.05, metadata={"help": "Temperature τ of the contrastive loss."})
+    head_learning_rate: float | None = field(
+        default=None,
+        metadata={"help": "Learning rate of the fresh μ/σ² heads (default: --learning_rate, as in the paper)."},
+    )
+    simcse_weight: float = field(
+        default=0.0, metadata={"help": "Weight of the released code's auxiliary SimCSE term on μ (0 = off)."}
+    )
+
+    output_dir: str | None = field(default="outputs/gausscse", metadata={"help": "Checkpoints and the final model."})
+    per_device_train_batch_size: int = field(default=64, metadata={"help": "Contrastive batch per process."})
+    per_device_eval_batch_size: int = field(default=128, metadata={"help": "Sentences per forward in evaluation."})
+    learning_rate: float = field(default=3e-5, metadata={"help": "Learning rate of the backbone (AdamW)."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up steps, or a ratio of the steps if < 1."})
+    eval_strategy: str = field(default="steps", metadata={"help": "When to evaluate on SNLI dev."})
+    eval_steps: float | None = field(default=100, metadata={"help": "Evaluate every N steps."})
+    save_strategy: str = field(default="steps", metadata={"help": "When to save a checkpoint."})
+    save_steps: float = field(default=100, metadata={"help": "Save a checkpoint every N steps."})
+    save_total_limit: int | None = field(default=2, metadata={"help": "Checkpoints kept (the best one always is)."})
+    load_best_model_at_end: bool = field(default=True, metadata={"help": "End with the best checkpoint's weights."})
+    metric_for_best_model: str | None = field(default="snli_dev_auprc", metadata={"help": "Checkpoint selection."})
+    greater_is_better: bool | None = field(default=True, metadata={"help": "Larger metric is better."})
+    logging_steps: float = field(default=10, metadata={"help": "Log the loss every N steps."})
+    remove_unused_columns: bool = field(default=False, metadata={"help": "Keep the triplet columns."})
+    label_names: list[str] | None = field(default_factory=list, metadata={"help": "No labels: contrastive loss."})
+
+    def __post_init__(self) -> None:
+        check_loss_name(self.loss)
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be positive, got {self.temperature}")
+        if self.head_learning_rate is not None and self.head_learning_rate < 0:
+            raise ValueError(f"head_learning_rate must be non-negative, got {self.head_learning_rate}")
+        super().__post_init__()
+
+
+ARGUMENT_CLASSES = (ModelArguments, DataArguments, GaussCSETrainingArguments)
+
+
+def read_config_file(path: str | Path) -> dict:
+    """The mapping in a ``.json`` or ``.yaml``/``.yml`` config file."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as handle:
+        values = json.load(handle) if path.suffix == ".json" else yaml.safe_load(handle)
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: expected a mapping of argument names to values, got {type(values).__name__}")
+    return values
+
+
+def parse_arguments(
+    argv: Sequence[str] | None = None,
+) -> tuple[ModelArguments, DataArguments, GaussCSETrainingArguments]:
+    """Parse ``[CONFIG.{json,yaml}] [--flag value ...]``: a config file's values, overridden by the flags after it.
+
+    Unknown names in the file or on the command line are errors that name them.
+    """
+    parser = HfArgumentParser(ARGUMENT_CLASSES)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and Path(argv[0]).suffix in CONFIG_SUFFIXES:
+        values = read_config_file(argv[0])
+        known = {item.name for cls in ARGUMENT_CLASSES for item in fields(cls) if item.init}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{argv[0]}: unknown argument(s) {', '.join(unknown)}")
+        parser.set_defaults(**values)
+        argv = argv[1:]
+    model_args, data_args, training_args, remaining = parser.parse_args_into_dataclasses(
+        args=argv, return_remaining_strings=True
+    )
+    if remaining:
+        raise ValueError(f"Unknown argument(s): {' '.join(remaining)}")
+    return model_args, data_args, training_args
+
+
+__all__ = ["DataArguments", "GaussCSETrainingArguments", "ModelArguments", "parse_arguments", "read_config_file"]
