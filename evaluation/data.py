@@ -44,6 +44,16 @@ HUB_SOURCES: dict[tuple[str, str], tuple[str, str | None, str]] = {
     ("mnli", "train"): ("nyu-mll/glue", "mnli", "train"),
     ("mnli", "validation_matched"): ("nyu-mll/glue", "mnli", "validation_matched"),
     ("mnli", "validation_mismatched"): ("nyu-mll/glue", "mnli", "validation_mismatched"),
+    # STS as packaged by MTEB (columns sentence1, sentence2, score 0-5; no ``subset`` field)
+    ("sts12", "test"): ("mteb/sts12-sts", None, "test"),
+    ("sts13", "test"): ("mteb/sts13-sts", None, "test"),
+    ("sts14", "test"): ("mteb/sts14-sts", None, "test"),
+    ("sts15", "test"): ("mteb/sts15-sts", None, "test"),
+    ("sts16", "test"): ("mteb/sts16-sts", None, "test"),
+    ("stsb", "train"): ("mteb/stsbenchmark-sts", None, "train"),
+    ("stsb", "validation"): ("mteb/stsbenchmark-sts", None, "validation"),
+    ("stsb", "test"): ("mteb/stsbenchmark-sts", None, "test"),
+    ("sickr", "test"): ("mteb/sickr-sts", None, "test"),
 }
 
 
@@ -69,7 +79,7 @@ def load_split(name: str, split: str, data_dir: str | Path | None = None) -> dat
         name: ``snli``, ``mnli``, ``sick``, ``sts12``…``sts16``, ``stsb`` or ``sickr``.
         split: e.g. ``train``, ``validation``, ``test``, ``validation_matched``.
         data_dir: folder in the layout of ``shared/data``; defaults to :func:`default_data_dir`.
-            With no local folder, SNLI and MNLI come from the Hub.
+            With no local folder, SNLI, MNLI and the STS sets come from the Hub (SICK needs the local folder).
     """
     key = (name, split)
     if key not in LOCAL_FILES:
@@ -83,6 +93,8 @@ def load_split(name: str, split: str, data_dir: str | Path | None = None) -> dat
             )
         hub_id, config, hub_split = HUB_SOURCES[key]
         dataset = datasets.load_dataset(hub_id, config, split=hub_split)
+        if "score" in dataset.column_names:  # STS: already sentence1 / sentence2 / score
+            return dataset
         if "sentence1" in dataset.column_names:
             dataset = dataset.rename_columns({"sentence1": "premise", "sentence2": "hypothesis"})
         return dataset.map(_hub_nli_to_strings).filter(lambda example: example["label"] != "-")

@@ -28,7 +28,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 from gausscse import GaussCSEModel
 from gausscse.gaussian import similarity
 
-DEFAULT_BATCH_SIZE = 64
+DEFAULT_BATCH_SIZE = 128
 DEFAULT_MAX_LENGTH = 128
 
 
