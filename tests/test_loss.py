@@ -1,0 +1,252 @@
+"""GaussCSE / SimCSE losses against loop-based transcriptions of the equations, masks, and 2-process DDP."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributions import Normal, kl_divergence
+
+from gausscse.gaussian import GaussianEmbeddings
+from training.data import text_id
+from training.losses import (
+    GAUSSCSE_VARIANTS,
+    GaussCSELoss,
+    NLIBatchEmbeddings,
+    SupervisedSimCSELoss,
+    build_loss,
+    denominator_masks,
+)
+
+TAU = 0.05
+
+
+def random_batch(size: int, dim: int = 6, seed: int = 0, dtype=torch.float64, missing=()) -> NLIBatchEmbeddings:
+    generator = torch.Generator().manual_seed(seed)
+
+    def gaussians() -> GaussianEmbeddings:
+        mu = torch.randn(size, dim, generator=generator, dtype=dtype) * 0.5
+        logvar = torch.randn(size, dim, generator=generator, dtype=dtype) * 0.5
+        return GaussianEmbeddings(mu.requires_grad_(), logvar.requires_grad_())
+
+    mask = torch.ones(size, dtype=torch.bool)
+    mask[list(missing)] = False
+    return NLIBatchEmbeddings(gaussians(), gaussians(), gaussians(), mask)
+
+
+def reference_sim(a: GaussianEmbeddings, i: int, b: GaussianEmbeddings, j: int, reduction: str) -> torch.Tensor:
+    """sim(a_i‖b_j) with torch.distributions' KL (independent of gausscse.gaussian)."""
+    kl = kl_divergence(Normal(a.mu[i], a.std[i]), Normal(b.mu[j], b.std[j]))
+    return 1 / (1 + kl.sum()) if reduction == "sum" else (1 / (1 + kl)).mean()
+
+
+def reference_loss(batch: NLIBatchEmbeddings, variant: str, reduction: str, skip=lambda block, i, j: False):
+    """Eq. 3 term by term: −log e^{sim(s_i⁺‖s_i)/τ} / (V_E + V_C + V_R), averaged over i."""
+    pre, ent, con, n = batch.premise, batch.entailment, batch.contradiction, len(batch)
+    total = 0.0
+    for i in range(n):
+        numerator = torch.exp(reference_sim(ent, i, pre, i, reduction) / TAU)
+        denominator = 0.0
+        for j in range(n):
+            if not skip("E", i, j):
+                denominator = denominator + torch.exp(reference_sim(ent, j, pre, i, reduction) / TAU)
+            if "con" in variant and batch.contradiction_mask[j] and not skip("C", i, j):
+                denominator = denominator + torch.exp(reference_sim(con, j, pre, i, reduction) / TAU)
+            if "rev" in variant and not skip("R", i, j):
+                denominator = denominator + torch.exp(reference_sim(pre, j, ent, i, reduction) / TAU)
+        total = total - torch.log(numerator / denominator)
+    return total / n
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean_dim"])
+@pytest.mark.parametrize("variant", GAUSSCSE_VARIANTS)
+def test_gausscse_loss_matches_loop_transcription_of_eq3(variant, reduction):
+    batch = random_batch(5, seed=GAUSSCSE_VARIANTS.index(variant))
+    loss = GaussCSELoss(variant, TAU, reduction)(batch)
+    expected = reference_loss(batch, variant, reduction)
+    torch.testing.assert_close(loss, expected, rtol=1e-9, atol=1e-9)
+    # gradients too
+    leaves = [batch.premise.mu, batch.entailment.logvar, batch.contradiction.mu]
+    grads = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
+    expected_grads = torch.autograd.grad(expected, leaves, allow_unused=True, materialize_grads=True)
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, expected_grad, rtol=1e-7, atol=1e-9)
+
+
+def test_block_orientation_follows_eq3():
+    batch = random_batch(4, seed=3)
+    loss_fn = GaussCSELoss("ent+con+rev", TAU, "sum")
+    (entail, contra, reverse), _, offset = loss_fn.similarity_blocks(batch)
+    assert offset == 0
+    for i, j in [(0, 1), (2, 3), (3, 0)]:
+        pre, ent, con = batch.premise, batch.entailment, batch.contradiction
+        torch.testing.assert_close(entail[i, j] * TAU, reference_sim(ent, j, pre, i, "sum"))  # sim(s_j⁺‖s_i)
+        torch.testing.assert_close(contra[i, j] * TAU, reference_sim(con, j, pre, i, "sum"))  # sim(s_j⁻‖s_i)
+        torch.testing.assert_close(reverse[i, j] * TAU, reference_sim(pre, j, ent, i, "sum"))  # sim(s_j‖s_i⁺)
+        assert not torch.isclose(entail[i, j], entail[j, i])  # asymmetric: a transposed block would differ
+
+
+def test_missing_hard_negatives_are_masked_out_of_v_c():
+    batch = random_batch(4, seed=5, missing=(1, 3))
+    loss = GaussCSELoss("ent+con+rev", TAU, "mean_dim")(batch)
+    torch.testing.assert_close(loss, reference_loss(batch, "ent+con+rev", "mean_dim"), rtol=1e-9, atol=1e-9)
+    # the placeholder rows of missing contradictions do not matter and get no gradient
+    with torch.no_grad():
+        batch.contradiction.mu[1] += 100.0
+    again = GaussCSELoss("ent+con+rev", TAU, "mean_dim")(batch)
+    torch.testing.assert_close(again, loss)
+    (grad,) = torch.autograd.grad(again, [batch.contradiction.mu])
+    assert torch.all(grad[[1, 3]] == 0) and torch.any(grad[[0, 2]] != 0)
+
+
+def test_all_contradictions_missing_equals_ent_rev():
+    batch = random_batch(3, seed=7, missing=(0, 1, 2))
+    loss = GaussCSELoss("ent+con+rev", TAU, "sum")(batch)
+    torch.testing.assert_close(loss, GaussCSELoss("ent+rev", TAU, "sum")(batch))
+    assert torch.isfinite(loss)
+
+
+def ids(*rows: tuple[str, str, str | None]) -> torch.Tensor:
+    return torch.tensor([[text_id(t) if t is not None else -1 for t in row] for row in rows])
+
+
+def test_false_negative_masks_from_text_identity():
+    # 0: (A, B, C); 1: same premise A, entailment D; 2: premise E whose entailment is "B" again and
+    # contradiction "a" (the text of premise A, modulo case/spaces); 3: premise "B" (the text of s_0⁺)
+    text_ids = ids(("A", "B", "C"), ("A", "D", None), ("E", " b ", "a"), ("B", "F", "G"))
+    masks = denominator_masks(text_ids, text_ids, torch.tensor([True, False, True, True]))
+    # V_E row 0: column 1 (s_1⁺ is entailed by A too) and column 2 (same text as s_0⁺) dropped; positive kept
+    assert masks.entailment[0].tolist() == [True, False, False, True]
+    assert masks.entailment[1].tolist() == [False, True, True, True]
+    assert masks.entailment[2].tolist() == [False, True, True, True]
+    # V_C row 0: column 1 missing, column 2 ("a") is the anchor's own text
+    assert masks.contradiction[0].tolist() == [True, False, False, True]
+    assert masks.contradiction[1].tolist() == [True, False, False, True]
+    # V_R row 0: column 3's premise has the text of s_0⁺ (sim(x‖x) is no negative)
+    assert masks.reverse[0].tolist() == [True, True, True, False]
+    assert masks.reverse[3].tolist() == [True, True, True, True]
+
+
+def test_duplicate_texts_do_not_count_as_negatives_in_the_loss():
+    batch = random_batch(4, seed=11)
+    batch.text_ids = ids(("A", "B", "C"), ("A", "D", "E"), ("F", "b", "G"), ("H", "I", "J"))
+    # the duplicated sentence has the same embedding, as a model would give it
+    with torch.no_grad():
+        batch.premise.mu[1] = batch.premise.mu[0]
+        batch.premise.logvar[1] = batch.premise.logvar[0]
+        batch.entailment.mu[2] = batch.entailment.mu[0]
+        batch.entailment.logvar[2] = batch.entailment.logvar[0]
+    dropped = {("E", 0, 1), ("E", 1, 0), ("E", 0, 2), ("E", 2, 0)}
+    loss = GaussCSELoss("ent+con+rev", TAU, "sum")(batch)
+    expected = reference_loss(batch, "ent+con+rev", "sum", skip=lambda block, i, j: (block, i, j) in dropped)
+    torch.testing.assert_close(loss, expected, rtol=1e-9, atol=1e-9)
+    unmasked = reference_loss(batch, "ent+con+rev", "sum")
+    assert loss < unmasked
+
+
+def test_simcse_loss_matches_loop_transcription():
+    batch = random_batch(4, seed=13, missing=(2,))
+    loss = SupervisedSimCSELoss(TAU)(batch)
+    cos = torch.nn.functional.cosine_similarity
+    pre, ent, con = batch.premise.mu, batch.entailment.mu, batch.contradiction.mu
+    expected = 0.0
+    for i in range(4):
+        terms = [cos(pre[i], ent[j], dim=0) / TAU for j in range(4)]
+        terms += [cos(pre[i], con[j], dim=0) / TAU for j in range(4) if j != 2]
+        expected = expected - (cos(pre[i], ent[i], dim=0) / TAU - torch.logsumexp(torch.stack(terms), 0))
+    torch.testing.assert_close(loss, expected / 4, rtol=1e-9, atol=1e-9)
+
+
+def test_auxiliary_simcse_term_is_added_with_its_weight():
+    batch = random_batch(4, seed=17)
+    plain = GaussCSELoss("ent+con+rev", TAU, "mean_dim")(batch)
+    with_aux = GaussCSELoss("ent+con+rev", TAU, "mean_dim", simcse_weight=0.5)(batch)
+    torch.testing.assert_close(with_aux, plain + 0.5 * SupervisedSimCSELoss(TAU)(batch))
+
+
+def test_loss_is_fp32_and_finite_under_bf16_autocast():
+    batch = random_batch(6, seed=19, dtype=torch.bfloat16, missing=(4,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = GaussCSELoss("ent+con+rev", TAU, "sum")(batch)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    assert torch.isfinite(batch.premise.mu.grad).all()
+
+
+def test_unknown_loss_names_list_the_valid_ones():
+    with pytest.raises(ValueError, match=r"ent\+con\+rev.*simcse"):
+        build_loss("ent+neg")
+    with pytest.raises(ValueError, match="valid variants"):
+        GaussCSELoss("rev")
+    with pytest.raises(ValueError, match="temperature"):
+        GaussCSELoss("ent", temperature=0.0)
+    assert isinstance(build_loss("simcse"), SupervisedSimCSELoss)
+
+
+# ------------------------------------------------------------------------------------------ 2-process DDP (gloo)
+
+WORLD = 2
+DDP_BATCH = 6
+
+
+def ddp_batch(dtype=torch.float64) -> NLIBatchEmbeddings:
+    batch = random_batch(DDP_BATCH, seed=23, dtype=dtype, missing=(1, 4))
+    batch.text_ids = ids(*[(f"p{k % 4}", f"h{k}", f"c{k}") for k in range(DDP_BATCH)])  # p0, p1 repeat across ranks
+    return batch
+
+
+def rows(batch: NLIBatchEmbeddings, start: int, stop: int) -> NLIBatchEmbeddings:
+    def part(embeddings: GaussianEmbeddings) -> GaussianEmbeddings:
+        return GaussianEmbeddings(
+            embeddings.mu[start:stop].detach().clone().requires_grad_(),
+            embeddings.logvar[start:stop].detach().clone().requires_grad_(),
+        )
+
+    return NLIBatchEmbeddings(
+        part(batch.premise),
+        part(batch.entailment),
+        part(batch.contradiction),
+        batch.contradiction_mask[start:stop],
+        batch.text_ids[start:stop],
+    )
+
+
+def _ddp_worker(rank: int, init_file: str, output: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    share = DDP_BATCH // WORLD
+    local = rows(ddp_batch(), rank * share, (rank + 1) * share)
+    results = {}
+    for name, loss_fn in (
+        ("gausscse", GaussCSELoss("ent+con+rev", TAU, "mean_dim", simcse_weight=0.3)),
+        ("simcse", SupervisedSimCSELoss(TAU)),
+    ):
+        loss = loss_fn(local)
+        leaves = [local.premise.mu, local.entailment.logvar, local.contradiction.mu]
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
+        results[name] = (loss.detach(), [grad / WORLD for grad in grads])  # DDP averages over processes
+    torch.save(results, f"{output}.{rank}")
+    dist.destroy_process_group()
+
+
+def test_two_process_gather_equals_single_process_on_concatenated_batch(tmp_path):
+    output = str(tmp_path / "result")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.spawn(_ddp_worker, args=(str(tmp_path / "init"), output), nprocs=WORLD, join=True)
+    per_rank = [torch.load(f"{output}.{rank}") for rank in range(WORLD)]
+    full = ddp_batch()
+    share = DDP_BATCH // WORLD
+    for name, loss_fn in (
+        ("gausscse", GaussCSELoss("ent+con+rev", TAU, "mean_dim", simcse_weight=0.3)),
+        ("simcse", SupervisedSimCSELoss(TAU)),
+    ):
+        loss = loss_fn(full)
+        leaves = [full.premise.mu, full.entailment.logvar, full.contradiction.mu]
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
+        torch.testing.assert_close(sum(r[name][0] for r in per_rank) / WORLD, loss.detach(), rtol=1e-10, atol=1e-10)
+        for rank, result in enumerate(per_rank):
+            for local_grad, grad in zip(result[name][1], grads, strict=True):
+                expected = grad[rank * share : (rank + 1) * share]
+                torch.testing.assert_close(local_grad, expected, rtol=1e-8, atol=1e-10)
