@@ -130,7 +130,9 @@ class GaussCSETrainingArguments(TrainingArguments):
     save_strategy: str = field(default="steps", metadata={"help": "When to save a checkpoint."})
     save_steps: float = field(default=100, metadata={"help": "Save a checkpoint every N steps."})
     save_total_limit: int | None = field(default=2, metadata={"help": "Checkpoints kept (the best one always is)."})
-    load_best_model_at_end: bool = field(default=True, metadata={"help": "End with the best checkpoint's weights."})
+    load_best_model_at_end: bool = field(
+        default=True, metadata={"help": "End with the best checkpoint's weights (off with --eval_strategy no)."}
+    )
     metric_for_best_model: str | None = field(default="snli_dev_auprc", metadata={"help": "Checkpoint selection."})
     greater_is_better: bool | None = field(default=True, metadata={"help": "Larger metric is better."})
     logging_steps: float = field(default=10, metadata={"help": "Log the loss every N steps."})
@@ -143,6 +145,8 @@ class GaussCSETrainingArguments(TrainingArguments):
             raise ValueError(f"temperature must be positive, got {self.temperature}")
         if self.head_learning_rate is not None and self.head_learning_rate < 0:
             raise ValueError(f"head_learning_rate must be non-negative, got {self.head_learning_rate}")
+        if self.eval_strategy == "no":  # no evaluation, no best checkpoint to pick: keep the last weights
+            self.load_best_model_at_end = False
         super().__post_init__()
 
 

