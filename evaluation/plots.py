@@ -61,7 +61,7 @@ def plot_pr_curves(runs: Sequence[ModelRun], test_sets: dict[str, NLIPairs], pat
         axis.axhline(positive_rate, color="grey", linestyle=":", label=f"chance ({100 * positive_rate:.1f})")
         axis.set(title=NLI_COLUMNS[name], xlabel="recall", ylabel="precision", xlim=(0, 1), ylim=(0, 1.02))
         axis.legend(fontsize=7, loc="lower left")
-    figure.suptitle("Binary NLI: precision–recall of sim(hyp‖pre)")
+    figure.suptitle("Binary NLI: precision–recall of the entailment score (Gaussian: sim(hyp‖pre); point: (cos+1)/2)")
     return _save(figure, Path(path))
 
 

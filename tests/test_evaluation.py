@@ -21,7 +21,8 @@ from evaluation.__main__ import main
 from evaluation.data import default_data_dir
 from evaluation.encoders import EncodedSentences, GaussianEncoder, load_encoder
 from evaluation.fast import SNLIDevEvaluator
-from evaluation.tasks import length_rule_correct, load_nli, load_sts, sts_spearman
+from evaluation.report import NLI_COLUMNS, STS_COLUMNS
+from evaluation.tasks import NLI_TEST_SETS, STS_SETS, length_rule_correct, load_nli, load_sts, sts_spearman
 from gausscse import GaussCSEConfig, GaussCSEModel
 from gausscse.gaussian import similarity
 
@@ -237,6 +238,11 @@ def test_cli_end_to_end_writes_all_files(tiny_gausscse: Path, tiny_point_encoder
     assert payload["meta"]["max_examples"] == 60
     for png in output.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_columns_cover_every_test_set() -> None:
+    assert NLI_COLUMNS.keys() == NLI_TEST_SETS.keys()
+    assert STS_COLUMNS.keys() - {"avg"} == STS_SETS.keys()
 
 
 def test_cli_rejects_bad_arguments(tmp_path: Path) -> None:
