@@ -22,6 +22,7 @@ from gausscse import GaussCSEModel
 from training.arguments import DataArguments, GaussCSETrainingArguments, ModelArguments, parse_arguments
 from training.data import TripletCollator, load_training_examples
 from training.lora import apply_lora
+from training.losses import uses_contradictions
 from training.output import push_model_folder, save_model_folder
 from training.trainer import GaussCSETrainer
 
@@ -31,7 +32,7 @@ FINAL_MODEL_DIR = "model"
 
 
 def build_model(model_args: ModelArguments) -> GaussCSEModel:
-    """A GaussCSE folder continues training; any other encoder gets fresh heads. LoRA is applied if asked."""
+    """A GaussCSE folder continues training; any other encoder gets fresh heads. Then LoRA or a frozen backbone."""
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
     if config.model_type == "gausscse":
         model = GaussCSEModel.from_pretrained(model_args.model_name_or_path)
@@ -42,6 +43,8 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
             mean_activation=model_args.mean_activation,
             similarity_reduction=model_args.similarity_reduction,
         )
+    if model_args.freeze_backbone:
+        model.encoder.requires_grad_(False)
     if model_args.lora_r > 0:
         apply_lora(
             model, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout, model_args.lora_target_modules
@@ -85,7 +88,9 @@ def main(argv: list[str] | None = None) -> Path:
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        data_collator=TripletCollator(tokenizer, data_args.max_seq_length),
+        data_collator=TripletCollator(
+            tokenizer, data_args.max_seq_length, with_contradictions=uses_contradictions(training_args.loss)
+        ),
         processing_class=tokenizer,
         evaluator=build_evaluator(data_args, training_args),
     )

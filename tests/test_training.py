@@ -194,6 +194,8 @@ def test_collator_tokenizes_once_and_marks_duplicate_texts(backbone):
     assert features["contradiction_index"].tolist() == [-1, 4]
     assert features["text_ids"][0, 0] == features["text_ids"][1, 0] == text_id("A man sleeps.")
     assert features["text_ids"][0, 2] == -1
+    without = TripletCollator(tokenizer, max_length=16, with_contradictions=False)(examples)
+    assert without["input_ids"].shape[0] == 4 and without["contradiction_index"].tolist() == [-1, -1]
 
 
 # -------------------------------------------------------------------------------------------------------- trainer

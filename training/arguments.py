@@ -43,6 +43,12 @@ class ModelArguments:
             "help": f"One of {REDUCTIONS}: 'mean_dim' as the released code (default), 'sum' as the paper's eq. 2."
         },
     )
+    freeze_backbone: bool = field(
+        default=False,
+        metadata={
+            "help": "Train only the μ/σ² heads (the backbone then costs one forward pass per step, no backward)."
+        },
+    )
     lora_r: int = field(default=0, metadata={"help": "LoRA rank on the backbone; 0 trains the backbone fully."})
     lora_alpha: float = field(default=16.0, metadata={"help": "LoRA alpha."})
     lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout."})
@@ -60,6 +66,8 @@ class ModelArguments:
     def __post_init__(self) -> None:
         if self.lora_r < 0:
             raise ValueError(f"lora_r must be >= 0, got {self.lora_r}")
+        if self.freeze_backbone and self.lora_r > 0:
+            raise ValueError("--freeze_backbone and --lora_r are exclusive: LoRA trains adapters in the backbone")
         if self.merge_lora and self.lora_r == 0:
             raise ValueError("--merge_lora needs LoRA: set --lora_r to a positive rank")
 
@@ -145,6 +153,8 @@ class GaussCSETrainingArguments(TrainingArguments):
             raise ValueError(f"temperature must be positive, got {self.temperature}")
         if self.head_learning_rate is not None and self.head_learning_rate < 0:
             raise ValueError(f"head_learning_rate must be non-negative, got {self.head_learning_rate}")
+        if self.loss == "simcse" and self.ddp_find_unused_parameters is None:
+            self.ddp_find_unused_parameters = True  # SimCSE leaves the σ² head without gradient
         if self.eval_strategy == "no":  # no evaluation, no best checkpoint to pick: keep the last weights
             self.load_best_model_at_end = False
         super().__post_init__()

@@ -184,13 +184,17 @@ class TripletCollator:
 
     Returns the tokenizer's tensors plus ``contradiction_index`` (``(N,)``, the row of example i's contradiction
     among the ``2N + K`` sentences, or −1) and ``text_ids`` (``(N, 3)``, see [`text_id`]; −1 where missing).
+    ``with_contradictions=False`` (losses without V_C: ``ent``, ``ent+rev``) leaves the contradictions out (K = 0).
     """
 
     tokenizer: Any
     max_length: int = 32
+    with_contradictions: bool = True
 
     def __call__(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
         size = len(examples)
+        if not self.with_contradictions:
+            examples = [{**example, "contradiction": None} for example in examples]
         contradictions = [example["contradiction"] for example in examples if example["contradiction"] is not None]
         sentences = [example["premise"] for example in examples] + [example["entailment"] for example in examples]
         features = dict(

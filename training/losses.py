@@ -294,6 +294,11 @@ class GaussCSELoss(nn.Module):
         return loss
 
 
+def uses_contradictions(name: str) -> bool:
+    """Whether the ``--loss`` takes the contradiction hypotheses (V_C, or SimCSE's hard negatives)."""
+    return "con" in check_loss_name(name) or name == "simcse"
+
+
 def build_loss(
     name: str, temperature: float = 0.05, reduction: str = "mean_dim", simcse_weight: float = 0.0
 ) -> nn.Module:
@@ -314,4 +319,5 @@ __all__ = [
     "check_loss_name",
     "denominator_masks",
     "masked_cross_entropy",
+    "uses_contradictions",
 ]
