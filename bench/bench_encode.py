@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from sentence_transformers import SentenceTransformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from evaluation.data import load_split
+from evaluation.report import write_json
 from gausscse import GaussCSEModel
 
 
@@ -91,7 +90,6 @@ def main() -> None:
         print(f"{name:<24}{value:>10.1f} sentences/s")
     print(f"ratio gausscse / sentence-transformers: {ratio:.2f}× (target ≥1.0×)")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             **vars(args),
             "json": str(args.json),
@@ -102,9 +100,7 @@ def main() -> None:
             "sentences_per_second": throughput,
             "ratio": ratio,
         }
-        with tempfile.NamedTemporaryFile("w", dir=args.json.parent, delete=False, suffix=".tmp") as handle:
-            json.dump(payload, handle, indent=2)
-        os.replace(handle.name, args.json)
+        write_json(args.json, payload)
 
 
 if __name__ == "__main__":

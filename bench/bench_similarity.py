@@ -25,7 +25,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import torch
 from torch.distributions import Normal, kl_divergence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from evaluation.report import write_json
 from gausscse.gaussian import pairwise_similarity
 
 VARIANTS = ("ours_sum", "ours_mean_dim", "reference")
@@ -137,7 +137,6 @@ def main() -> None:
         f"{rows['ours_sum']['memory_ratio_vs_reference']:.0f}× less peak memory"
     )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "n": args.n,
             "m": args.m,
@@ -149,9 +148,7 @@ def main() -> None:
             "repeats": args.repeats,
             "rows": rows,
         }
-        with tempfile.NamedTemporaryFile("w", dir=args.json.parent, delete=False, suffix=".tmp") as handle:
-            json.dump(payload, handle, indent=2)
-        os.replace(handle.name, args.json)
+        write_json(args.json, payload)
 
 
 if __name__ == "__main__":
