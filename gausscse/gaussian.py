@@ -9,7 +9,7 @@ Conventions (Yoda et al., EACL 2024):
 * ``kl(a‖b) = KL(N_a ‖ N_b)``; ``sim(a‖b) = 1 / (1 + KL(N_a ‖ N_b))`` — asymmetric.
 * A hypothesis entailed by a premise is scored ``sim(hyp‖pre)``: it is high when the
   premise's Gaussian is broad enough to cover the hypothesis's, so the entailing side
-  (more general sentence) ends up with the **larger** variance.
+  (the premise) ends up with the **larger** variance.
 
 Two reductions over the d dimensions:
 
@@ -183,7 +183,7 @@ class GaussianEmbeddings:
 
     @property
     def generality(self) -> torch.Tensor:
-        """Σ_k log σ_k²: the total log-variance, larger for more general (entailing) sentences."""
+        """Σ_k log σ_k²: the total log-variance; GaussCSE training makes it larger on the entailing side (premise)."""
         return self.logvar.sum(dim=-1)
 
     @property
