@@ -52,6 +52,20 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
     return model
 
 
+PACKABLE_ENCODERS = ("bert", "roberta", "xlm-roberta")
+
+
+def packing_position_offset(model: GaussCSEModel) -> int:
+    """The first position id of a packed sentence: 0 for BERT, ``pad_token_id + 1`` for RoBERTa-style encoders."""
+    encoder_config = model.config.encoder_config
+    if encoder_config.model_type not in PACKABLE_ENCODERS:
+        raise ValueError(
+            f"--pack_sequences supports encoders with absolute position ids {PACKABLE_ENCODERS}, "
+            f"not {encoder_config.model_type!r}; drop the flag"
+        )
+    return 0 if encoder_config.model_type == "bert" else encoder_config.pad_token_id + 1
+
+
 def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArguments):
     """The SNLI dev evaluator of ``evaluation.fast`` (``None`` when evaluation is off)."""
     if training_args.eval_strategy == "no":
@@ -89,7 +103,12 @@ def main(argv: list[str] | None = None) -> Path:
         args=training_args,
         train_dataset=train_dataset,
         data_collator=TripletCollator(
-            tokenizer, data_args.max_seq_length, with_contradictions=uses_contradictions(training_args.loss)
+            tokenizer,
+            data_args.max_seq_length,
+            with_contradictions=uses_contradictions(training_args.loss),
+            pack=data_args.pack_sequences,
+            pack_length=data_args.pack_length,
+            position_offset=packing_position_offset(model) if data_args.pack_sequences else 0,
         ),
         processing_class=tokenizer,
         evaluator=build_evaluator(data_args, training_args),

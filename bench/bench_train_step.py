@@ -2,12 +2,13 @@
 
 ours:     one backbone forward over all 3B sentences (one tokenization), matrix-form similarity blocks from
           ``gausscse.gaussian.pairwise_similarity`` in fp32, ``GaussCSELoss`` (ent+con+rev).
+ours_packed: the same, with ``--pack_sequences``: sentences packed several to a row (block-diagonal attention).
 released: three backbone calls (premises, entailment hyps, contradiction hyps, each padded on its own), then for
           each of the three blocks ``torch.distributions.Normal`` objects broadcast to B×B×d and
           ``kl_divergence``, sim = mean_d 1/(1+KL), cross-entropy (as yoda122/GaussCSE ``src/similarity.py``).
 
 Same backbone, same batches of complete triplets (real offline SNLI/MNLI rows), same precision, same AdamW step.
-Rounds alternate between the two so machine load affects both alike; the median step time is reported.
+Rounds alternate between the methods so machine load affects both alike; the median step time is reported.
 
     python bench/bench_train_step.py [--batch_size 64] [--steps 4] [--bf16] [--device cpu|cuda]
 """
@@ -109,9 +110,11 @@ def main() -> None:
         return torch.autocast(device.type, dtype=torch.bfloat16) if args.bf16 else nullcontext()
 
     collator = TripletCollator(tokenizer, args.max_length)
+    packing_collator = TripletCollator(tokenizer, args.max_length, pack=True)
     loss_fn = GaussCSELoss("ent+con+rev", 0.05, "mean_dim")
     methods = {
         "ours": lambda examples: our_step(model, collator, loss_fn, examples, autocast),
+        "ours_packed": lambda examples: our_step(model, packing_collator, loss_fn, examples, autocast),
         "released": lambda examples: released_step(model, tokenizer, examples, args.max_length, autocast),
     }
     torch.manual_seed(0)
@@ -138,6 +141,9 @@ def main() -> None:
         memory = f", peak {peak[name]:.0f} MiB" if name in peak else ""
         print(f"{name:9s} median step {median:.3f} s  ({throughput[name]:.1f} triplets/s{memory})")
     print(f"speed-up ours / released: {throughput['ours'] / throughput['released']:.2f}x")
+    print(
+        f"speed-up ours_packed (--pack_sequences) / released: {throughput['ours_packed'] / throughput['released']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -153,28 +153,59 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         mask = attention_mask.unsqueeze(-1).to(last_hidden_state.dtype)
         return (last_hidden_state * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
 
+    def pool_packed(self, last_hidden_state: torch.Tensor, sentence_index: torch.Tensor) -> torch.Tensor:
+        """Pool packed rows: v_s = the first token of sentence s (``cls``) or the mean of its tokens (``mean``).
+
+        ``sentence_index`` ``(R, L)``: the sentence of each token, −1 for padding; sentences are contiguous runs.
+        Returns ``(S, hidden)`` with S = max index + 1.
+        """
+        index = sentence_index.flatten()
+        tokens = last_hidden_state.flatten(0, 1)
+        present = index >= 0
+        num_sentences = int(index.max()) + 1 if bool(present.any()) else 0
+        if self.config.pooling == "cls":
+            starts = present & torch.cat([present.new_ones(1), index[1:] != index[:-1]])
+            pooled = tokens.new_zeros(num_sentences, tokens.shape[-1])
+            return pooled.index_copy(0, index[starts], tokens[starts])
+        sums = tokens.new_zeros(num_sentences, tokens.shape[-1]).index_add(0, index[present], tokens[present])
+        counts = torch.bincount(index[present], minlength=num_sentences).clamp_min(1)
+        return sums / counts[:, None].to(sums.dtype)
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        sentence_index: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
     ) -> GaussCSEOutput | tuple:
+        """Encode a batch. Padded input: one sentence per row, ``attention_mask`` ``(B, L)``.
+
+        Packed input (several sentences per row, as ``training.data.TripletCollator(pack=True)`` builds it):
+        ``attention_mask`` is a block-diagonal ``(R, 1, L, L)`` bool mask, ``position_ids`` restart at each
+        sentence, and ``sentence_index`` ``(R, L)`` gives each token's sentence (−1 for padding); ``mu``/``logvar``
+        then have one row per sentence, in sentence-index order.
+        """
         encoder_inputs = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "token_type_ids": token_type_ids,
+            "position_ids": position_ids,
             "inputs_embeds": inputs_embeds,
             "output_hidden_states": output_hidden_states,
             "output_attentions": output_attentions,
         }
         encoder_inputs = {name: value for name, value in encoder_inputs.items() if value is not None}
         encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
-        pooled = self.pool(encoder_output.last_hidden_state, attention_mask)
+        if sentence_index is None:
+            pooled = self.pool(encoder_output.last_hidden_state, attention_mask)
+        else:
+            pooled = self.pool_packed(encoder_output.last_hidden_state, sentence_index)
         mu = self.mean_head(pooled)
         if self.config.mean_activation == "tanh":
             mu = torch.tanh(mu)

@@ -91,6 +91,16 @@ class DataArguments:
     max_train_examples: int | None = field(
         default=None, metadata={"help": "Use only the first N built examples (quick runs, tests)."}
     )
+    pack_sequences: bool = field(
+        default=False,
+        metadata={
+            "help": "Pack several sentences into each row of the one forward pass (block-diagonal attention, "
+            "positions restarting per sentence): same result, far fewer padding tokens. BERT/RoBERTa-style encoders."
+        },
+    )
+    pack_length: int | None = field(
+        default=None, metadata={"help": "Tokens per packed row (default: 2 × max_seq_length)."}
+    )
     drop_bad_rows: bool = field(
         default=False,
         metadata={"help": "Drop rows with missing fields, unknown labels or empty text (logged) instead of stopping."},

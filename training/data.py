@@ -177,6 +177,56 @@ def text_id(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(normalized.encode("utf-8"), digest_size=8).digest(), "little") >> 1
 
 
+def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position_offset: int = 0) -> dict:
+    """Pack tokenized sentences into rows of ``row_length`` tokens (first-fit decreasing), for one forward pass
+    with far less padding than one sentence per row.
+
+    Returns ``input_ids`` ``(R, row_length)`` (0 = padding), ``token_type_ids`` (zeros), ``position_ids``
+    (``position_offset + 0, 1, ...`` restarting at each sentence; RoBERTa-style models need
+    ``pad_token_id + 1``), a block-diagonal ``attention_mask`` ``(R, 1, row_length, row_length)`` (a token sees only
+    its own sentence; a padding token sees only itself, so no attention row is empty) and ``sentence_index``
+    ``(R, row_length)`` (−1 = padding) for [`GaussCSEModel.pool_packed`].
+    """
+    too_long = [index for index, ids in enumerate(token_ids) if len(ids) > row_length]
+    if too_long:
+        raise ValueError(
+            f"pack_length={row_length} is shorter than sentence {too_long[0]} ({len(token_ids[too_long[0]])}"
+            " tokens): use a pack_length of at least max_seq_length"
+        )
+    rows: list[list[int]] = []  # sentence indices per row
+    free: list[int] = []
+    for index in sorted(range(len(token_ids)), key=lambda index: -len(token_ids[index])):
+        row = next((row for row, space in enumerate(free) if space >= len(token_ids[index])), None)
+        if row is None:
+            rows.append([])
+            free.append(row_length)
+            row = len(rows) - 1
+        rows[row].append(index)
+        free[row] -= len(token_ids[index])
+    shape = (len(rows), row_length)
+    input_ids = torch.zeros(shape, dtype=torch.long)
+    position_ids = torch.zeros(shape, dtype=torch.long)
+    sentence_index = torch.full(shape, -1, dtype=torch.long)
+    for row, members in enumerate(rows):
+        start = 0
+        for index in members:
+            length = len(token_ids[index])
+            input_ids[row, start : start + length] = torch.tensor(token_ids[index])
+            position_ids[row, start : start + length] = torch.arange(length) + position_offset
+            sentence_index[row, start : start + length] = index
+            start += length
+    same_sentence = sentence_index[:, :, None] == sentence_index[:, None, :]
+    padding = sentence_index < 0
+    attention_mask = (same_sentence & ~padding[:, :, None]) | torch.eye(row_length, dtype=torch.bool)[None]
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": torch.zeros_like(input_ids),
+        "position_ids": position_ids,
+        "attention_mask": attention_mask[:, None],
+        "sentence_index": sentence_index,
+    }
+
+
 @dataclass
 class TripletCollator:
     """Tokenize all sentences of a batch in one call: the premises, the entailment hypotheses, then the present
@@ -185,11 +235,16 @@ class TripletCollator:
     Returns the tokenizer's tensors plus ``contradiction_index`` (``(N,)``, the row of example i's contradiction
     among the ``2N + K`` sentences, or −1) and ``text_ids`` (``(N, 3)``, see [`text_id`]; −1 where missing).
     ``with_contradictions=False`` (losses without V_C: ``ent``, ``ent+rev``) leaves the contradictions out (K = 0).
+    ``pack=True`` packs the sentences several to a row (see [`pack_sentences`]; rows of ``pack_length``, default
+    ``2 * max_length``): the same single forward pass over far fewer padding tokens.
     """
 
     tokenizer: Any
     max_length: int = 32
     with_contradictions: bool = True
+    pack: bool = False
+    pack_length: int | None = None
+    position_offset: int = 0
 
     def __call__(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
         size = len(examples)
@@ -197,15 +252,21 @@ class TripletCollator:
             examples = [{**example, "contradiction": None} for example in examples]
         contradictions = [example["contradiction"] for example in examples if example["contradiction"] is not None]
         sentences = [example["premise"] for example in examples] + [example["entailment"] for example in examples]
-        features = dict(
-            self.tokenizer(
-                sentences + contradictions,
-                padding=True,
-                truncation=True,
-                max_length=self.max_length,
-                return_tensors="pt",
+        if self.pack:
+            token_ids = self.tokenizer(sentences + contradictions, truncation=True, max_length=self.max_length)
+            features = pack_sentences(
+                token_ids["input_ids"], self.pack_length or 2 * self.max_length, self.position_offset
             )
-        )
+        else:
+            features = dict(
+                self.tokenizer(
+                    sentences + contradictions,
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                )
+            )
         contradiction_index = torch.full((size,), -1, dtype=torch.long)
         present = torch.tensor([example["contradiction"] is not None for example in examples], dtype=torch.bool)
         contradiction_index[present] = torch.arange(len(contradictions), dtype=torch.long) + 2 * size
@@ -229,6 +290,7 @@ __all__ = [
     "build_examples",
     "load_source",
     "load_training_examples",
+    "pack_sentences",
     "text_id",
     "valid_rows",
 ]

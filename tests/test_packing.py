@@ -1,0 +1,76 @@
+"""--pack_sequences: several sentences per row of the one forward pass give the same Gaussians and the same loss."""
+
+import pytest
+import torch
+
+from train_gausscse import packing_position_offset
+from training.data import TripletCollator, pack_sentences
+from training.losses import GaussCSELoss
+from training.trainer import split_batch_embeddings
+
+EXAMPLES = [
+    {"premise": "A man is playing a guitar on a stage in front of a crowd.", "entailment": "A man plays music.",
+     "contradiction": "Nobody is playing anything."},
+    {"premise": "Two dogs run through a snowy field.", "entailment": "Animals are outside.", "contradiction": None},
+    {"premise": "A woman slices an onion.", "entailment": "A woman is cooking.",
+     "contradiction": "A woman is sleeping in her bed at home."},
+    {"premise": "Kids play soccer.", "entailment": "Children are playing a sport outdoors today.",
+     "contradiction": None},
+]  # fmt: skip
+
+
+def padded_and_packed(model, tokenizer) -> tuple[dict, dict]:
+    offset = packing_position_offset(model)
+    padded = TripletCollator(tokenizer, max_length=24)(EXAMPLES)
+    packed = TripletCollator(tokenizer, max_length=24, pack=True, pack_length=40, position_offset=offset)(EXAMPLES)
+    return padded, packed
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_packed_forward_equals_padded_forward(model_type, pooling, make_tiny_model, minilm_tokenizer):
+    model = make_tiny_model(model_type, pooling=pooling)
+    padded, packed = padded_and_packed(model, minilm_tokenizer)
+    assert packed["input_ids"].shape[0] < padded["input_ids"].shape[0]  # fewer rows, fewer padding tokens
+    assert packed["input_ids"].numel() < padded["input_ids"].numel()
+    with torch.no_grad():
+        expected = model(**{k: v for k, v in padded.items() if k not in ("contradiction_index", "text_ids")})
+        actual = model(**{k: v for k, v in packed.items() if k not in ("contradiction_index", "text_ids")})
+    torch.testing.assert_close(actual.mu, expected.mu, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(actual.logvar, expected.logvar, atol=1e-5, rtol=1e-4)
+
+
+def test_packed_loss_and_gradients_equal_padded(make_tiny_model, minilm_tokenizer):
+    model = make_tiny_model()  # eval mode: no dropout, so both passes see the same network
+    loss_fn = GaussCSELoss("ent+con+rev", 0.05, "sum", gather=False)
+    losses, gradients = [], []
+    for features in padded_and_packed(model, minilm_tokenizer):
+        features = dict(features)
+        contradiction_index, text_ids = features.pop("contradiction_index"), features.pop("text_ids")
+        output = model(**features)
+        loss = loss_fn(split_batch_embeddings(output.mu, output.logvar, contradiction_index, text_ids))
+        model.zero_grad()
+        loss.backward()
+        losses.append(loss.detach())
+        gradients.append(model.encoder.encoder.layer[0].attention.self.query.weight.grad.clone())
+    torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gradients[0], gradients[1], atol=1e-5, rtol=1e-3)
+
+
+def test_pack_sentences_layout_and_errors():
+    packed = pack_sentences([[101, 7, 102], [101, 8, 9, 10, 102], [101, 102]], row_length=6, position_offset=2)
+    assert packed["input_ids"].tolist() == [[101, 8, 9, 10, 102, 0], [101, 7, 102, 101, 102, 0]]
+    assert packed["sentence_index"].tolist() == [[1, 1, 1, 1, 1, -1], [0, 0, 0, 2, 2, -1]]
+    assert packed["position_ids"].tolist() == [[2, 3, 4, 5, 6, 0], [2, 3, 4, 2, 3, 0]]
+    mask = packed["attention_mask"][1, 0]
+    assert mask[0, :3].all() and not mask[0, 3:].any()  # sentence 0 sees only itself
+    assert mask[5].tolist() == [False] * 5 + [True]  # a padding token sees only itself
+    with pytest.raises(ValueError, match="pack_length=4 is shorter than sentence 1"):
+        pack_sentences([[1, 2], [1, 2, 3, 4, 5]], row_length=4)
+
+
+def test_packing_rejects_encoders_without_absolute_positions(make_tiny_model):
+    model = make_tiny_model()
+    model.config.encoder_config.model_type = "deberta-v2"
+    with pytest.raises(ValueError, match="--pack_sequences supports encoders with absolute position ids"):
+        packing_position_offset(model)
