@@ -150,22 +150,18 @@ class GaussianEncoder:
         self.name = name
 
     def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
-        """Encode each distinct sentence once: ``model.encode`` (no grad, mode restored) on token-sorted batches."""
+        """Encode each distinct sentence once with ``model.encode`` (token-sorted batches, no grad, mode restored)."""
         distinct = unique_sentences(sentences)
-        tokenizer = self.model.get_tokenizer(self.tokenizer)
-        mu = torch.empty(len(distinct), self.model.config.embedding_size)
-        logvar = torch.empty_like(mu)
         autocast = torch.autocast(self.model.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
-        batches = length_sorted_batches(tokenizer, distinct, self.batch_size, self.max_length)
-        for rows in tqdm(batches, desc="Encoding", disable=not show_progress_bar):
-            with autocast:
-                embeddings = self.model.encode(
-                    [distinct[row] for row in rows],
-                    batch_size=len(rows),
-                    tokenizer=tokenizer,
-                    max_length=self.max_length,
-                )
-            mu[rows], logvar[rows] = embeddings.mu, embeddings.logvar
+        with autocast:
+            embeddings = self.model.encode(
+                distinct,
+                batch_size=self.batch_size,
+                tokenizer=self.tokenizer,
+                show_progress_bar=show_progress_bar,
+                max_length=self.max_length,
+            )
+        mu, logvar = embeddings.mu, embeddings.logvar
         return EncodedSentences(
             index={sentence: row for row, sentence in enumerate(distinct)},
             mu=mu,
