@@ -46,7 +46,7 @@ class EncodedSentences:
     index: dict[str, int]
     mu: torch.Tensor
     logvar: torch.Tensor | None
-    reduction: str | None
+    reduction: str | None = None
 
     @property
     def is_gaussian(self) -> bool:
@@ -55,10 +55,7 @@ class EncodedSentences:
 
     def rows(self, sentences: Sequence[str]) -> torch.Tensor:
         """Row indices of ``sentences``; ``KeyError`` names the first sentence that was not encoded."""
-        try:
-            return torch.tensor([self.index[sentence] for sentence in sentences], dtype=torch.long)
-        except KeyError as error:
-            raise KeyError(f"sentence was not encoded in this run: {error.args[0]!r}") from None
+        return rows_of(self.index, sentences)
 
     def entailment_score(self, premises: Sequence[str], hypotheses: Sequence[str]) -> torch.Tensor:
         """Score in [0, 1] that premise_i entails hypothesis_i.
@@ -98,6 +95,69 @@ class EncodedSentences:
 def unique_sentences(sentences: Iterable[str]) -> list[str]:
     """The distinct sentences in first-seen order."""
     return list(dict.fromkeys(sentences))
+
+
+def index_of(distinct: Sequence[str]) -> dict[str, int]:
+    """sentence → row of a list of distinct sentences."""
+    return {sentence: row for row, sentence in enumerate(distinct)}
+
+
+def rows_of(index: dict[str, int], sentences: Sequence[str]) -> torch.Tensor:
+    """Row indices of ``sentences`` in ``index``; ``KeyError`` names the first sentence that is not there."""
+    try:
+        return torch.tensor([index[sentence] for sentence in sentences], dtype=torch.long)
+    except KeyError as error:
+        raise KeyError(f"sentence was not encoded in this run: {error.args[0]!r}") from None
+
+
+POOLINGS = ("cls", "mean", "max")
+
+
+def pool_hidden(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """``(B, L, h)`` token states → ``(B, h)``: the first token (``cls``), the masked mean
+    Σ_t m_t h_t / Σ_t m_t (``mean``) or the masked max over tokens (``max``)."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    if pooling == "max":
+        return hidden.masked_fill(mask == 0, torch.finfo(hidden.dtype).min).max(dim=1).values
+    if pooling == "mean":
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+    raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+
+
+@torch.inference_mode()
+def encode_hidden(
+    backbone: torch.nn.Module,
+    tokenizer,
+    sentences: Sequence[str],
+    poolings: Sequence[str] = ("cls",),
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    bf16: bool = False,
+    show_progress_bar: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Pooled last hidden states of an ``AutoModel`` encoder: ``{pooling: (N, h) float32}``, rows in the order of
+    ``sentences``, every pooling from the same forward pass (token-sorted batches, no grad)."""
+    for pooling in poolings:
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    device = next(backbone.parameters()).device
+    pooled = {pooling: torch.empty(len(sentences), backbone.config.hidden_size) for pooling in poolings}
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+    for rows in tqdm(
+        length_sorted_batches(tokenizer, sentences, batch_size, max_length),
+        desc="Encoding",
+        disable=not show_progress_bar,
+    ):
+        features = tokenizer(
+            [sentences[row] for row in rows], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        ).to(device)
+        with autocast:
+            hidden = backbone(**features).last_hidden_state
+        for pooling, embeddings in pooled.items():
+            embeddings[rows] = pool_hidden(hidden.float(), features["attention_mask"], pooling).cpu()
+    return pooled
 
 
 def length_sorted_batches(tokenizer, sentences: Sequence[str], batch_size: int, max_length: int | None) -> list:
@@ -163,7 +223,7 @@ class GaussianEncoder:
             )
         mu, logvar = embeddings.mu, embeddings.logvar
         return EncodedSentences(
-            index={sentence: row for row, sentence in enumerate(distinct)},
+            index=index_of(distinct),
             mu=mu,
             logvar=logvar,
             reduction=self.model.config.similarity_reduction,
@@ -219,36 +279,129 @@ class PointEncoder:
         self.bf16 = bf16
         self.name = Path(name_or_path).name or str(name_or_path)
 
-    def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """[CLS] vector, masked mean Σ_t m_t h_t / Σ_t m_t, or masked max over tokens."""
-        if self.pooling == "cls":
-            return hidden[:, 0]
-        mask = mask.unsqueeze(-1).to(hidden.dtype)
-        if self.pooling == "max":
-            return hidden.masked_fill(mask == 0, torch.finfo(hidden.dtype).min).max(dim=1).values
-        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
-
     @torch.inference_mode()
     def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
         """Encode each distinct sentence once, in token-sorted batches."""
         distinct = unique_sentences(sentences)
-        embeddings = torch.empty(len(distinct), self.model.config.hidden_size)
-        autocast = torch.autocast(self.model.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
-        batches = length_sorted_batches(self.tokenizer, distinct, self.batch_size, self.max_length)
-        for rows in tqdm(batches, desc="Encoding", disable=not show_progress_bar):
-            features = self.tokenizer(
-                [distinct[row] for row in rows],
-                padding=True,
-                truncation=True,
-                max_length=self.max_length,
-                return_tensors="pt",
-            ).to(self.model.device)
-            with autocast:
-                hidden = self.model(**features).last_hidden_state
-            pooled = self._pool(hidden.float(), features["attention_mask"])
-            embeddings[rows] = (F.normalize(pooled, dim=-1) if self.normalize else pooled).cpu()
+        pooled = encode_hidden(
+            self.model,
+            self.tokenizer,
+            distinct,
+            poolings=(self.pooling,),
+            batch_size=self.batch_size,
+            max_length=self.max_length,
+            bf16=self.bf16,
+            show_progress_bar=show_progress_bar,
+        )[self.pooling]
         return EncodedSentences(
-            index={sentence: row for row, sentence in enumerate(distinct)}, mu=embeddings, logvar=None, reduction=None
+            index=index_of(distinct), mu=F.normalize(pooled, dim=-1) if self.normalize else pooled, logvar=None
+        )
+
+
+@dataclass
+class BackboneFeatures:
+    """A frozen backbone's pooled last hidden states of a set of distinct sentences, computed once.
+
+    A GaussCSE model whose backbone is frozen maps each sentence to the same pooled vector v at every step and
+    in every run, so its heads can be trained (``training.heads_only``) and evaluated
+    (:class:`FrozenBackboneEncoder`) from these vectors without running the backbone again.
+
+    Attributes:
+        index: sentence → row.
+        pooled: ``{pooling: (N, h) float32}`` (``cls`` for the GaussCSE heads, ``mean`` for a sentence-transformers
+            baseline such as all-MiniLM-L6-v2).
+        max_length: the truncation length (tokens) the vectors were computed with.
+    """
+
+    index: dict[str, int]
+    pooled: dict[str, torch.Tensor]
+    max_length: int | None
+
+    @classmethod
+    def compute(
+        cls,
+        backbone: torch.nn.Module,
+        tokenizer,
+        sentences: Iterable[str],
+        poolings: Sequence[str] = ("cls", "mean"),
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_length: int | None = DEFAULT_MAX_LENGTH,
+        show_progress_bar: bool = False,
+    ) -> BackboneFeatures:
+        """Run ``backbone`` (in eval mode: no dropout) once over the distinct ``sentences``."""
+        distinct = unique_sentences(sentences)
+        was_training = backbone.training
+        backbone.eval()
+        pooled = encode_hidden(
+            backbone,
+            tokenizer,
+            distinct,
+            poolings=poolings,
+            batch_size=batch_size,
+            max_length=max_length,
+            show_progress_bar=show_progress_bar,
+        )
+        backbone.train(was_training)
+        return cls(index=index_of(distinct), pooled=pooled, max_length=max_length)
+
+    def rows(self, sentences: Sequence[str]) -> torch.Tensor:
+        """Row indices of ``sentences``; ``KeyError`` names the first one that is not cached."""
+        return rows_of(self.index, sentences)
+
+    def vectors(self, sentences: Sequence[str], pooling: str) -> torch.Tensor:
+        """``(len(sentences), h)`` pooled vectors; ``KeyError`` for a pooling that was not computed."""
+        if pooling not in self.pooled:
+            raise KeyError(f"pooling {pooling!r} was not computed; cached: {sorted(self.pooled)}")
+        return self.pooled[pooling][self.rows(sentences)]
+
+
+class FrozenBackboneEncoder:
+    """A GaussCSE model whose backbone is the one behind ``features``: only its μ/σ² heads run.
+
+    Args:
+        model: the GaussCSE model (its ``encoder`` must be the frozen backbone the features came from).
+        features: the cached pooled vectors.
+        name: label in reports.
+        as_point: score with cos(μ_a, μ_b) only, as a point encoder (the supervised SimCSE baseline, whose
+            variance head is not trained).
+    """
+
+    def __init__(self, model: GaussCSEModel, features: BackboneFeatures, name: str = "gausscse", as_point=False):
+        self.model = model
+        self.features = features
+        self.name = name
+        self.as_point = as_point
+
+    @torch.no_grad()
+    def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
+        """μ and log σ² of each distinct sentence from its cached pooled vector."""
+        distinct = unique_sentences(sentences)
+        pooled = self.features.vectors(distinct, self.model.config.pooling).to(self.model.device)
+        mu, logvar = self.model.gaussian_heads(pooled)
+        return EncodedSentences(
+            index=index_of(distinct),
+            mu=mu.float().cpu(),
+            logvar=None if self.as_point else logvar.float().cpu(),
+            reduction=None if self.as_point else self.model.config.similarity_reduction,
+        )
+
+
+class FeaturePointEncoder:
+    """The untouched backbone as a point encoder from ``features``: pooled vector, optionally L2-normalised (for
+    all-MiniLM-L6-v2: mean pooling and ``Normalize``, as its sentence-transformers folder says)."""
+
+    def __init__(self, features: BackboneFeatures, pooling: str = "mean", normalize: bool = True, name="backbone"):
+        self.features = features
+        self.pooling = pooling
+        self.normalize = normalize
+        self.name = name
+
+    def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
+        """The cached pooled vector of each distinct sentence."""
+        distinct = unique_sentences(sentences)
+        pooled = self.features.vectors(distinct, self.pooling)
+        return EncodedSentences(
+            index=index_of(distinct), mu=F.normalize(pooled, dim=-1) if self.normalize else pooled, logvar=None
         )
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .encoders import GaussianEncoder
-from .tasks import NLI_DEV, binary_nli, dev_threshold, entailment_direction, load_nli
+from .encoders import EncodedSentences, GaussianEncoder
+from .tasks import NLI_DEV, NLIPairs, binary_nli, dev_threshold, entailment_direction, load_nli
 
 
 class SNLIDevEvaluator:
@@ -47,13 +47,18 @@ class SNLIDevEvaluator:
             ``snli_dev_direction_accuracy``: similarity rule sim(hyp‖pre) > sim(pre‖hyp) on entailment pairs.
         """
         encoder = GaussianEncoder(model, tokenizer=tokenizer, batch_size=self.batch_size, max_length=self.max_length)
-        encoded = encoder.encode_unique(self.pairs.sentences)
-        accuracy, threshold = dev_threshold(encoded, self.pairs)
-        nli = binary_nli(encoded, self.pairs, threshold)
-        direction = entailment_direction(encoded, self.pairs)
-        return {
-            "snli_dev_auprc": nli.metrics["auprc"],
-            "snli_dev_accuracy": 100.0 * accuracy,
-            "snli_dev_threshold": threshold,
-            "snli_dev_direction_accuracy": direction.metrics["similarity_rule"],
-        }
+        return dev_metrics(encoder.encode_unique(self.pairs.sentences), self.pairs)
+
+
+def dev_metrics(encoded: EncodedSentences, pairs: NLIPairs) -> dict[str, float]:
+    """The metrics of :class:`SNLIDevEvaluator` from already encoded dev sentences (direction only for a
+    Gaussian encoder)."""
+    accuracy, threshold = dev_threshold(encoded, pairs)
+    metrics = {
+        "snli_dev_auprc": binary_nli(encoded, pairs, threshold).metrics["auprc"],
+        "snli_dev_accuracy": 100.0 * accuracy,
+        "snli_dev_threshold": threshold,
+    }
+    if encoded.is_gaussian:
+        metrics["snli_dev_direction_accuracy"] = entailment_direction(encoded, pairs).metrics["similarity_rule"]
+    return metrics

@@ -87,7 +87,7 @@ class Entry:
         return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
@@ -121,10 +121,10 @@ def nli_section(entries: Sequence[Entry]) -> str:
             "Accuracy (%) at the threshold that is best on SNLI dev (grid 0, 0.001, …, 1; entailment iff score ≥ "
             "threshold), applied unchanged to every test set. The paper's single MNLI column is MNLI mismatched. "
             "Point-embedding baselines score (cos + 1) / 2.",
-            _table(["model", *NLI_COLUMNS.values(), "SNLI-dev threshold"], accuracy_rows),
+            markdown_table(["model", *NLI_COLUMNS.values(), "SNLI-dev threshold"], accuracy_rows),
             "AUPRC (%, the paper's protocol: precision/recall at each 0.001-step threshold plus the (0, 1) anchor, "
             "trapezoid over recall) / average precision (%, sklearn's step-wise AP over all distinct scores).",
-            _table(["model", *NLI_COLUMNS.values()], area_rows),
+            markdown_table(["model", *NLI_COLUMNS.values()], area_rows),
         ]
     )
 
@@ -150,7 +150,7 @@ def direction_section(entries: Sequence[Entry]) -> str:
             "baseline: the premise is strictly longer (characters, as the paper; or whitespace words); ties are "
             "wrong. SICK leaves out pairs that entail both ways (A_entails_B and B_entails_A). Symmetric "
             "(point-embedding) models have no direction: —.",
-            _table(["model / rule", *NLI_COLUMNS.values()], rows),
+            markdown_table(["model / rule", *NLI_COLUMNS.values()], rows),
         ]
     )
 
@@ -168,7 +168,7 @@ def sts_section(entries: Sequence[Entry]) -> str:
             "## STS: Spearman ρ × 100",
             '"all" aggregation as SimCSE (one ρ over all subsets of a year\'s file); STS-B and SICK-R: test set. '
             "cosine: cos(μ_a, μ_b); symmetric kl: ½[sim(a‖b) + sim(b‖a)].",
-            _table(["model (score)", *STS_COLUMNS.values()], rows),
+            markdown_table(["model (score)", *STS_COLUMNS.values()], rows),
         ]
     )
 
@@ -192,7 +192,9 @@ def significance_section(tests: dict[str, dict[str, dict]]) -> str:
             "## Significance: McNemar's test on per-example correctness",
             "b: only A correct, c: only B correct; exact two-sided binomial p on b + c discordant pairs, and the "
             "continuity-corrected χ² p for reference.",
-            _table(["A vs. B", "task/test set", "b", "c", "p (exact)", "p (χ², cc)"], rows) if rows else "(none)",
+            markdown_table(["A vs. B", "task/test set", "b", "c", "p (exact)", "p (χ², cc)"], rows)
+            if rows
+            else "(none)",
         ]
     )
 

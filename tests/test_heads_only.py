@@ -1,0 +1,195 @@
+"""Heads-only training on cached backbone features, the encoders that read the cache, and the study script end to
+end on a tiny backbone with the real evaluation data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from evaluation.data import default_data_dir
+from evaluation.encoders import (
+    BackboneFeatures,
+    FeaturePointEncoder,
+    FrozenBackboneEncoder,
+    GaussianEncoder,
+    PointEncoder,
+)
+from evaluation.fast import dev_metrics
+from evaluation.tasks import NLI_DEV, load_nli
+from gausscse import GaussCSEModel
+from training.data import TripletCollator, load_training_examples
+from training.heads_only import HeadsOnlyArguments, batch_embeddings, sentences_of, shuffled_batches, train_heads
+from training.losses import GaussCSELoss
+from training.trainer import split_batch_embeddings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def examples(data_dir: Path) -> list[dict]:
+    dataset, _ = load_training_examples(["snli", "mnli"], data_dir=data_dir)
+    return dataset.to_list()
+
+
+@pytest.fixture
+def model(backbone: Path) -> GaussCSEModel:
+    return GaussCSEModel.from_backbone(str(backbone)).eval()
+
+
+@pytest.fixture
+def features(model: GaussCSEModel, examples: list[dict]) -> BackboneFeatures:
+    return BackboneFeatures.compute(model.encoder, model.get_tokenizer(), sentences_of(examples), max_length=32)
+
+
+def test_frozen_backbone_encoder_equals_the_full_model(model, features, examples) -> None:
+    sentences = sentences_of(examples)[:20]
+    cached = FrozenBackboneEncoder(model, features).encode_unique(sentences)
+    full = GaussianEncoder(model, max_length=32).encode_unique(sentences)
+    order = full.rows(sentences)
+    torch.testing.assert_close(cached.mu[cached.rows(sentences)], full.mu[order], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cached.logvar[cached.rows(sentences)], full.logvar[order], atol=1e-5, rtol=1e-5)
+    assert cached.reduction == model.config.similarity_reduction
+    point = FrozenBackboneEncoder(model, features, as_point=True).encode_unique(sentences)
+    assert not point.is_gaussian and point.reduction is None
+
+
+def test_feature_point_encoder_equals_point_encoder(backbone: Path, features, examples) -> None:
+    sentences = sentences_of(examples)[:20]
+    reference = PointEncoder(str(backbone), max_length=32, pooling="mean", normalize=True).encode_unique(sentences)
+    cached = FeaturePointEncoder(features, pooling="mean", normalize=True).encode_unique(sentences)
+    torch.testing.assert_close(
+        cached.mu[cached.rows(sentences)], reference.mu[reference.rows(sentences)], atol=1e-5, rtol=1e-5
+    )
+
+
+def test_missing_sentence_or_pooling_is_named(model, features) -> None:
+    with pytest.raises(KeyError, match="was not encoded"):
+        FrozenBackboneEncoder(model, features).encode_unique(["a sentence nobody encoded"])
+    with pytest.raises(KeyError, match="pooling 'max' was not computed"):
+        features.vectors(["x"], "max")
+
+
+def test_cached_batch_and_loss_equal_the_trainer_path(model, features, examples) -> None:
+    """The same 2N + K rows, and the same loss, as TripletCollator + one forward + split_batch_embeddings."""
+    batch = examples[:6] + examples[-6:]  # SNLI rows with, MNLI rows without a contradiction
+    cached = batch_embeddings(model, features, batch, with_contradictions=True)
+    inputs = TripletCollator(model.get_tokenizer(), max_length=32)(batch)
+    contradiction_index, text_ids = inputs.pop("contradiction_index"), inputs.pop("text_ids")
+    with torch.no_grad():
+        output = model(**inputs)
+        cached_loss = GaussCSELoss("ent+con+rev")(cached)
+    reference = split_batch_embeddings(output.mu, output.logvar, contradiction_index, text_ids)
+    for role in ("premise", "entailment", "contradiction"):
+        torch.testing.assert_close(getattr(cached, role).mu, getattr(reference, role).mu, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cached.contradiction_mask, reference.contradiction_mask)
+    torch.testing.assert_close(cached.text_ids, reference.text_ids)
+    torch.testing.assert_close(cached_loss, GaussCSELoss("ent+con+rev")(reference), atol=1e-5, rtol=1e-5)
+
+
+def test_shuffled_batches_cover_every_example_each_epoch() -> None:
+    batches = list(shuffled_batches(10, 4, num_steps=6, seed=3))
+    assert [len(rows) for rows in batches] == [4, 4, 2, 4, 4, 2]
+    first_epoch = [row for rows in batches[:3] for row in rows]
+    second_epoch = [row for rows in batches[3:] for row in rows]
+    assert sorted(first_epoch) == list(range(10)) == sorted(second_epoch)
+    assert batches[:3] != batches[3:]  # a fresh permutation per epoch
+    assert batches == list(shuffled_batches(10, 4, num_steps=6, seed=3))
+
+
+def test_train_heads_learns_keeps_the_backbone_and_restores_the_best_step(model, features, examples) -> None:
+    backbone_before = {name: value.clone() for name, value in model.encoder.state_dict().items()}
+    loss_fn = GaussCSELoss("ent+con+rev", reduction=model.config.similarity_reduction)
+
+    def whole_set_loss() -> float:
+        with torch.no_grad():
+            return loss_fn(batch_embeddings(model, features, examples, with_contradictions=True)).item()
+
+    arguments = HeadsOnlyArguments(batch_size=8, learning_rate=1e-2, num_train_epochs=4, eval_steps=3, seed=5)
+    model._init_weights(model.mean_head)
+    model._init_weights(model.logvar_head)
+    initial = whole_set_loss()
+    scores = iter(range(100, 0, -1))  # a decreasing "metric": the first evaluation is the best one
+
+    def evaluate(trained) -> dict[str, float]:
+        return {"snli_dev_auprc": float(next(scores)), "mean_norm": trained.mean_head.weight.norm().item()}
+
+    log = train_heads(model, examples, features, arguments, evaluate=evaluate)
+    assert log["steps"] == 4 * -(-len(examples) // 8)
+    assert log["best"]["step"] == 3
+    assert model.mean_head.weight.norm().item() == pytest.approx(log["best"]["mean_norm"])
+    for name, value in model.encoder.state_dict().items():
+        torch.testing.assert_close(value, backbone_before[name])
+    last = train_heads(model, examples, features, arguments)  # no evaluator: the last step's heads
+    assert last["best"] is None and whole_set_loss() < initial
+    again = GaussCSEModel.from_backbone(str(model.name_or_path)).eval()
+    train_heads(again, examples, features, arguments)
+    torch.testing.assert_close(again.logvar_head.weight, model.logvar_head.weight)  # seeded: reproducible
+    train_heads(again, examples, features, HeadsOnlyArguments(batch_size=8, num_train_epochs=1, seed=6))
+    assert not torch.equal(again.logvar_head.weight, model.logvar_head.weight)
+
+
+def test_heads_only_arguments_and_metric_errors(model, features, examples) -> None:
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        HeadsOnlyArguments(batch_size=0)
+    with pytest.raises(ValueError, match="warmup_ratio"):
+        HeadsOnlyArguments(warmup_ratio=1.5)
+    with pytest.raises(ValueError, match="Unknown loss 'ent\\+foo'"):
+        train_heads(model, examples, features, HeadsOnlyArguments(loss="ent+foo"))
+    with pytest.raises(KeyError, match="metric_for_best_model 'snli_dev_auprc'"):
+        train_heads(model, examples, features, HeadsOnlyArguments(eval_steps=1), evaluate=lambda trained: {"x": 1.0})
+    with pytest.raises(ValueError, match="examples is empty"):
+        train_heads(model, [], features, HeadsOnlyArguments())
+
+
+def test_dev_metrics_of_a_point_encoder_have_no_direction(model) -> None:
+    pairs = load_nli("snli_dev", *NLI_DEV, data_dir=default_data_dir(), max_examples=40)
+    features = BackboneFeatures.compute(model.encoder, model.get_tokenizer(), pairs.sentences, max_length=32)
+    gaussian = dev_metrics(FrozenBackboneEncoder(model, features).encode_unique(pairs.sentences), pairs)
+    point = dev_metrics(FeaturePointEncoder(features).encode_unique(pairs.sentences), pairs)
+    assert set(gaussian) - set(point) == {"snli_dev_direction_accuracy"}
+    assert 0.0 <= point["snli_dev_auprc"] <= 100.0
+
+
+def test_study_and_reports_end_to_end(backbone: Path, tmp_path: Path) -> None:
+    """The study script on a tiny backbone and the first rows of the real data, then the report writer."""
+    study = tmp_path / "study"
+    command = [sys.executable, "results/study.py", "--output", str(study), "--cache_dir", str(tmp_path / "cache")]
+    command += ["--model_name_or_path", str(backbone), "--max_examples", "60", "--seeds", "1", "2"]
+    command += ["--eval_max_length", "64"]
+    command += ["--batch_sizes", "16", "--learning_rates", "1e-2", "3e-2", "--num_train_epochs", "1"]
+    subprocess.run(command, cwd=REPO_ROOT, check=True, capture_output=True, text=True, timeout=600)
+    payload = json.loads((study / "study.json").read_text())
+    assert set(payload["runs"]) == {
+        *(
+            f"{variant} / {reduction}"
+            for variant in ("ent", "ent+con", "ent+rev", "ent+con+rev")
+            for reduction in ("sum", "mean_dim")
+        ),
+        "SimCSE sup. (cosine on μ)",
+        "all-MiniLM-L6-v2 (cosine, untouched)",
+    }
+    assert all(len(runs) == 2 for label, runs in payload["runs"].items() if "untouched" not in label)
+    for label, grid in payload["tuning"].items():
+        best = max(grid, key=lambda row: row["snli_dev_auprc"])
+        assert payload["chosen"][label] == {"batch_size": best["batch_size"], "learning_rate": best["learning_rate"]}
+    assert payload["meta"]["training_data"]["examples_used"] == 60
+    assert "direction/snli" in payload["significance"]["ent+con+rev / sum vs. ent / sum"]
+    assert all((study / name).is_file() for name in payload["plots"])
+    reports = tmp_path / "reports"
+    subprocess.run(
+        [sys.executable, "results/write_reports.py", "--study", str(study), "--output", str(reports)],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    reproduction = (reports / "REPRODUCTION.md").read_text()
+    assert "76.64" in reproduction and "ent+rev / mean_dim" in reproduction  # the paper beside ours
+    seeds_mean = payload["aggregate"]["ent+con+rev / sum"]["direction/snli/similarity_rule"]["mean"]
+    assert f"{seeds_mean:.2f}" in reproduction
