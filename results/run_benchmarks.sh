@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Rerun the three benchmarks on this machine's device (cpu, or cuda when there is a GPU) and regenerate
+# results/BENCHMARKS.md. Each prints its ratios; the JSON files keep them for the report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+device=$(.venv/bin/python -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
+.venv/bin/python bench/bench_similarity.py --device "$device" --repeats 3 --json "results/bench_similarity_$device.json"
+.venv/bin/python bench/bench_train_step.py --device "$device" --json "results/bench_train_step_$device.json"
+.venv/bin/python bench/bench_encode.py --device "$device" --json "results/bench_encode_$device.json"
+.venv/bin/python results/write_reports.py
