@@ -118,8 +118,12 @@ def main(argv: list[str] | None = None) -> Path:
     results = {
         **train_output.metrics,
         **metrics,
-        "best_model_checkpoint": trainer.state.best_model_checkpoint,
+        # The checkpoint whose weights the final model has; None: the last step's weights.
+        "best_model_checkpoint": (
+            trainer.state.best_model_checkpoint if training_args.load_best_model_at_end else None
+        ),
         "train_examples": len(train_dataset),
+        "eval_max_examples": data_args.eval_max_examples,  # SNLI-dev pairs behind the eval_* metrics (None: all)
         "data": data_stats.as_dict(),
     }
     model_dir = Path(training_args.output_dir) / FINAL_MODEL_DIR

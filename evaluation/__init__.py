@@ -2,6 +2,8 @@
 
 * ``python -m evaluation --model PATH --tasks nli,direction,sts --output DIR`` — the full suite (see ``__main__``).
 * :class:`SNLIDevEvaluator` — fast SNLI-dev AUPRC / accuracy / direction accuracy for use inside training.
+* :class:`BackboneFeatures` / :class:`FrozenBackboneEncoder` — a frozen backbone's pooled vectors computed once, and
+  a GaussCSE model scored from them (only its heads run).
 * :func:`load_metric` — the repository's ``evaluate`` modules, loaded from their local path (no Hub).
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .encoders import BackboneFeatures, FrozenBackboneEncoder
 from .fast import SNLIDevEvaluator
 
 EVALUATE_MODULES_DIR = Path(__file__).resolve().parent / "evaluate_modules"
@@ -24,4 +27,11 @@ def load_metric(name: str):
     return evaluate.load(str(EVALUATE_MODULES_DIR / name))
 
 
-__all__ = ["EVALUATE_MODULES_DIR", "METRIC_NAMES", "SNLIDevEvaluator", "load_metric"]
+__all__ = [
+    "EVALUATE_MODULES_DIR",
+    "METRIC_NAMES",
+    "BackboneFeatures",
+    "FrozenBackboneEncoder",
+    "SNLIDevEvaluator",
+    "load_metric",
+]

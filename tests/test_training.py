@@ -51,6 +51,14 @@ def train_args(backbone: Path, data_dir: Path, output: Path, *extra: str) -> lis
 # ----------------------------------------------------------------------------------------------------- arguments
 
 
+def test_head_learning_rate_default_and_the_papers_single_rate(tmp_path):
+    _, _, defaults = parse_arguments(["--output_dir", str(tmp_path)])
+    assert defaults.head_learning_rate == 1e-3 and defaults.learning_rate == 3e-5
+    paper_config = Path(__file__).resolve().parent.parent / "configs" / "paper.yaml"
+    _, _, paper = parse_arguments([str(paper_config), "--output_dir", str(tmp_path), "--bf16", "false"])
+    assert paper.head_learning_rate == paper.learning_rate
+
+
 def test_config_file_yaml_and_json_with_command_line_overrides(tmp_path):
     yaml_file = tmp_path / "run.yaml"
     yaml_file.write_text("loss: ent+rev\ntemperature: 0.1\ntrain_datasets: [snli]\nlora_r: 4\nnum_train_epochs: 1\n")
@@ -170,7 +178,7 @@ def training_loss(model: GaussCSEModel, backbone: Path, data_dir: Path) -> float
     contradiction_index, text_ids = features.pop("contradiction_index"), features.pop("text_ids")
     output = model.eval()(**features)
     batch = split_batch_embeddings(output.mu, output.logvar, contradiction_index, text_ids)
-    return float(GaussCSELoss("ent+con+rev", 0.05, "mean_dim")(batch))
+    return float(GaussCSELoss("ent+con+rev", 0.05, model.config.similarity_reduction)(batch))
 
 
 def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process(backbone, data_dir, tmp_path):

@@ -86,7 +86,7 @@ class GaussCSETrainer(Trainer):
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         """AdamW (or ``--optim``) with four groups: {heads, backbone} × {weight decay, none}; the heads use
-        ``--head_learning_rate`` (default ``--learning_rate``)."""
+        ``--head_learning_rate`` (``None``: ``--learning_rate``)."""
         if self.optimizer is not None:
             return self.optimizer
         model = self.model if model is None else model
