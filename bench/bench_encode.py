@@ -25,7 +25,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.memory import peak_rss_bytes, run_worker
+from bench.memory import ResidentPeak, run_worker
 from evaluation.data import load_split
 from evaluation.report import write_json
 from gausscse import GaussCSEModel
@@ -70,11 +70,11 @@ def peak_memory_worker(args: argparse.Namespace) -> dict:
     cuda = args.device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated() if cuda else peak_rss_bytes()
-    with autocast_context(args):
+        before = torch.cuda.memory_allocated()
+    with autocast_context(args), ResidentPeak() as resident:
         runner()
-    after = torch.cuda.max_memory_allocated() if cuda else peak_rss_bytes()
-    return {"encoder": args.worker, "peak_extra_bytes": int(after - before)}
+    extra = torch.cuda.max_memory_allocated() - before if cuda else resident.extra_bytes
+    return {"encoder": args.worker, "peak_extra_bytes": int(extra)}
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.memory import peak_rss_bytes, run_worker
+from bench.memory import ResidentPeak, run_worker
 from evaluation.report import write_json
 from gausscse import GaussCSEModel
 from training.data import TripletCollator, load_training_examples
@@ -141,12 +141,11 @@ def peak_memory_worker(args: argparse.Namespace) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    else:
-        before = peak_rss_bytes()
-    for batch in batches[:2]:
-        timed(lambda batch=batch: methods[args.worker](batch), model, optimizer, device)
-    after = torch.cuda.max_memory_allocated() if device.type == "cuda" else peak_rss_bytes()
-    return {"method": args.worker, "peak_extra_bytes": int(after - before)}
+    with ResidentPeak() as resident:
+        for batch in batches[:2]:
+            timed(lambda batch=batch: methods[args.worker](batch), model, optimizer, device)
+    extra = torch.cuda.max_memory_allocated() - before if device.type == "cuda" else resident.extra_bytes
+    return {"method": args.worker, "peak_extra_bytes": int(extra)}
 
 
 def main() -> None:

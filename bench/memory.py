@@ -1,17 +1,46 @@
-"""Peak-memory helpers shared by the bench scripts: each method runs in a fresh worker process, so the peak
-resident set size it adds is its own (``ru_maxrss`` only ever grows within a process)."""
+"""Peak-memory helpers shared by the bench scripts: each method runs in a fresh worker process, so the memory it
+adds is its own. ``ru_maxrss`` only ever grows within a process, so it misses a step whose peak stays below the
+peak of loading the model; :class:`ResidentPeak` samples the current resident set size instead."""
 
 from __future__ import annotations
 
 import json
-import resource
+import os
 import subprocess
 import sys
+import threading
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident set size so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def resident_bytes() -> int:
+    """This process's current resident set size (Linux ``/proc/self/statm``)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class ResidentPeak:
+    """``with ResidentPeak() as peak: ...`` then ``peak.extra_bytes``: the highest resident set size sampled every
+    ``interval`` seconds inside the block, minus the size on entry."""
+
+    def __init__(self, interval: float = 0.002):
+        self.interval = interval
+        self.extra_bytes = 0
+
+    def _sample(self) -> None:
+        while not self._done.wait(self.interval):
+            self._peak = max(self._peak, resident_bytes())
+
+    def __enter__(self) -> ResidentPeak:
+        self._start = self._peak = resident_bytes()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._done.set()
+        self._thread.join()
+        self._peak = max(self._peak, resident_bytes())
+        self.extra_bytes = self._peak - self._start
 
 
 def run_worker(script: str, arguments: list[str]) -> dict:
