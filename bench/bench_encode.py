@@ -25,7 +25,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.memory import ResidentPeak, run_worker
+from bench.common import ResidentPeak, json_payload, run_worker
 from evaluation.data import load_split
 from evaluation.report import write_json
 from gausscse import GaussCSEModel
@@ -126,17 +126,14 @@ def main() -> None:
         print(f"{name:<24}{value:>10.1f} sentences/s   peak extra memory {peak[name] / 2**20:.0f} MiB")
     print(f"ratio gausscse / sentence-transformers: {ratio:.2f}× (target ≥1.0×)")
     if args.json:
-        payload = {
-            **{key: value for key, value in vars(args).items() if key != "worker"},
-            "json": str(args.json),
-            "device_name": device_name,
-            "cpu_count": os.cpu_count(),
-            "torch": torch.__version__,
-            "seconds": seconds,
-            "sentences_per_second": throughput,
-            "peak_extra_bytes": peak,
-            "ratio": ratio,
-        }
+        payload = json_payload(
+            args,
+            device_name,
+            seconds=seconds,
+            sentences_per_second=throughput,
+            peak_extra_bytes=peak,
+            ratio=ratio,
+        )
         write_json(args.json, payload)
 
 

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.memory import ResidentPeak, run_worker
+from bench.common import ResidentPeak, json_payload, run_worker
 from evaluation.report import write_json
 from gausscse import GaussCSEModel
 from training.data import TripletCollator, load_training_examples
@@ -184,17 +184,14 @@ def main() -> None:
     print(f"speed-up ours / released: {ratios['ours']:.2f}x")
     print(f"speed-up ours_packed (--pack_sequences) / released: {ratios['ours_packed']:.2f}x")
     if args.json:
-        payload = {
-            **{key: value for key, value in vars(args).items() if key != "worker"},
-            "json": str(args.json),
-            "device_name": device_name,
-            "cpu_count": os.cpu_count(),
-            "torch": torch.__version__,
-            "seconds": times,
-            "triplets_per_second": throughput,
-            "peak_extra_bytes": peak,
-            "speedup_vs_released": ratios,
-        }
+        payload = json_payload(
+            args,
+            device_name,
+            seconds=times,
+            triplets_per_second=throughput,
+            peak_extra_bytes=peak,
+            speedup_vs_released=ratios,
+        )
         write_json(args.json, payload)
 
 

@@ -1,14 +1,19 @@
-"""Peak-memory helpers shared by the bench scripts: each method runs in a fresh worker process, so the memory it
-adds is its own. ``ru_maxrss`` only ever grows within a process, so it misses a step whose peak stays below the
-peak of loading the model; :class:`ResidentPeak` samples the current resident set size instead."""
+"""Helpers shared by the bench scripts: the JSON payload they save, and peak memory.
+
+Each method runs in a fresh worker process, so the memory it adds is its own. ``ru_maxrss`` only ever grows within
+a process, so it misses a step whose peak stays below the peak of loading the model; :class:`ResidentPeak` samples
+the current resident set size instead."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import threading
+
+import torch
 
 
 def resident_bytes() -> int:
@@ -49,3 +54,15 @@ def run_worker(script: str, arguments: list[str]) -> dict:
     if result.returncode != 0:
         raise RuntimeError(f"{script} worker {arguments} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def json_payload(args: argparse.Namespace, device_name: str, **results) -> dict:
+    """What a bench script saves with ``--json``: its arguments (not the worker flag), the machine, then ``results``."""
+    return {
+        **{key: value for key, value in vars(args).items() if key != "worker"},
+        "json": str(args.json),
+        "device_name": device_name,
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        **results,
+    }
