@@ -366,7 +366,9 @@ class FrozenBackboneEncoder:
             variance head is not trained).
     """
 
-    def __init__(self, model: GaussCSEModel, features: BackboneFeatures, name: str = "gausscse", as_point=False):
+    def __init__(
+        self, model: GaussCSEModel, features: BackboneFeatures, name: str = "gausscse", as_point: bool = False
+    ):
         self.model = model
         self.features = features
         self.name = name
@@ -390,7 +392,9 @@ class FeaturePointEncoder:
     """The untouched backbone as a point encoder from ``features``: pooled vector, optionally L2-normalised (for
     all-MiniLM-L6-v2: mean pooling and ``Normalize``, as its sentence-transformers folder says)."""
 
-    def __init__(self, features: BackboneFeatures, pooling: str = "mean", normalize: bool = True, name="backbone"):
+    def __init__(
+        self, features: BackboneFeatures, pooling: str = "mean", normalize: bool = True, name: str = "backbone"
+    ):
         self.features = features
         self.pooling = pooling
         self.normalize = normalize
