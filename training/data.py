@@ -247,46 +247,66 @@ class TripletCollator:
     position_offset: int = 0
 
     def __call__(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
-        size = len(examples)
-        if not self.with_contradictions:
-            examples = [{**example, "contradiction": None} for example in examples]
-        contradictions = [example["contradiction"] for example in examples if example["contradiction"] is not None]
-        sentences = [example["premise"] for example in examples] + [example["entailment"] for example in examples]
+        layout = batch_layout(examples, self.with_contradictions)
         if self.pack:
-            token_ids = self.tokenizer(sentences + contradictions, truncation=True, max_length=self.max_length)
+            token_ids = self.tokenizer(layout.sentences, truncation=True, max_length=self.max_length)
             features = pack_sentences(
                 token_ids["input_ids"], self.pack_length or 2 * self.max_length, self.position_offset
             )
         else:
             features = dict(
                 self.tokenizer(
-                    sentences + contradictions,
-                    padding=True,
-                    truncation=True,
-                    max_length=self.max_length,
-                    return_tensors="pt",
+                    layout.sentences, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
                 )
             )
-        contradiction_index = torch.full((size,), -1, dtype=torch.long)
-        present = torch.tensor([example["contradiction"] is not None for example in examples], dtype=torch.bool)
-        contradiction_index[present] = torch.arange(len(contradictions), dtype=torch.long) + 2 * size
-        features["contradiction_index"] = contradiction_index
-        features["text_ids"] = torch.tensor(
-            [
-                [text_id(example[column]) if example[column] is not None else -1 for column in EXAMPLE_COLUMNS]
-                for example in examples
-            ],
-            dtype=torch.long,
-        )
+        features["contradiction_index"] = layout.contradiction_index
+        features["text_ids"] = layout.text_ids
         return features
+
+
+@dataclass
+class BatchLayout:
+    """The ``2N + K`` sentences of one forward pass and how the loss finds its parts.
+
+    Attributes:
+        sentences: the N premises, the N entailment hypotheses, then the K present contradiction hypotheses.
+        contradiction_index: ``(N,)`` row of example i's contradiction among ``sentences``, or −1.
+        text_ids: ``(N, 3)`` [`text_id`] of (premise, entailment, contradiction); −1 where missing.
+    """
+
+    sentences: list[str]
+    contradiction_index: torch.Tensor
+    text_ids: torch.Tensor
+
+
+def batch_layout(examples: Sequence[dict[str, str | None]], with_contradictions: bool = True) -> BatchLayout:
+    """Lay a batch of examples out for one forward pass; ``with_contradictions=False`` drops every contradiction."""
+    if not with_contradictions:
+        examples = [{**example, "contradiction": None} for example in examples]
+    size = len(examples)
+    contradictions = [example["contradiction"] for example in examples if example["contradiction"] is not None]
+    sentences = [example["premise"] for example in examples] + [example["entailment"] for example in examples]
+    contradiction_index = torch.full((size,), -1, dtype=torch.long)
+    present = torch.tensor([example["contradiction"] is not None for example in examples], dtype=torch.bool)
+    contradiction_index[present] = torch.arange(len(contradictions), dtype=torch.long) + 2 * size
+    text_ids = torch.tensor(
+        [
+            [text_id(example[column]) if example[column] is not None else -1 for column in EXAMPLE_COLUMNS]
+            for example in examples
+        ],
+        dtype=torch.long,
+    ).reshape(size, len(EXAMPLE_COLUMNS))
+    return BatchLayout(sentences + contradictions, contradiction_index, text_ids)
 
 
 __all__ = [
     "TRAIN_SOURCES",
     "BadRowError",
+    "BatchLayout",
     "DataStats",
     "SourceRows",
     "TripletCollator",
+    "batch_layout",
     "build_examples",
     "load_source",
     "load_training_examples",

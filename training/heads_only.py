@@ -30,7 +30,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from evaluation.encoders import BackboneFeatures
 
-from .data import EXAMPLE_COLUMNS, text_id
+from .data import EXAMPLE_COLUMNS, batch_layout
 from .losses import NLIBatchEmbeddings, build_loss, uses_contradictions
 from .trainer import split_batch_embeddings
 
@@ -96,25 +96,12 @@ def shuffled_batches(num_examples: int, batch_size: int, num_steps: int, seed: i
 def batch_embeddings(
     model, features: BackboneFeatures, examples: Sequence[Example], with_contradictions: bool
 ) -> NLIBatchEmbeddings:
-    """The heads' Gaussians of a batch, laid out as one forward pass of ``TripletCollator`` would give them: the
-    premises, the entailment hypotheses, then the present contradiction hypotheses."""
-    premises = [example["premise"] for example in examples]
-    entailments = [example["entailment"] for example in examples]
-    contradictions = [example["contradiction"] if with_contradictions else None for example in examples]
-    present = [contradiction for contradiction in contradictions if contradiction is not None]
-    pooled = features.vectors(premises + entailments + present, model.config.pooling).to(model.device)
+    """The heads' Gaussians of a batch, laid out by [`training.data.batch_layout`] as ``TripletCollator``'s one
+    forward pass gives them."""
+    layout = batch_layout(examples, with_contradictions)
+    pooled = features.vectors(layout.sentences, model.config.pooling).to(model.device)
     mu, logvar = model.gaussian_heads(pooled)
-    contradiction_index = torch.full((len(examples),), -1, dtype=torch.long)
-    has_contradiction = torch.tensor([contradiction is not None for contradiction in contradictions])
-    contradiction_index[has_contradiction] = torch.arange(len(present)) + 2 * len(examples)
-    text_ids = torch.tensor(
-        [
-            [text_id(sentence) if sentence is not None else -1 for sentence in triplet]
-            for triplet in zip(premises, entailments, contradictions, strict=True)
-        ],
-        dtype=torch.long,
-    )
-    return split_batch_embeddings(mu, logvar, contradiction_index, text_ids)
+    return split_batch_embeddings(mu, logvar, layout.contradiction_index, layout.text_ids)
 
 
 def train_heads(
