@@ -23,3 +23,4 @@ echo "quickstart: bf16=$bf16" >&2
 .venv/bin/python -m evaluation --model "$output/model" --tasks nli,direction --output "$output/eval" \
   --max_length 64 --max_examples 2000 --no_plots $([ "$bf16" = true ] && echo --bf16)
 cat "$output/eval/report.md"
+echo "quickstart: ${SECONDS} s in all (bf16=$bf16)" >&2
