@@ -3,10 +3,14 @@
     accelerate launch train_gausscse.py [CONFIG.yaml|.json] [--model_name_or_path ...] [--loss ent+con+rev] ...
     python train_gausscse.py configs/quickstart.yaml
 
-Flags after a config file override its values. The final (best) model goes to ``<output_dir>/model``: weights,
+    python train_gausscse.py --model_name_or_path bert-base-uncased --train_file triplets.csv --output_dir out
+
+Training data: ``--train_datasets`` (built-in, offline), ``--train_file`` (CSV/TSV/JSON/JSON Lines/Parquet, NLI rows,
+triplets or pairs) and ``--dataset_name`` (Hub), see ``training.data``. Flags after a config file override its
+values. As in every Hugging Face example script, the final (best) model goes into ``--output_dir`` itself: weights,
 config with ``auto_map`` and the code files, tokenizer, model card ``README.md``, ``train_results.json``; it loads
-with ``AutoModel.from_pretrained(path, trust_remote_code=True)`` and ``--push_to_hub --hub_model_id ...`` uploads
-exactly that folder. Checkpoints stay in ``<output_dir>/checkpoint-*`` (``--resume_from_checkpoint``).
+with ``AutoModel.from_pretrained(output_dir, trust_remote_code=True)`` and ``--push_to_hub --hub_model_id ...``
+uploads exactly those files. Checkpoints are ``<output_dir>/checkpoint-N`` (``--resume_from_checkpoint``).
 """
 
 from __future__ import annotations
@@ -16,19 +20,20 @@ import logging
 import sys
 from pathlib import Path
 
+import datasets
+import numpy as np
 from transformers import AutoConfig, AutoTokenizer, set_seed
 
 from gausscse import GaussCSEModel
 from training.arguments import DataArguments, GaussCSETrainingArguments, ModelArguments, parse_arguments
-from training.data import TripletCollator, load_training_examples
+from training.batch import TripletCollator, packing_position_offset
+from training.data import DataError, DataStats, load_file_source, load_training_examples, source_rows, tokenize_examples
 from training.lora import apply_lora
 from training.losses import uses_contradictions
 from training.output import push_model_folder, save_model_folder
 from training.trainer import GaussCSETrainer
 
 logger = logging.getLogger("train_gausscse")
-
-FINAL_MODEL_DIR = "model"
 
 
 def build_model(model_args: ModelArguments) -> GaussCSEModel:
@@ -52,31 +57,44 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
     return model
 
 
-PACKABLE_ENCODERS = ("bert", "roberta", "xlm-roberta")
-
-
-def packing_position_offset(model: GaussCSEModel) -> int:
-    """The first position id of a packed sentence: 0 for BERT, ``pad_token_id + 1`` for RoBERTa-style encoders."""
-    encoder_config = model.config.encoder_config
-    if encoder_config.model_type not in PACKABLE_ENCODERS:
-        raise ValueError(
-            f"--pack_sequences supports encoders with absolute position ids {PACKABLE_ENCODERS}, "
-            f"not {encoder_config.model_type!r}; drop the flag"
-        )
-    return 0 if encoder_config.model_type == "bert" else encoder_config.pad_token_id + 1
-
-
 def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArguments):
-    """The SNLI dev evaluator of ``evaluation.fast`` (``None`` when evaluation is off)."""
+    """The dev evaluator of ``evaluation.fast`` on SNLI dev or ``--validation_file`` (``None`` when evaluation is
+    off). With ``--validation_file`` the metrics are ``validation_*`` and a ``snli_dev_*`` best-model metric follows."""
     if training_args.eval_strategy == "no":
         return None
     from evaluation.fast import SNLIDevEvaluator
+    from evaluation.tasks import NLIPairs
 
+    pairs, name = None, "snli_dev"
+    if data_args.validation_file is not None:
+        source = load_file_source(data_args.validation_file, "nli", data_args.column_overrides)
+        rows = list(source_rows(source, data_args.drop_bad_rows, DataStats()))
+        if data_args.eval_max_examples is not None:
+            rows = rows[: data_args.eval_max_examples]
+        if not rows:
+            raise DataError(f"{data_args.validation_file}: no labelled row to evaluate on")
+        premises, hypotheses, labels = (list(column) for column in zip(*rows, strict=True))
+        pairs, name = (
+            NLIPairs(
+                name="validation",
+                premises=premises,
+                hypotheses=hypotheses,
+                is_entailment=np.array([label == "entailment" for label in labels]),
+                entails_both_ways=np.zeros(len(rows), dtype=bool),
+            ),
+            "validation",
+        )
+        metric = training_args.metric_for_best_model
+        if metric and metric.startswith("snli_dev_"):
+            training_args.metric_for_best_model = "validation_" + metric.removeprefix("snli_dev_")
     return SNLIDevEvaluator(
         data_dir=data_args.data_dir,
         max_examples=data_args.eval_max_examples,
         batch_size=training_args.per_device_eval_batch_size,
         max_length=data_args.eval_max_seq_length,
+        pairs=pairs,
+        name=name,
+        point=training_args.loss == "simcse",
     )
 
 
@@ -91,27 +109,33 @@ def main(argv: list[str] | None = None) -> Path:
     training_args.push_to_hub = False  # push the final folder only, not every checkpoint
     set_seed(training_args.seed)
 
-    train_dataset, data_stats = load_training_examples(
-        data_args.train_datasets, data_args.data_dir, drop_bad_rows=data_args.drop_bad_rows
-    )
+    examples, data_stats = load_training_examples(data_args.data_spec(), drop_bad_rows=data_args.drop_bad_rows)
     if data_args.max_train_examples is not None:
-        train_dataset = train_dataset.select(range(min(data_args.max_train_examples, len(train_dataset))))
+        examples = examples.select(range(min(data_args.max_train_examples, len(examples))))
+    evaluator = build_evaluator(data_args, training_args)  # reads its data now: a bad file stops before training
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
     model = build_model(model_args)
+    with training_args.main_process_first(desc="tokenizing the training examples"):
+        train_dataset = tokenize_examples(
+            examples,
+            tokenizer,
+            data_args.max_seq_length,
+            cache_dir=data_args.data_cache_dir or Path(datasets.config.HF_DATASETS_CACHE) / "gausscse",
+            num_proc=data_args.preprocessing_num_workers,
+        )
     trainer = GaussCSETrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        data_collator=TripletCollator(
+        data_collator=TripletCollator.for_tokenizer(
             tokenizer,
-            data_args.max_seq_length,
             with_contradictions=uses_contradictions(training_args.loss),
             pack=data_args.pack_sequences,
-            pack_length=data_args.pack_length,
-            position_offset=packing_position_offset(model) if data_args.pack_sequences else 0,
+            pack_length=data_args.pack_length or 2 * data_args.max_seq_length,
+            position_offset=(packing_position_offset(model.config.encoder_config) if data_args.pack_sequences else 0),
         ),
         processing_class=tokenizer,
-        evaluator=build_evaluator(data_args, training_args),
+        evaluator=evaluator,
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     metrics = trainer.evaluate()
@@ -122,16 +146,17 @@ def main(argv: list[str] | None = None) -> Path:
         "best_model_checkpoint": (
             trainer.state.best_model_checkpoint if training_args.load_best_model_at_end else None
         ),
+        "loss": training_args.loss,
         "train_examples": len(train_dataset),
         "eval_max_examples": data_args.eval_max_examples,  # SNLI-dev pairs behind the eval_* metrics (None: all)
         "data": data_stats.as_dict(),
     }
-    model_dir = Path(training_args.output_dir) / FINAL_MODEL_DIR
+    model_dir = Path(training_args.output_dir)
     if trainer.is_world_process_zero():
         card = {
             "model_name": training_args.hub_model_id or Path(training_args.output_dir).name,
             "base_model": model_args.model_name_or_path,
-            "datasets": list(data_args.train_datasets),
+            "datasets": [*(data_args.train_datasets or ()), *(data_args.dataset_name or ())],  # Hub ids for the card
             "metrics": {name.removeprefix("eval_"): value for name, value in metrics.items()},
             "training_arguments": {
                 **dataclasses.asdict(model_args),

@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ResidentPeak, json_payload, run_worker
 from evaluation.report import write_json
 from gausscse import GaussCSEModel
-from training.data import TripletCollator, load_training_examples
+from training.batch import TripletCollator
+from training.data import EXAMPLE_COLUMNS, load_training_examples, tokenize_batch
 from training.losses import GaussCSELoss
 from training.trainer import split_batch_embeddings
 
@@ -75,8 +76,14 @@ def released_step(model, tokenizer, examples, max_length, autocast, temperature=
     return F.cross_entropy(sim / temperature, labels)
 
 
-def our_step(model, collator, loss_fn, examples, autocast) -> torch.Tensor:
-    features = {name: value.to(model.device) for name, value in collator(examples).items()}
+def our_step(model, tokenizer, collator, loss_fn, examples, max_length, autocast) -> torch.Tensor:
+    """Tokenise (done once per example before training; timed here as the released code tokenises every step),
+    collate, one forward pass, the loss and its backward."""
+    tokenized = tokenize_batch(
+        tokenizer, {column: [e[column] for e in examples] for column in EXAMPLE_COLUMNS}, max_length
+    )
+    rows = [dict(zip(tokenized, values, strict=True)) for values in zip(*tokenized.values(), strict=True)]
+    features = {name: value.to(model.device) for name, value in collator(rows).items()}
     contradiction_index, text_ids = features.pop("contradiction_index"), features.pop("text_ids")
     with autocast():
         output = model(**features)
@@ -121,12 +128,14 @@ def setup(args: argparse.Namespace):
     def autocast():
         return torch.autocast(device.type, dtype=torch.bfloat16) if args.bf16 else nullcontext()
 
-    collator = TripletCollator(tokenizer, args.max_length)
-    packing_collator = TripletCollator(tokenizer, args.max_length, pack=True)
+    collator = TripletCollator.for_tokenizer(tokenizer)
+    packing_collator = TripletCollator.for_tokenizer(tokenizer, pack=True, pack_length=2 * args.max_length)
     loss_fn = GaussCSELoss("ent+con+rev", 0.05, "mean_dim")
     methods = {
-        "ours": lambda examples: our_step(model, collator, loss_fn, examples, autocast),
-        "ours_packed": lambda examples: our_step(model, packing_collator, loss_fn, examples, autocast),
+        "ours": lambda examples: our_step(model, tokenizer, collator, loss_fn, examples, args.max_length, autocast),
+        "ours_packed": lambda examples: our_step(
+            model, tokenizer, packing_collator, loss_fn, examples, args.max_length, autocast
+        ),
         "released": lambda examples: released_step(model, tokenizer, examples, args.max_length, autocast),
     }
     torch.manual_seed(0)

@@ -92,8 +92,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     reference = runs[model_labels[0]]
     tests = {f"{reference.name} vs. {label}": significance(reference, runs[label]) for label in baseline_labels}
-    if "direction" in tasks and reference.is_gaussian:
-        tests[f"{reference.name} similarity rule vs. length baseline"] = significance_against_length(reference)
+    if "direction" in tasks:  # every Gaussian model (the reference first) against counting characters
+        for run in [reference, *(runs[label] for label in baseline_labels)]:
+            if run.is_gaussian:
+                tests[f"{run.name} similarity rule vs. length baseline"] = significance_against_length(run)
     tests = {comparison: results for comparison, results in tests.items() if results}
 
     group_label = (

@@ -191,6 +191,8 @@ class GaussianEncoder:
         batch_size, max_length: passed to ``model.encode``.
         bf16: run the encoder under CPU/GPU bfloat16 autocast (the KL is always computed in float32).
         name: label in reports.
+        point: score by the cosine of μ, without the variance (a model trained with the supervised SimCSE loss,
+            which never trains the σ² head).
     """
 
     def __init__(
@@ -201,6 +203,7 @@ class GaussianEncoder:
         max_length: int | None = DEFAULT_MAX_LENGTH,
         bf16: bool = False,
         name: str = "gausscse",
+        point: bool = False,
     ):
         self.model = getattr(model, "module", model)  # unwrap DistributedDataParallel
         self.tokenizer = tokenizer
@@ -208,6 +211,7 @@ class GaussianEncoder:
         self.max_length = max_length
         self.bf16 = bf16
         self.name = name
+        self.point = point
 
     def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
         """Encode each distinct sentence once with ``model.encode`` (token-sorted batches, no grad, mode restored)."""
@@ -221,12 +225,11 @@ class GaussianEncoder:
                 show_progress_bar=show_progress_bar,
                 max_length=self.max_length,
             )
-        mu, logvar = embeddings.mu, embeddings.logvar
         return EncodedSentences(
             index=index_of(distinct),
-            mu=mu,
-            logvar=logvar,
-            reduction=self.model.config.similarity_reduction,
+            mu=embeddings.mu,
+            logvar=None if self.point else embeddings.logvar,
+            reduction=None if self.point else self.model.config.similarity_reduction,
         )
 
 
@@ -416,8 +419,9 @@ def load_encoder(
     bf16: bool = False,
     device: str = "cpu",
 ) -> SentenceEncoder:
-    """A :class:`GaussianEncoder` for a saved GaussCSE model (``model_type == "gausscse"``), else a
-    :class:`PointEncoder`. ``name_or_path``: a local folder or Hub id."""
+    """A :class:`GaussianEncoder` for a saved GaussCSE model (``model_type == "gausscse"``; scored by the cosine of μ
+    when its ``train_results.json`` says it was trained with the ``simcse`` loss), else a :class:`PointEncoder`.
+    ``name_or_path``: a local folder or Hub id."""
     try:
         config = AutoConfig.from_pretrained(name_or_path)
     except (OSError, ValueError) as error:
@@ -425,5 +429,7 @@ def load_encoder(
     name = Path(name_or_path).name or str(name_or_path)
     if config.model_type == "gausscse":
         model = GaussCSEModel.from_pretrained(name_or_path).to(device).eval()
-        return GaussianEncoder(model, batch_size=batch_size, max_length=max_length, bf16=bf16, name=name)
+        results_file = Path(name_or_path) / "train_results.json"
+        point = results_file.is_file() and json.loads(results_file.read_text(encoding="utf-8")).get("loss") == "simcse"
+        return GaussianEncoder(model, batch_size=batch_size, max_length=max_length, bf16=bf16, name=name, point=point)
     return PointEncoder(name_or_path, batch_size=batch_size, max_length=max_length, bf16=bf16, device=device)

@@ -14,7 +14,7 @@ from .tasks import NLI_DEV, NLIPairs, binary_nli, dev_threshold, entailment_dire
 
 
 class SNLIDevEvaluator:
-    """Binary-NLI AUPRC and best-threshold accuracy, and direction accuracy, on SNLI dev.
+    """Binary-NLI AUPRC and best-threshold accuracy, and direction accuracy, on SNLI dev (or on ``pairs``).
 
     The dev pairs are loaded once; each call encodes every distinct sentence once (no grad, the model's
     train/eval mode is restored) and scores pairs with sim(hyp‖pre) under ``config.similarity_reduction``.
@@ -24,6 +24,9 @@ class SNLIDevEvaluator:
         max_examples: use only the first N dev pairs (all 9,842 by default).
         batch_size: sentences per forward pass.
         max_length: truncation length in tokens.
+        pairs: NLI pairs to evaluate on instead of SNLI dev (e.g. from ``--validation_file``).
+        name: prefix of the metric names (``snli_dev``; ``validation`` for ``--validation_file``).
+        point: score by the cosine of μ (a model trained with the supervised SimCSE loss).
     """
 
     def __init__(
@@ -32,8 +35,15 @@ class SNLIDevEvaluator:
         max_examples: int | None = None,
         batch_size: int = 128,
         max_length: int = 64,
+        pairs: NLIPairs | None = None,
+        name: str = "snli_dev",
+        point: bool = False,
     ):
-        self.pairs = load_nli("snli_dev", *NLI_DEV, data_dir=data_dir, max_examples=max_examples)
+        if pairs is None:
+            pairs = load_nli(name, *NLI_DEV, data_dir=data_dir, max_examples=max_examples)
+        self.pairs = pairs
+        self.name = name
+        self.point = point
         self.batch_size = batch_size
         self.max_length = max_length
 
@@ -46,19 +56,21 @@ class SNLIDevEvaluator:
             ``snli_dev_threshold``: that threshold (the smallest among equally good ones);
             ``snli_dev_direction_accuracy``: similarity rule sim(hyp‖pre) > sim(pre‖hyp) on entailment pairs.
         """
-        encoder = GaussianEncoder(model, tokenizer=tokenizer, batch_size=self.batch_size, max_length=self.max_length)
-        return dev_metrics(encoder.encode_unique(self.pairs.sentences), self.pairs)
+        encoder = GaussianEncoder(
+            model, tokenizer=tokenizer, batch_size=self.batch_size, max_length=self.max_length, point=self.point
+        )
+        return dev_metrics(encoder.encode_unique(self.pairs.sentences), self.pairs, self.name)
 
 
-def dev_metrics(encoded: EncodedSentences, pairs: NLIPairs) -> dict[str, float]:
+def dev_metrics(encoded: EncodedSentences, pairs: NLIPairs, name: str = "snli_dev") -> dict[str, float]:
     """The metrics of :class:`SNLIDevEvaluator` from already encoded dev sentences (direction only for a
     Gaussian encoder)."""
     accuracy, threshold = dev_threshold(encoded, pairs)
     metrics = {
-        "snli_dev_auprc": binary_nli(encoded, pairs, threshold).metrics["auprc"],
-        "snli_dev_accuracy": 100.0 * accuracy,
-        "snli_dev_threshold": threshold,
+        f"{name}_auprc": binary_nli(encoded, pairs, threshold).metrics["auprc"],
+        f"{name}_accuracy": 100.0 * accuracy,
+        f"{name}_threshold": threshold,
     }
     if encoded.is_gaussian:
-        metrics["snli_dev_direction_accuracy"] = entailment_direction(encoded, pairs).metrics["similarity_rule"]
+        metrics[f"{name}_direction_accuracy"] = entailment_direction(encoded, pairs).metrics["similarity_rule"]
     return metrics

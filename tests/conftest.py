@@ -31,7 +31,7 @@ def data_dir(tmp_path_factory) -> Path:
     """Offline NLI files in the layout of shared/data: SNLI train (full triplets), MNLI train (no contradictions),
     SNLI dev."""
     root = tmp_path_factory.mktemp("data")
-    write_jsonl_gz(root / "snli/train_subset.jsonl.gz", nli_rows(24))
+    write_jsonl_gz(root / "snli/train_100k.jsonl.gz", nli_rows(24))
     write_jsonl_gz(root / "mnli/train_subset.jsonl.gz", nli_rows(16, offset=100, with_contradiction=False))
     write_jsonl_gz(root / "snli/validation.jsonl.gz", nli_rows(12, offset=500))
     return root

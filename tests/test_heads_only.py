@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import datasets
 import pytest
 import torch
 
@@ -22,7 +23,8 @@ from evaluation.encoders import (
 from evaluation.fast import dev_metrics
 from evaluation.tasks import NLI_DEV, load_nli
 from gausscse import GaussCSEModel
-from training.data import TripletCollator, load_training_examples
+from training.batch import TripletCollator
+from training.data import load_training_examples, tokenize_examples
 from training.heads_only import HeadsOnlyArguments, batch_embeddings, sentences_of, shuffled_batches, train_heads
 from training.losses import GaussCSELoss
 from training.trainer import split_batch_embeddings
@@ -78,7 +80,9 @@ def test_cached_batch_and_loss_equal_the_trainer_path(model, features, examples)
     """The same 2N + K rows, and the same loss, as TripletCollator + one forward + split_batch_embeddings."""
     batch = examples[:6] + examples[-6:]  # SNLI rows with, MNLI rows without a contradiction
     cached = batch_embeddings(model, features, batch, with_contradictions=True)
-    inputs = TripletCollator(model.get_tokenizer(), max_length=32)(batch)
+    tokenizer = model.get_tokenizer()
+    tokenized = list(tokenize_examples(datasets.Dataset.from_list(batch), tokenizer, 32))
+    inputs = TripletCollator.for_tokenizer(tokenizer)(tokenized)
     contradiction_index, text_ids = inputs.pop("contradiction_index"), inputs.pop("text_ids")
     with torch.no_grad():
         output = model(**inputs)
@@ -189,7 +193,7 @@ def test_study_and_reports_end_to_end(backbone: Path, tmp_path: Path) -> None:
         text=True,
         timeout=300,
     )
-    reproduction = (reports / "REPRODUCTION.md").read_text()
+    reproduction = (reports / "HEADS_ONLY.md").read_text()
     assert "76.64" in reproduction and "ent+rev / mean_dim" in reproduction  # the paper beside ours
     seeds_mean = payload["aggregate"]["ent+con+rev / sum"]["direction/snli/similarity_rule"]["mean"]
     assert f"{seeds_mean:.2f}" in reproduction

@@ -1,10 +1,11 @@
 """--pack_sequences: several sentences per row of the one forward pass give the same Gaussians and the same loss."""
 
+import datasets
 import pytest
 import torch
 
-from train_gausscse import packing_position_offset
-from training.data import TripletCollator, pack_sentences
+from training.batch import TripletCollator, pack_sentences, packing_position_offset
+from training.data import tokenize_examples
 from training.losses import GaussCSELoss
 from training.trainer import split_batch_embeddings
 
@@ -20,9 +21,10 @@ EXAMPLES = [
 
 
 def padded_and_packed(model, tokenizer) -> tuple[dict, dict]:
-    offset = packing_position_offset(model)
-    padded = TripletCollator(tokenizer, max_length=24)(EXAMPLES)
-    packed = TripletCollator(tokenizer, max_length=24, pack=True, pack_length=40, position_offset=offset)(EXAMPLES)
+    offset = packing_position_offset(model.config.encoder_config)
+    tokenized = list(tokenize_examples(datasets.Dataset.from_list(EXAMPLES), tokenizer, 24))
+    padded = TripletCollator.for_tokenizer(tokenizer)(tokenized)
+    packed = TripletCollator.for_tokenizer(tokenizer, pack=True, pack_length=40, position_offset=offset)(tokenized)
     return padded, packed
 
 
@@ -73,4 +75,4 @@ def test_packing_rejects_encoders_without_absolute_positions(make_tiny_model):
     model = make_tiny_model()
     model.config.encoder_config.model_type = "deberta-v2"
     with pytest.raises(ValueError, match="--pack_sequences supports encoders with absolute position ids"):
-        packing_position_offset(model)
+        packing_position_offset(model.config.encoder_config)

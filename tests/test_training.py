@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -16,7 +17,8 @@ from transformers import AutoTokenizer
 import train_gausscse
 from gausscse import GaussCSEModel
 from training.arguments import parse_arguments
-from training.data import BadRowError, TripletCollator, build_examples, load_source, text_id
+from training.batch import TripletCollator
+from training.data import BadRowError, build_examples, load_source, tokenize_examples
 from training.lora import apply_lora, load_adapter_model, merge_lora, save_adapter_model
 from training.losses import GaussCSELoss
 from training.trainer import GaussCSETrainer, is_head_parameter, split_batch_embeddings
@@ -92,69 +94,6 @@ def test_argument_errors_name_the_problem(tmp_path):
         parse_arguments(["--train_datasets", "snli", "quora"])
 
 
-# ----------------------------------------------------------------------------------------------------------- data
-
-
-def test_examples_grouped_by_premise_keep_missing_contradictions(data_dir):
-    dataset, stats = build_examples([load_source("snli", data_dir), load_source("mnli", data_dir)])
-    assert stats.examples == 40 and stats.complete_triplets == 24 and stats.entailment_only == 16
-    assert stats.neutral_rows == 40 and stats.per_source == {"snli": 72, "mnli": 32}
-    first = dataset[0]
-    assert first["entailment"] == "a man is outside" and first["contradiction"].startswith("nobody")
-    assert dataset[39]["contradiction"] is None
-
-
-def test_contradictions_cycle_over_the_entailments_of_a_premise(tmp_path):
-    rows = [
-        {"premise": "p", "hypothesis": "e1", "label": "entailment"},
-        {"premise": "p", "hypothesis": "c1", "label": "contradiction"},
-        {"premise": "p", "hypothesis": "e2", "label": "entailment"},
-        {"premise": "p", "hypothesis": "e3", "label": "entailment"},
-        {"premise": "p", "hypothesis": "c2", "label": "contradiction"},
-        {"premise": "q", "hypothesis": "c3", "label": "contradiction"},
-    ]
-    write_jsonl_gz(tmp_path / "snli/train_subset.jsonl.gz", rows)
-    dataset, stats = build_examples([load_source("snli", tmp_path)])
-    assert dataset["contradiction"] == ["c1", "c2", "c1"] and stats.premises_without_entailment == 1
-
-
-def test_bad_rows_stop_with_file_and_line_or_are_dropped(tmp_path):
-    rows = nli_rows(3)
-    rows[4] = {"premise": "a man", "hypothesis": "   ", "label": "entailment"}
-    rows[6] = {"premise": "a man", "hypothesis": "x", "label": "entails"}
-    path = tmp_path / "snli/train_subset.jsonl.gz"
-    write_jsonl_gz(path, rows)
-    with pytest.raises(BadRowError, match=rf"{path}: line 5: empty hypothesis.*--drop_bad_rows"):
-        build_examples([load_source("snli", tmp_path)])
-    _, stats = build_examples([load_source("snli", tmp_path)], drop_bad_rows=True)
-    assert stats.bad_rows_dropped == 2 and stats.rows == 9
-    rows[4] = {"premise": "a man", "label": "entailment"}
-    write_jsonl_gz(path, rows)
-    with pytest.raises(BadRowError, match="line 5: missing hypothesis"):
-        build_examples([load_source("snli", tmp_path)])
-
-
-def test_collator_tokenizes_once_and_marks_duplicate_texts(backbone):
-    tokenizer = AutoTokenizer.from_pretrained(backbone)
-    examples = [
-        {"premise": "A man sleeps.", "entailment": "A man rests.", "contradiction": None},
-        {"premise": "a  man sleeps.", "entailment": "Someone rests.", "contradiction": "A man runs."},
-    ]
-    calls = []
-
-    def counting_tokenizer(*args, **kwargs):
-        calls.append(args)
-        return tokenizer(*args, **kwargs)
-
-    features = TripletCollator(counting_tokenizer, max_length=16)(examples)
-    assert len(calls) == 1 and features["input_ids"].shape[0] == 5
-    assert features["contradiction_index"].tolist() == [-1, 4]
-    assert features["text_ids"][0, 0] == features["text_ids"][1, 0] == text_id("A man sleeps.")
-    assert features["text_ids"][0, 2] == -1
-    without = TripletCollator(tokenizer, max_length=16, with_contradictions=False)(examples)
-    assert without["input_ids"].shape[0] == 4 and without["contradiction_index"].tolist() == [-1, -1]
-
-
 # -------------------------------------------------------------------------------------------------------- trainer
 
 
@@ -174,7 +113,8 @@ def test_heads_get_their_own_learning_rate(backbone, data_dir, tmp_path):
 def training_loss(model: GaussCSEModel, backbone: Path, data_dir: Path) -> float:
     """The ent+con+rev loss of the whole tiny training set as one batch, dropout off."""
     dataset, _ = build_examples([load_source("snli", data_dir), load_source("mnli", data_dir)])
-    features = TripletCollator(AutoTokenizer.from_pretrained(backbone), max_length=32)(list(dataset))
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
+    features = TripletCollator.for_tokenizer(tokenizer)(list(tokenize_examples(dataset, tokenizer, 32)))
     contradiction_index, text_ids = features.pop("contradiction_index"), features.pop("text_ids")
     output = model.eval()(**features)
     batch = split_batch_embeddings(output.mu, output.logvar, contradiction_index, text_ids)
@@ -186,9 +126,13 @@ def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process
     argv = train_args(backbone, data_dir, output, "--max_steps", "12", "--eval_steps", "6", "--save_steps", "6")
     with mock.patch("training.output.HfApi") as hf_api:
         model_dir = train_gausscse.main([*argv, "--push_to_hub", "--hub_model_id", "me/tiny-gausscse"])
+    assert model_dir == output and {"checkpoint-6", "checkpoint-12"} <= {path.name for path in output.iterdir()}
     hf_api.return_value.upload_folder.assert_called_once()
-    assert hf_api.return_value.upload_folder.call_args.kwargs["folder_path"] == str(model_dir)
-    assert not list(output.glob("checkpoint-*/README.md"))  # the push did not take checkpoints along
+    upload = hf_api.return_value.upload_folder.call_args.kwargs
+    assert upload["folder_path"] == str(model_dir)
+    assert "model.safetensors" in upload["allow_patterns"]  # the final model's files, not the checkpoints
+    assert not [name for name in upload["allow_patterns"] if "checkpoint" in name or "/" in name]
+    assert not list(output.glob("checkpoint-*/README.md"))
 
     files = {path.name for path in model_dir.iterdir()}
     expected = {"config.json", "model.safetensors", "modeling_gausscse.py", "configuration_gausscse.py"}
@@ -215,6 +159,76 @@ def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("True")
     torch.testing.assert_close(torch.load(model_dir.parent / "mu.pt"), local.mu)
+
+
+def fresh_process_mu(model_dir: Path, sentences: list[str]) -> torch.Tensor:
+    """μ of ``sentences`` from ``AutoModel.from_pretrained(model_dir, trust_remote_code=True)`` in a new interpreter."""
+    script = (
+        "import sys, torch\nfrom transformers import AutoModel\n"
+        "model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
+        "assert type(model).__module__.startswith('transformers_modules'), type(model)\n"
+        "torch.save(model.encode(sys.argv[3:]).mu, sys.argv[2])\n"
+    )
+    target = model_dir.parent / f"{model_dir.name}-mu.pt"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(model_dir), str(target), *sentences], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return torch.load(target)
+
+
+@pytest.mark.parametrize("shape", ["triplets.csv", "nli.jsonl"])
+def test_training_on_a_users_file_leaves_a_loadable_model_in_output_dir(shape, backbone, tmp_path):
+    """The issue's acceptance runs: --train_file triplets.csv (anchor, positive, negative) and --train_file
+    nli.jsonl (premise, hypothesis, integer label), evaluated on a --validation_file; bf16 autocast on the CPU."""
+    rows = nli_rows(12)
+    if shape == "triplets.csv":
+        by_premise: dict[str, dict] = {}
+        for row in rows:
+            role = {"entailment": "positive", "contradiction": "negative"}.get(row["label"])
+            if role:
+                by_premise.setdefault(row["premise"], {"anchor": row["premise"]})[role] = row["hypothesis"]
+        with (tmp_path / shape).open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=["anchor", "positive", "negative"])
+            writer.writeheader()
+            writer.writerows(by_premise.values())
+    else:
+        ids = {"entailment": 0, "neutral": 1, "contradiction": 2}
+        (tmp_path / shape).write_text("".join(json.dumps({**row, "label": ids[row["label"]]}) + "\n" for row in rows))
+    write_jsonl_gz(tmp_path / "dev.jsonl.gz", nli_rows(6, offset=300))
+    output = tmp_path / "out"
+    argv = [
+        "--model_name_or_path", str(backbone), "--train_file", str(tmp_path / shape),
+        "--validation_file", str(tmp_path / "dev.jsonl.gz"), "--output_dir", str(output),
+        "--data_cache_dir", str(tmp_path / "cache"), "--per_device_train_batch_size", "4", "--max_steps", "4",
+        "--eval_steps", "2", "--save_steps", "2", "--bf16", "true", "--dataloader_num_workers", "2",
+    ]  # fmt: skip
+    model_dir = train_gausscse.main(argv)
+    assert model_dir == output and (output / "checkpoint-4").is_dir()
+    results = json.loads((output / "train_results.json").read_text())
+    assert results["data"]["examples"] == 12 and results["data"]["complete_triplets"] == 12
+    assert "eval_validation_auprc" in results and results["best_model_checkpoint"].startswith(str(output))
+    sentences = ["a man is playing a red guitar", "a man is outside"]
+    expected = GaussCSEModel.from_pretrained(output).encode(sentences).mu
+    torch.testing.assert_close(fresh_process_mu(output, sentences), expected)
+
+
+def test_a_bad_training_file_stops_before_any_training_step(backbone, tmp_path):
+    bad = tmp_path / "train.csv"
+    bad.write_text("anchor,positive\nonly one column filled,\n")
+    with (
+        mock.patch.object(GaussCSETrainer, "train") as train,
+        pytest.raises(BadRowError, match=rf"{bad}: row 0: missing positive"),
+    ):
+        train_gausscse.main(["--model_name_or_path", str(backbone), "--train_file", str(bad), "--output_dir",
+                             str(tmp_path / "out")])  # fmt: skip
+    train.assert_not_called()
+    assert not (tmp_path / "out").exists()
+
+
+def test_bf16_on_a_cpu_turns_on_use_cpu(tmp_path):
+    _, _, training_args = parse_arguments(["--output_dir", str(tmp_path), "--bf16", "true"])
+    assert training_args.bf16 and training_args.use_cpu == (not torch.cuda.is_available())
 
 
 def test_resume_from_checkpoint_gives_the_same_final_weights(backbone, data_dir, tmp_path):

@@ -2,7 +2,8 @@
 heads-only training on a frozen backbone's cached features (``training.heads_only``)."""
 
 from .arguments import DataArguments, GaussCSETrainingArguments, ModelArguments, parse_arguments
-from .data import TripletCollator, build_examples, load_training_examples, text_id
+from .batch import TripletCollator
+from .data import DataSpec, build_examples, load_training_examples, text_id, tokenize_examples
 from .losses import GAUSSCSE_VARIANTS, LOSS_NAMES, GaussCSELoss, NLIBatchEmbeddings, SupervisedSimCSELoss, build_loss
 from .trainer import GaussCSETrainer
 
@@ -10,6 +11,7 @@ __all__ = [
     "GAUSSCSE_VARIANTS",
     "LOSS_NAMES",
     "DataArguments",
+    "DataSpec",
     "GaussCSELoss",
     "GaussCSETrainer",
     "GaussCSETrainingArguments",
@@ -22,4 +24,5 @@ __all__ = [
     "load_training_examples",
     "parse_arguments",
     "text_id",
+    "tokenize_examples",
 ]

@@ -14,16 +14,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import torch
 import yaml
 from transformers import HfArgumentParser, TrainingArguments
+from transformers.utils import is_torch_xla_available
 
 from gausscse.configuration_gausscse import MEAN_ACTIVATIONS, POOLINGS
 from gausscse.gaussian import REDUCTIONS
 
-from .data import TRAIN_SOURCES
+from .data import SHAPES, TRAIN_SOURCES, DataSpec, parse_column_overrides
 from .losses import LOSS_NAMES, check_loss_name
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def has_accelerator() -> bool:
+    """Whether torch sees a GPU (CUDA/ROCm, XPU, MPS) or an XLA device to train on."""
+    return (
+        torch.cuda.is_available()
+        or (hasattr(torch, "xpu") and torch.xpu.is_available())
+        or torch.backends.mps.is_available()
+        or is_torch_xla_available()
+    )
 
 
 @dataclass
@@ -82,12 +94,59 @@ class DataArguments:
         default=None,
         metadata={
             "help": "Offline folder in the layout of ../shared/data (default: $GAUSSCSE_DATA_DIR or ../shared/data; "
-            "with none, SNLI/MNLI come from the Hub)."
+            "with none, the built-in sources and SNLI dev come from the Hub)."
         },
     )
-    train_datasets: list[str] = field(
-        default_factory=lambda: ["snli", "mnli"],
-        metadata={"help": f"NLI sources to train on, any of {TRAIN_SOURCES}."},
+    train_datasets: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": f"Built-in NLI sources to train on, any of {TRAIN_SOURCES} (default: snli mnli, unless "
+            "--train_file or --dataset_name is given)."
+        },
+    )
+    train_file: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Training files: CSV, TSV, JSON, JSON Lines or Parquet (CSV/TSV/JSON optionally .gz), with NLI "
+            "rows (premise, hypothesis, label), triplets (anchor, positive, negative) or pairs (anchor, positive)."
+        },
+    )
+    validation_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "NLI rows (premise, hypothesis, label) to evaluate on instead of SNLI dev; its metrics are "
+            "named validation_* (e.g. --metric_for_best_model validation_auprc)."
+        },
+    )
+    dataset_name: list[str] | None = field(
+        default=None,
+        metadata={"help": "Hub datasets to train on, e.g. stanfordnlp/snli sentence-transformers/all-nli."},
+    )
+    dataset_config_name: list[str] | None = field(
+        default=None,
+        metadata={"help": "One config per --dataset_name ('none' for a dataset without one), e.g. triplet."},
+    )
+    train_split: str = field(default="train", metadata={"help": "Split of the --dataset_name datasets."})
+    data_shape: str = field(
+        default="auto",
+        metadata={"help": f"Shape of --train_file/--dataset_name rows, one of {SHAPES} (auto: from column names)."},
+    )
+    columns: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Column names for the roles premise/hypothesis/label/anchor/positive/negative, as role=name "
+            "items, e.g. --columns premise=sentence_A hypothesis=sentence_B label=gold."
+        },
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Processes that tokenise the training examples (datasets.map num_proc)."}
+    )
+    data_cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where the tokenised training set is cached (default: the datasets cache, "
+            "$HF_DATASETS_CACHE/gausscse)."
+        },
     )
     max_seq_length: int = field(default=32, metadata={"help": "Truncation length in tokens for training."})
     max_train_examples: int | None = field(
@@ -113,11 +172,29 @@ class DataArguments:
     eval_max_seq_length: int = field(default=64, metadata={"help": "Truncation length for the SNLI dev evaluation."})
 
     def __post_init__(self) -> None:
-        unknown = [name for name in self.train_datasets if name not in TRAIN_SOURCES]
+        if self.train_datasets is None and not self.train_file and not self.dataset_name:
+            self.train_datasets = ["snli", "mnli"]
+        unknown = [name for name in self.train_datasets or () if name not in TRAIN_SOURCES]
         if unknown:
             raise ValueError(f"Unknown --train_datasets {unknown}; valid: {', '.join(TRAIN_SOURCES)}")
         if self.max_seq_length < 2:
             raise ValueError(f"max_seq_length must be at least 2, got {self.max_seq_length}")
+        if self.data_shape not in SHAPES:
+            raise ValueError(f"Unknown --data_shape {self.data_shape!r}; valid: {', '.join(SHAPES)}")
+        self.column_overrides = parse_column_overrides(self.columns)
+
+    def data_spec(self) -> DataSpec:
+        """The training sources these arguments name."""
+        return DataSpec(
+            train_datasets=self.train_datasets or (),
+            train_files=self.train_file or (),
+            dataset_names=self.dataset_name or (),
+            dataset_config_names=self.dataset_config_name or (),
+            train_split=self.train_split,
+            data_dir=self.data_dir,
+            shape=self.data_shape,
+            columns=self.column_overrides,
+        )
 
 
 @dataclass
@@ -172,6 +249,10 @@ class GaussCSETrainingArguments(TrainingArguments):
             self.ddp_find_unused_parameters = True  # SimCSE leaves the σ² head without gradient
         if self.eval_strategy == "no":  # no evaluation, no best checkpoint to pick: keep the last weights
             self.load_best_model_at_end = False
+        if (self.bf16 or self.bf16_full_eval) and not self.use_cpu and not has_accelerator():
+            # transformers refuses bf16 without a GPU unless use_cpu is set; on a CPU bf16 autocast works (natively
+            # with AVX512-BF16/AMX, emulated and slower without: see scripts/pick_precision.py).
+            self.use_cpu = True
         super().__post_init__()
 
 

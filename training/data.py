@@ -1,22 +1,40 @@
-"""NLI training data: load and validate sources, build (premise, entailment, contradiction) examples, collate.
+"""Training data from anywhere: the built-in NLI sources, your own files, any Hub dataset → examples → token ids.
 
-Examples are built as SimCSE builds its NLI triplets: rows are grouped by premise; each entailment hypothesis of a
-premise becomes one example, paired with a contradiction hypothesis of the same premise (cycling through them when
-there are fewer) or with none. Examples without a contradiction are kept: the loss masks them out of V_C.
+Sources (several concatenate, in this order):
+
+* built-in names (``--train_datasets snli mnli``): the offline files of ``shared/data`` or their Hub copies;
+* files (``--train_file``): CSV, TSV, JSON, JSON Lines or Parquet, each optionally gzip-compressed (``.csv.gz``);
+* Hub datasets (``--dataset_name`` / ``--dataset_config_name`` / ``--train_split``), e.g. ``stanfordnlp/snli``,
+  ``nyu-mll/multi_nli`` or ``sentence-transformers/all-nli`` with config ``triplet``.
+
+Each source has one of three shapes, recognised from its column names (see [`COLUMN_ALIASES`]) or set with
+``--data_shape`` / ``--columns role=name``:
+
+* ``nli``: ``premise``, ``hypothesis``, ``label`` (strings entailment/neutral/contradiction, or the Hub's integer ids
+  0/1/2; −1 and ``-`` mark unlabelled rows, which are skipped and counted). Rows of all NLI sources are grouped by
+  premise as SimCSE builds its triplets: each entailment hypothesis of a premise becomes one example, paired with a
+  contradiction hypothesis of the same premise (cycling through them when there are fewer) or with none;
+* ``triplet``: ``anchor``/``positive``/``negative`` (SimCSE's ``sent0``/``sent1``/``hard_neg``): one example a row;
+* ``pair``: ``anchor``/``positive``: one example a row, without a contradiction (masked out of V_C by the loss).
+
+An exact repeat of an (premise, hypothesis, label) row or of a whole example is counted once. Then
+[`tokenize_examples`] tokenises every example once (a cached ``datasets.map``); the collator of
+``training.batch`` only pads or packs token ids.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Sequence
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import datasets
-import torch
 
 from evaluation.data import HUB_SOURCES, LOCAL_FILES, NLI_LABELS, default_data_dir, load_split
 
@@ -24,27 +42,61 @@ logger = logging.getLogger(__name__)
 
 TRAIN_SOURCES = ("snli", "mnli", "sick")
 EXAMPLE_COLUMNS = ("premise", "entailment", "contradiction")
+TOKENIZED_COLUMNS = tuple(f"{column}_input_ids" for column in EXAMPLE_COLUMNS)
+SHAPES = ("auto", "nli", "triplet", "pair")
+# role -> column names recognised for it, first match wins; a shape is the first whose required roles all match.
+COLUMN_ALIASES: dict[str, tuple[str, ...]] = {
+    "premise": ("premise", "sentence1"),
+    "hypothesis": ("hypothesis", "sentence2"),
+    "label": ("label", "gold_label"),
+    "anchor": ("anchor", "sent0"),
+    "positive": ("positive", "sent1", "entailment"),
+    "negative": ("negative", "hard_neg", "contradiction"),
+}
+SHAPE_ROLES: dict[str, tuple[str, ...]] = {
+    "nli": ("premise", "hypothesis", "label"),
+    "triplet": ("anchor", "positive", "negative"),
+    "pair": ("anchor", "positive"),
+}
+# Data file formats: suffix (after an optional .gz) -> datasets builder and its keyword arguments.
+FILE_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
+    ".csv": ("csv", {}),
+    ".tsv": ("csv", {"sep": "\t"}),
+    ".json": ("json", {}),
+    ".jsonl": ("json", {}),
+    ".parquet": ("parquet", {}),
+}
+UNLABELLED = (-1, "-")  # SNLI's gold label "-" (no majority) and the Hub's −1
+INTEGER_LABELS = dict(enumerate(NLI_LABELS))  # the Hub's ids: 0 entailment, 1 neutral, 2 contradiction
 
 
-class BadRowError(ValueError):
+class DataError(ValueError):
+    """Training data that cannot be used: an unreadable or empty file, a missing column, a bad row."""
+
+
+class BadRowError(DataError):
     """A training row with a missing field, an unknown label or empty text."""
 
 
 @dataclass
 class SourceRows:
-    """One NLI source: its rows and where each row comes from, for error messages.
+    """One source of training rows, its shape and where each row comes from (for error messages).
 
     Attributes:
-        name: e.g. ``snli``.
+        name: e.g. ``snli`` or the file name.
         location: the file (or Hub id) the rows come from.
-        rows: ``datasets.Dataset`` with ``premise``, ``hypothesis``, ``label``.
-        line_numbers: whether row k is line k + 1 of ``location`` (else rows are reported by index).
+        rows: ``datasets.Dataset``.
+        shape: ``nli``, ``triplet`` or ``pair``.
+        columns: role → column name (roles of [`SHAPE_ROLES`]).
+        line_numbers: whether row k is line k + 1 of ``location`` (JSON Lines), else rows are reported by index.
     """
 
     name: str
     location: str
     rows: datasets.Dataset
-    line_numbers: bool
+    shape: str
+    columns: dict[str, str]
+    line_numbers: bool = False
 
     def where(self, index: int) -> str:
         return f"{self.location}: line {index + 1}" if self.line_numbers else f"{self.location}: row {index}"
@@ -56,6 +108,8 @@ class DataStats:
 
     rows: int = 0
     bad_rows_dropped: int = 0
+    unlabelled_rows: int = 0
+    duplicate_rows: int = 0
     neutral_rows: int = 0
     examples: int = 0
     complete_triplets: int = 0
@@ -67,42 +121,206 @@ class DataStats:
         return asdict(self)
 
 
+# ----------------------------------------------------------------------------------------------- shapes, columns
+
+
+def resolve_shape(
+    column_names: Sequence[str], location: str, shape: str = "auto", columns: Mapping[str, str] | None = None
+) -> tuple[str, dict[str, str]]:
+    """The shape of a source and its role → column mapping.
+
+    ``columns`` (from ``--columns role=name``) overrides the recognised names; ``shape`` other than ``auto`` forces
+    the shape. Raises [`DataError`] naming ``location`` and the missing column when a required role has no column.
+    """
+    if shape not in SHAPES:
+        raise DataError(f"Unknown data shape {shape!r}; expected one of {', '.join(SHAPES)}")
+    overrides = dict(columns or {})
+    unknown_roles = sorted(set(overrides) - set(COLUMN_ALIASES))
+    if unknown_roles:
+        raise DataError(f"Unknown column role(s) {unknown_roles}; expected roles: {', '.join(COLUMN_ALIASES)}")
+    present = set(column_names)
+    found: dict[str, str] = {}
+    for role, aliases in COLUMN_ALIASES.items():
+        name = overrides.get(role) or next((alias for alias in aliases if alias in present), None)
+        if name is not None and name in present:
+            found[role] = name
+    candidates = [shape] if shape != "auto" else list(SHAPE_ROLES)
+    if shape == "auto" and any(role in overrides for role in SHAPE_ROLES["nli"]):
+        candidates = ["nli"]
+    for candidate in candidates:
+        if all(role in found for role in SHAPE_ROLES[candidate]):
+            return candidate, {role: found[role] for role in SHAPE_ROLES[candidate]}
+    wanted = candidates[0] if len(candidates) == 1 else None
+    if wanted is not None:
+        missing = [
+            f"{role} (column {overrides.get(role) or ' / '.join(COLUMN_ALIASES[role])})"
+            for role in SHAPE_ROLES[wanted]
+            if role not in found
+        ]
+        raise DataError(
+            f"{location}: missing column(s) for the {wanted} shape: {', '.join(missing)}; the columns are "
+            f"{', '.join(column_names)} (map them with --columns role=name)"
+        )
+    raise DataError(
+        f"{location}: cannot tell the data shape from the columns {', '.join(column_names)}; expected "
+        "premise/hypothesis/label (NLI rows), anchor/positive/negative (triplets) or anchor/positive (pairs); "
+        "set --data_shape and --columns role=name"
+    )
+
+
+def parse_column_overrides(pairs: Sequence[str] | None) -> dict[str, str]:
+    """``["premise=sentence_A", ...]`` → ``{"premise": "sentence_A", ...}`` (from ``--columns``)."""
+    overrides: dict[str, str] = {}
+    for pair in pairs or ():
+        role, separator, name = pair.partition("=")
+        if not separator or not role or not name:
+            raise DataError(f"--columns expects role=name items, got {pair!r}")
+        overrides[role.strip()] = name.strip()
+    return overrides
+
+
+# ------------------------------------------------------------------------------------------------------- sources
+
+
+def file_format(path: Path) -> tuple[str, dict[str, Any], bool]:
+    """``(datasets builder, its keyword arguments, gzip-compressed)`` from a data file's suffixes."""
+    suffixes = [suffix.lower() for suffix in path.suffixes]
+    compressed = bool(suffixes) and suffixes[-1] == ".gz"
+    suffix = suffixes[-2] if compressed and len(suffixes) > 1 else (suffixes[-1] if suffixes else "")
+    if suffix not in FILE_FORMATS or (compressed and suffix == ".parquet"):
+        known = ", ".join(FILE_FORMATS)
+        raise DataError(f"{path}: unknown data file format; expected {known} (optionally .gz, not for .parquet)")
+    builder, kwargs = FILE_FORMATS[suffix]
+    return builder, kwargs, compressed
+
+
+def check_readable(path: Path, compressed: bool) -> None:
+    """Fail early, naming the file, on a missing, empty, non-gzip or truncated/corrupt gzip file."""
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise DataError(f"{path}: the file is empty")
+    if not compressed:
+        return
+    with path.open("rb") as handle:
+        if handle.read(2) != b"\x1f\x8b":
+            raise DataError(f"{path}: not a gzip file (the name ends in .gz); decompress it or rename it")
+    try:
+        with gzip.open(path, "rb") as handle:
+            while handle.read(1 << 20):
+                pass
+    except (OSError, EOFError, zlib.error) as error:
+        raise DataError(f"{path}: corrupt gzip file ({error})") from error
+
+
+def load_file_source(path: str | Path, shape: str = "auto", columns: Mapping[str, str] | None = None) -> SourceRows:
+    """Read one training file (see [`FILE_FORMATS`]) into a [`SourceRows`]; errors name the file."""
+    path = Path(path)
+    builder, kwargs, compressed = file_format(path)
+    check_readable(path, compressed)
+    try:
+        rows = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+    except Exception as error:  # datasets/pyarrow/pandas raise many types; the user needs the file name
+        if "corresponds to no data" in str(error):  # datasets' words for a file with a header and no row
+            raise DataError(f"{path}: no rows") from error
+        raise DataError(f"{path}: could not be read as {builder.upper()} ({type(error).__name__}: {error})") from error
+    if len(rows) == 0:
+        raise DataError(f"{path}: no rows")
+    found_shape, mapping = resolve_shape(rows.column_names, str(path), shape, columns)
+    return SourceRows(path.name, str(path), rows, found_shape, mapping, line_numbers=suffix_is_lines(path))
+
+
+def suffix_is_lines(path: Path) -> bool:
+    """Whether row k of the file is its line k + 1 (JSON Lines)."""
+    return ".jsonl" in [suffix.lower() for suffix in path.suffixes]
+
+
+def load_hub_source(
+    name: str,
+    config_name: str | None = None,
+    split: str = "train",
+    shape: str = "auto",
+    columns: Mapping[str, str] | None = None,
+) -> SourceRows:
+    """One split of a Hub dataset (``datasets.load_dataset(name, config_name, split=split)``)."""
+    location = f"{name}{'/' + config_name if config_name else ''} ({split})"
+    try:
+        rows = datasets.load_dataset(name, config_name, split=split)
+    except Exception as error:
+        raise DataError(f"{location}: could not be loaded ({type(error).__name__}: {error})") from error
+    found_shape, mapping = resolve_shape(rows.column_names, location, shape, columns)
+    return SourceRows(name, location, rows, found_shape, mapping)
+
+
 def load_source(name: str, data_dir: str | Path | None = None) -> SourceRows:
-    """The train split of ``snli``, ``mnli`` or ``sick`` from ``data_dir`` (layout of ``shared/data``) or the Hub."""
+    """The train split of a built-in source (``snli``, ``mnli`` or ``sick``) from ``data_dir`` (layout of
+    ``shared/data``; default [`evaluation.data.default_data_dir`]) or, with no local folder, the Hub."""
     if name not in TRAIN_SOURCES:
-        raise ValueError(f"Unknown training source {name!r}; valid sources: {', '.join(TRAIN_SOURCES)}")
+        raise DataError(f"Unknown training source {name!r}; valid sources: {', '.join(TRAIN_SOURCES)}")
     folder = Path(data_dir) if data_dir is not None else default_data_dir()
     rows = load_split(name, "train", folder)
     if folder is not None:
         relative_path, row_filter = LOCAL_FILES[(name, "train")]
-        return SourceRows(name, str(folder / relative_path), rows, line_numbers=row_filter is None)
-    hub_id, config, split = HUB_SOURCES[(name, "train")]
-    return SourceRows(name, f"{hub_id}{'/' + config if config else ''} ({split})", rows, line_numbers=False)
+        location, line_numbers = str(folder / relative_path), row_filter is None
+    else:
+        hub_id, config, split = HUB_SOURCES[(name, "train")]
+        location, line_numbers = f"{hub_id}{'/' + config if config else ''} ({split})", False
+    shape, mapping = resolve_shape(rows.column_names, location, "nli")
+    return SourceRows(name, location, rows, shape, mapping, line_numbers)
 
 
-def _row_problem(premise: Any, hypothesis: Any, label: Any) -> str | None:
-    for column, value in (("premise", premise), ("hypothesis", hypothesis)):
-        if value is None:
-            return f"missing {column}"
-        if not isinstance(value, str):
-            return f"{column} is not a string: {value!r}"
-        if not value.strip():
-            return f"empty {column}"
-    if label not in NLI_LABELS:
-        return f"unknown label {label!r} (expected one of {', '.join(NLI_LABELS)})"
+# ------------------------------------------------------------------------------------------------------ examples
+
+
+def normalize_label(label: Any) -> str | None:
+    """``entailment``/``neutral``/``contradiction`` from a string (any case) or the Hub's id 0/1/2; ``None`` for an
+    unlabelled row (−1 or ``-``); raises ``ValueError`` for anything else."""
+    if isinstance(label, bool):
+        raise ValueError(f"unknown label {label!r}")
+    if isinstance(label, int) and label in INTEGER_LABELS:
+        return INTEGER_LABELS[label]
+    if label in UNLABELLED:
+        return None
+    if isinstance(label, str) and label.strip().lower() in NLI_LABELS:
+        return label.strip().lower()
+    raise ValueError(
+        f"unknown label {label!r} (expected one of {', '.join(NLI_LABELS)}, or 0/1/2; -1 or '-' = unlabelled)"
+    )
+
+
+def text_problem(column: str, value: Any) -> str | None:
+    """Why ``value`` is not a usable sentence of ``column``, or ``None``."""
+    if value is None:
+        return f"missing {column}"
+    if not isinstance(value, str):
+        return f"{column} is not a string: {value!r}"
+    if not value.strip():
+        return f"empty {column}"
     return None
 
 
-def valid_rows(source: SourceRows, drop_bad_rows: bool, stats: DataStats) -> Iterable[tuple[str, str, str]]:
-    """Yield (premise, hypothesis, label) of each row; a bad row raises [`BadRowError`] naming file and line, or
-    is counted in ``stats.bad_rows_dropped`` and skipped when ``drop_bad_rows``."""
-    missing = [column for column in ("premise", "hypothesis", "label") if column not in source.rows.column_names]
-    if missing:
-        raise BadRowError(f"{source.location}: no {', '.join(missing)} field in any row")
-    columns = source.rows.select_columns(["premise", "hypothesis", "label"]).to_dict()
-    for index, row in enumerate(zip(columns["premise"], columns["hypothesis"], columns["label"], strict=True)):
+def source_rows(source: SourceRows, drop_bad_rows: bool, stats: DataStats) -> Iterable[tuple[Any, ...]]:
+    """Yield the role values of each usable row of ``source`` (NLI: ``(premise, hypothesis, label)`` with the
+    label normalised; unlabelled rows are counted and skipped). A bad row raises [`BadRowError`] naming the file and
+    row, or is counted in ``stats.bad_rows_dropped`` when ``drop_bad_rows``."""
+    roles = SHAPE_ROLES[source.shape]
+    values = source.rows.select_columns([source.columns[role] for role in roles]).to_dict()
+    for index, row in enumerate(zip(*(values[source.columns[role]] for role in roles), strict=True)):
         stats.rows += 1
-        problem = _row_problem(*row)
+        problem = None
+        for position, role in enumerate(roles):
+            if role != "label":
+                problem = problem or text_problem(source.columns[role], row[position])
+        if problem is None and source.shape == "nli":
+            try:
+                label = normalize_label(row[2])
+            except ValueError as error:
+                problem = str(error)
+            else:
+                if label is None:
+                    stats.unlabelled_rows += 1
+                    continue
+                row = (row[0], row[1], label)
         if problem is None:
             yield row
         elif drop_bad_rows:
@@ -112,61 +330,113 @@ def valid_rows(source: SourceRows, drop_bad_rows: bool, stats: DataStats) -> Ite
 
 
 def build_examples(sources: Sequence[SourceRows], drop_bad_rows: bool = False) -> tuple[datasets.Dataset, DataStats]:
-    """Group rows by premise and build one example per entailment hypothesis (see the module docstring).
+    """Examples from all sources (see the module docstring): NLI rows grouped by premise, then triplets and pairs.
 
-    Returns the examples (columns ``premise``, ``entailment``, ``contradiction``; the last is ``None`` when the
-    premise has no contradiction hypothesis) in first-seen order, and the counts.
+    Returns the examples (columns ``premise``, ``entailment``, ``contradiction``; the last is ``None`` when there is
+    no contradiction) in first-seen order, and the counts.
     """
     stats = DataStats()
-    groups: dict[str, tuple[list[str], list[str]]] = {}
+    groups: dict[str, tuple[dict[str, None], dict[str, None]]] = {}  # premise -> ordered sets of hypotheses
+    ready: dict[tuple[str, str, str | None], None] = {}  # triplet/pair examples, in order, each once
     for source in sources:
         before = stats.rows
-        for premise, hypothesis, label in valid_rows(source, drop_bad_rows, stats):
-            entailments, contradictions = groups.setdefault(premise, ([], []))
-            if label == "entailment":
-                entailments.append(hypothesis)
-            elif label == "contradiction":
-                contradictions.append(hypothesis)
-            else:
+        for row in source_rows(source, drop_bad_rows, stats):
+            if source.shape != "nli":
+                example = (row[0], row[1], row[2] if source.shape == "triplet" else None)
+                stats.duplicate_rows += example in ready
+                ready[example] = None
+                continue
+            premise, hypothesis, label = row
+            if label == "neutral":
                 stats.neutral_rows += 1
-        stats.per_source[source.name] = stats.rows - before
+                continue
+            entailments, contradictions = groups.setdefault(premise, ({}, {}))
+            hypotheses = entailments if label == "entailment" else contradictions
+            stats.duplicate_rows += hypothesis in hypotheses
+            hypotheses[hypothesis] = None
+        stats.per_source[source.location] = stats.rows - before
     examples: dict[str, list[str | None]] = {column: [] for column in EXAMPLE_COLUMNS}
     for premise, (entailments, contradictions) in groups.items():
         if not entailments:
             stats.premises_without_entailment += 1
+        negatives = list(contradictions)
         for position, entailment in enumerate(entailments):
-            contradiction = contradictions[position % len(contradictions)] if contradictions else None
             examples["premise"].append(premise)
             examples["entailment"].append(entailment)
-            examples["contradiction"].append(contradiction)
+            examples["contradiction"].append(negatives[position % len(negatives)] if negatives else None)
+    for premise, entailment, contradiction in ready:
+        examples["premise"].append(premise)
+        examples["entailment"].append(entailment)
+        examples["contradiction"].append(contradiction)
     stats.examples = len(examples["premise"])
     stats.complete_triplets = sum(contradiction is not None for contradiction in examples["contradiction"])
     stats.entailment_only = stats.examples - stats.complete_triplets
     if stats.examples == 0:
-        raise ValueError("The training data holds no (premise, entailment hypothesis) pair")
+        where = ", ".join(source.location for source in sources)
+        raise DataError(f"The training data ({where}) holds no (premise, entailment hypothesis) pair")
     features = datasets.Features({column: datasets.Value("string") for column in EXAMPLE_COLUMNS})
     return datasets.Dataset.from_dict(examples, features=features), stats
 
 
+@dataclass
+class DataSpec:
+    """Where the training data comes from (the data part of ``DataArguments``), see the module docstring."""
+
+    train_datasets: Sequence[str] = ()
+    train_files: Sequence[str] = ()
+    dataset_names: Sequence[str] = ()
+    dataset_config_names: Sequence[str | None] = ()
+    train_split: str = "train"
+    data_dir: str | Path | None = None
+    shape: str = "auto"
+    columns: Mapping[str, str] = field(default_factory=dict)
+
+    def load_sources(self) -> list[SourceRows]:
+        if self.dataset_config_names and len(self.dataset_config_names) != len(self.dataset_names):
+            raise DataError(
+                f"--dataset_config_name takes one value per --dataset_name ({len(self.dataset_names)}), got "
+                f"{len(self.dataset_config_names)}; write 'none' for a dataset without config"
+            )
+        configs = list(self.dataset_config_names) or [None] * len(self.dataset_names)
+        sources = [load_source(name, self.data_dir) for name in self.train_datasets]
+        sources += [load_file_source(path, self.shape, self.columns) for path in self.train_files]
+        sources += [
+            load_hub_source(name, None if config in (None, "none") else config, self.train_split, self.shape,
+                            self.columns)
+            for name, config in zip(self.dataset_names, configs, strict=True)
+        ]  # fmt: skip
+        if not sources:
+            raise DataError("No training data: pass --train_datasets, --train_file or --dataset_name")
+        return sources
+
+
 def load_training_examples(
-    source_names: Sequence[str], data_dir: str | Path | None = None, drop_bad_rows: bool = False
+    spec: DataSpec | Sequence[str], data_dir: str | Path | None = None, drop_bad_rows: bool = False
 ) -> tuple[datasets.Dataset, DataStats]:
-    """Load the named sources and build the examples; logs how many of each kind were built."""
-    dataset, stats = build_examples([load_source(name, data_dir) for name in source_names], drop_bad_rows)
+    """Load the sources of ``spec`` (or the built-in source names, from ``data_dir``) and build the examples; logs
+    how many of each kind were built."""
+    if not isinstance(spec, DataSpec):
+        spec = DataSpec(train_datasets=list(spec), data_dir=data_dir)
+    dataset, stats = build_examples(spec.load_sources(), drop_bad_rows)
     logger.info(
-        "Training examples: %d (%d complete triplets, %d without a contradiction hypothesis) from %d rows %s; "
-        "%d neutral rows unused, %d bad rows dropped, %d premises without an entailment hypothesis",
+        "Training examples: %d (%d complete triplets, %d without a contradiction) from %d rows %s; %d neutral and "
+        "%d unlabelled rows unused, %d repeated rows counted once, %d bad rows dropped, %d premises without an "
+        "entailment hypothesis",
         stats.examples,
         stats.complete_triplets,
         stats.entailment_only,
         stats.rows,
         stats.per_source,
         stats.neutral_rows,
+        stats.unlabelled_rows,
+        stats.duplicate_rows,
         stats.bad_rows_dropped,
         stats.premises_without_entailment,
     )
     return dataset, stats
 
+
+# -------------------------------------------------------------------------------------------------- tokenisation
 
 _SPACES = re.compile(r"\s+")
 
@@ -177,140 +447,92 @@ def text_id(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(normalized.encode("utf-8"), digest_size=8).digest(), "little") >> 1
 
 
-def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position_offset: int = 0) -> dict:
-    """Pack tokenized sentences into rows of ``row_length`` tokens (first-fit decreasing), for one forward pass
-    with far less padding than one sentence per row.
+def tokenize_batch(tokenizer: Any, batch: Mapping[str, Sequence[str | None]], max_length: int) -> dict[str, list]:
+    """Token ids and [`text_id`]s of a batch of examples (columns of [`EXAMPLE_COLUMNS`]): one tokenizer call per
+    column over the present sentences. A missing contradiction gets ``[]`` and text id −1.
 
-    Returns ``input_ids`` ``(R, row_length)`` (0 = padding), ``token_type_ids`` (zeros), ``position_ids``
-    (``position_offset + 0, 1, ...`` restarting at each sentence; RoBERTa-style models need
-    ``pad_token_id + 1``), a block-diagonal ``attention_mask`` ``(R, 1, row_length, row_length)`` (a token sees only
-    its own sentence; a padding token sees only itself, so no attention row is empty) and ``sentence_index``
-    ``(R, row_length)`` (−1 = padding) for [`GaussCSEModel.pool_packed`].
+    Returns ``premise_input_ids``, ``entailment_input_ids``, ``contradiction_input_ids`` and ``text_ids``
+    (``[id(premise), id(entailment), id(contradiction)]`` per example).
     """
-    too_long = [index for index, ids in enumerate(token_ids) if len(ids) > row_length]
-    if too_long:
-        raise ValueError(
-            f"pack_length={row_length} is shorter than sentence {too_long[0]} ({len(token_ids[too_long[0]])}"
-            " tokens): use a pack_length of at least max_seq_length"
-        )
-    rows: list[list[int]] = []  # sentence indices per row
-    free: list[int] = []
-    for index in sorted(range(len(token_ids)), key=lambda index: -len(token_ids[index])):
-        row = next((row for row, space in enumerate(free) if space >= len(token_ids[index])), None)
-        if row is None:
-            rows.append([])
-            free.append(row_length)
-            row = len(rows) - 1
-        rows[row].append(index)
-        free[row] -= len(token_ids[index])
-    shape = (len(rows), row_length)
-    input_ids = torch.zeros(shape, dtype=torch.long)
-    position_ids = torch.zeros(shape, dtype=torch.long)
-    sentence_index = torch.full(shape, -1, dtype=torch.long)
-    for row, members in enumerate(rows):
-        start = 0
-        for index in members:
-            length = len(token_ids[index])
-            input_ids[row, start : start + length] = torch.tensor(token_ids[index])
-            position_ids[row, start : start + length] = torch.arange(length) + position_offset
-            sentence_index[row, start : start + length] = index
-            start += length
-    same_sentence = sentence_index[:, :, None] == sentence_index[:, None, :]
-    padding = sentence_index < 0
-    attention_mask = (same_sentence & ~padding[:, :, None]) | torch.eye(row_length, dtype=torch.bool)[None]
-    return {
-        "input_ids": input_ids,
-        "token_type_ids": torch.zeros_like(input_ids),
-        "position_ids": position_ids,
-        "attention_mask": attention_mask[:, None],
-        "sentence_index": sentence_index,
-    }
+    size = len(batch["premise"])
+    output: dict[str, list] = {}
+    for column in EXAMPLE_COLUMNS:
+        texts = batch[column]
+        present = [text for text in texts if text is not None]
+        encoded = iter(tokenizer(present, truncation=True, max_length=max_length)["input_ids"] if present else [])
+        output[f"{column}_input_ids"] = [next(encoded) if text is not None else [] for text in texts]
+    output["text_ids"] = [
+        [text_id(batch[column][k]) if batch[column][k] is not None else -1 for column in EXAMPLE_COLUMNS]
+        for k in range(size)
+    ]
+    return output
 
 
-@dataclass
-class TripletCollator:
-    """Tokenize all sentences of a batch in one call: the premises, the entailment hypotheses, then the present
-    contradiction hypotheses (so the model runs one forward pass over ``2N + K`` sentences).
+def examples_fingerprint(examples: datasets.Dataset, tokenizer: Any, max_length: int) -> str:
+    """A hash of the example texts, the tokenizer (class, name, vocabulary size) and ``max_length``: the cache key
+    of [`tokenize_examples`]."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{type(tokenizer).__name__}|{tokenizer.name_or_path}|{len(tokenizer)}|{max_length}".encode())
+    for column in EXAMPLE_COLUMNS:
+        for text in examples[column]:
+            digest.update(b"\x00" if text is None else text.encode("utf-8") + b"\x01")
+    return digest.hexdigest()
 
-    Returns the tokenizer's tensors plus ``contradiction_index`` (``(N,)``, the row of example i's contradiction
-    among the ``2N + K`` sentences, or −1) and ``text_ids`` (``(N, 3)``, see [`text_id`]; −1 where missing).
-    ``with_contradictions=False`` (losses without V_C: ``ent``, ``ent+rev``) leaves the contradictions out (K = 0).
-    ``pack=True`` packs the sentences several to a row (see [`pack_sentences`]; rows of ``pack_length``, default
-    ``2 * max_length``): the same single forward pass over far fewer padding tokens.
+
+def tokenize_examples(
+    examples: datasets.Dataset,
+    tokenizer: Any,
+    max_length: int,
+    cache_dir: str | Path | None = None,
+    num_proc: int | None = None,
+) -> datasets.Dataset:
+    """Tokenise every example once (``datasets.map``, batched) into the columns of [`tokenize_batch`].
+
+    With ``cache_dir`` the result is an Arrow file there, keyed by [`examples_fingerprint`]: memory-mapped rather
+    than held in RAM, and a rerun on the same data, tokenizer and ``max_length`` loads it instead of tokenising.
     """
-
-    tokenizer: Any
-    max_length: int = 32
-    with_contradictions: bool = True
-    pack: bool = False
-    pack_length: int | None = None
-    position_offset: int = 0
-
-    def __call__(self, examples: list[dict[str, str | None]]) -> dict[str, torch.Tensor]:
-        layout = batch_layout(examples, self.with_contradictions)
-        if self.pack:
-            token_ids = self.tokenizer(layout.sentences, truncation=True, max_length=self.max_length)
-            features = pack_sentences(
-                token_ids["input_ids"], self.pack_length or 2 * self.max_length, self.position_offset
-            )
-        else:
-            features = dict(
-                self.tokenizer(
-                    layout.sentences, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
-                )
-            )
-        features["contradiction_index"] = layout.contradiction_index
-        features["text_ids"] = layout.text_ids
-        return features
-
-
-@dataclass
-class BatchLayout:
-    """The ``2N + K`` sentences of one forward pass and how the loss finds its parts.
-
-    Attributes:
-        sentences: the N premises, the N entailment hypotheses, then the K present contradiction hypotheses.
-        contradiction_index: ``(N,)`` row of example i's contradiction among ``sentences``, or −1.
-        text_ids: ``(N, 3)`` [`text_id`] of (premise, entailment, contradiction); −1 where missing.
-    """
-
-    sentences: list[str]
-    contradiction_index: torch.Tensor
-    text_ids: torch.Tensor
-
-
-def batch_layout(examples: Sequence[dict[str, str | None]], with_contradictions: bool = True) -> BatchLayout:
-    """Lay a batch of examples out for one forward pass; ``with_contradictions=False`` drops every contradiction."""
-    if not with_contradictions:
-        examples = [{**example, "contradiction": None} for example in examples]
-    size = len(examples)
-    contradictions = [example["contradiction"] for example in examples if example["contradiction"] is not None]
-    sentences = [example["premise"] for example in examples] + [example["entailment"] for example in examples]
-    contradiction_index = torch.full((size,), -1, dtype=torch.long)
-    present = torch.tensor([example["contradiction"] is not None for example in examples], dtype=torch.bool)
-    contradiction_index[present] = torch.arange(len(contradictions), dtype=torch.long) + 2 * size
-    text_ids = torch.tensor(
-        [
-            [text_id(example[column]) if example[column] is not None else -1 for column in EXAMPLE_COLUMNS]
-            for example in examples
-        ],
-        dtype=torch.long,
-    ).reshape(size, len(EXAMPLE_COLUMNS))
-    return BatchLayout(sentences + contradictions, contradiction_index, text_ids)
+    features = datasets.Features(
+        {
+            **{name: datasets.Sequence(datasets.Value("int32")) for name in TOKENIZED_COLUMNS},
+            "text_ids": datasets.Sequence(datasets.Value("int64"), length=len(EXAMPLE_COLUMNS)),
+        }
+    )
+    cache_file = None
+    if cache_dir is not None:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        cache_file = str(Path(cache_dir) / f"tokenized-{examples_fingerprint(examples, tokenizer, max_length)}.arrow")
+    return examples.map(
+        lambda batch: tokenize_batch(tokenizer, batch, max_length),
+        batched=True,
+        batch_size=1000,
+        remove_columns=list(EXAMPLE_COLUMNS),
+        features=features,
+        cache_file_name=cache_file,
+        num_proc=num_proc,
+        desc="Tokenizing the training examples",
+    )
 
 
 __all__ = [
+    "COLUMN_ALIASES",
+    "EXAMPLE_COLUMNS",
+    "FILE_FORMATS",
+    "SHAPES",
     "TRAIN_SOURCES",
     "BadRowError",
-    "BatchLayout",
+    "DataError",
+    "DataSpec",
     "DataStats",
     "SourceRows",
-    "TripletCollator",
-    "batch_layout",
     "build_examples",
+    "load_file_source",
+    "load_hub_source",
     "load_source",
     "load_training_examples",
-    "pack_sentences",
+    "normalize_label",
+    "parse_column_overrides",
+    "resolve_shape",
     "text_id",
-    "valid_rows",
+    "tokenize_batch",
+    "tokenize_examples",
 ]

@@ -30,7 +30,8 @@ from transformers import get_linear_schedule_with_warmup
 
 from evaluation.encoders import BackboneFeatures
 
-from .data import EXAMPLE_COLUMNS, batch_layout
+from .batch import text_batch_layout
+from .data import EXAMPLE_COLUMNS
 from .losses import NLIBatchEmbeddings, build_loss, uses_contradictions
 from .trainer import split_batch_embeddings
 
@@ -96,9 +97,9 @@ def shuffled_batches(num_examples: int, batch_size: int, num_steps: int, seed: i
 def batch_embeddings(
     model, features: BackboneFeatures, examples: Sequence[Example], with_contradictions: bool
 ) -> NLIBatchEmbeddings:
-    """The heads' Gaussians of a batch, laid out by [`training.data.batch_layout`] as ``TripletCollator``'s one
+    """The heads' Gaussians of a batch, laid out by [`training.batch.text_batch_layout`] as ``TripletCollator``'s one
     forward pass gives them."""
-    layout = batch_layout(examples, with_contradictions)
+    layout = text_batch_layout(examples, with_contradictions)
     pooled = features.vectors(layout.sentences, model.config.pooling).to(model.device)
     mu, logvar = model.gaussian_heads(pooled)
     return split_batch_embeddings(mu, logvar, layout.contradiction_index, layout.text_ids)

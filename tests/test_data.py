@@ -1,0 +1,334 @@
+"""Training data from anywhere: file formats × shapes, integer labels, the Hub (mocked), column detection and
+overrides, errors that name the file, tokenisation once per example, padding/packing from token ids."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from unittest import mock
+
+import datasets
+import pandas as pd
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from training.batch import TripletCollator, text_batch_layout
+from training.data import (
+    BadRowError,
+    DataError,
+    DataSpec,
+    build_examples,
+    load_file_source,
+    load_source,
+    load_training_examples,
+    normalize_label,
+    parse_column_overrides,
+    resolve_shape,
+    text_id,
+    tokenize_examples,
+)
+
+from .helpers import nli_rows, write_jsonl_gz
+
+NLI = [
+    {"premise": "A man plays a guitar.", "hypothesis": "A man plays music.", "label": "entailment"},
+    {"premise": "A man plays a guitar.", "hypothesis": "A man sleeps.", "label": "contradiction"},
+    {"premise": "A man plays a guitar.", "hypothesis": "A man is famous.", "label": "neutral"},
+    {"premise": "Two dogs run.", "hypothesis": "Animals move.", "label": "entailment"},
+]
+NLI_EXAMPLES = [
+    ("A man plays a guitar.", "A man plays music.", "A man sleeps."),
+    ("Two dogs run.", "Animals move.", None),
+]
+TRIPLETS = [
+    {"anchor": "A chef cooks.", "positive": "Someone cooks.", "negative": "Nobody cooks."},
+    {"anchor": "Kids swim.", "positive": "Children are in water.", "negative": "Kids sleep."},
+]
+PAIRS = [{"anchor": row["anchor"], "positive": row["positive"]} for row in TRIPLETS]
+SHAPES = {
+    "nli": (NLI, NLI_EXAMPLES),
+    "triplet": (TRIPLETS, [tuple(row.values()) for row in TRIPLETS]),
+    "pair": (PAIRS, [(*row.values(), None) for row in PAIRS]),
+}
+
+
+def write_table(path: Path, rows: list[dict]) -> Path:
+    """Write rows in the format named by the path's suffixes (pandas/json: independent of the reader)."""
+    frame = pd.DataFrame(rows)
+    suffixes = path.suffixes
+    compression = "gzip" if suffixes[-1] == ".gz" else None
+    kind = suffixes[-2] if compression else suffixes[-1]
+    if kind == ".csv":
+        frame.to_csv(path, index=False, compression=compression)
+    elif kind == ".tsv":
+        frame.to_csv(path, index=False, sep="\t", compression=compression)
+    elif kind == ".jsonl":
+        frame.to_json(path, orient="records", lines=True, compression=compression)
+    elif kind == ".json":  # one JSON array of objects
+        text = json.dumps(rows)
+        path.write_bytes(gzip.compress(text.encode()) if compression else text.encode())
+    elif kind == ".parquet":
+        frame.to_parquet(path, index=False)
+    return path
+
+
+def examples_of(dataset: datasets.Dataset) -> list[tuple]:
+    return list(zip(dataset["premise"], dataset["entailment"], dataset["contradiction"], strict=True))
+
+
+# ------------------------------------------------------------------------------------------- formats and shapes
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize(
+    "suffix", [".csv", ".tsv", ".json", ".jsonl", ".parquet", ".csv.gz", ".tsv.gz", ".json.gz", ".jsonl.gz"]
+)
+def test_every_file_format_and_shape_builds_the_expected_examples(tmp_path, suffix, shape):
+    rows, expected = SHAPES[shape]
+    path = write_table(tmp_path / f"train{suffix}", rows)
+    source = load_file_source(path)
+    assert source.shape == shape
+    dataset, stats = build_examples([source])
+    assert examples_of(dataset) == expected
+    assert stats.rows == len(rows) and stats.complete_triplets == sum(e[2] is not None for e in expected)
+
+
+def test_integer_labels_and_unlabelled_rows(tmp_path):
+    ids = {"entailment": 0, "neutral": 1, "contradiction": 2}
+    rows = [{**row, "label": ids[row["label"]]} for row in NLI] + [
+        {"premise": "Two dogs run.", "hypothesis": "Dogs sleep.", "label": -1}
+    ]
+    dataset, stats = build_examples([load_file_source(write_table(tmp_path / "nli.jsonl", rows))])
+    assert examples_of(dataset) == NLI_EXAMPLES and stats.unlabelled_rows == 1 and stats.neutral_rows == 1
+    assert [normalize_label(value) for value in (0, 1, 2, " Entailment ", "-", -1)] == [
+        "entailment",
+        "neutral",
+        "contradiction",
+        "entailment",
+        None,
+        None,
+    ]
+    for bad in (3, "entails", True, None):
+        with pytest.raises(ValueError, match="unknown label"):
+            normalize_label(bad)
+
+
+def test_simcse_column_names_and_overrides(tmp_path):
+    simcse = [{"sent0": r["anchor"], "sent1": r["positive"], "hard_neg": r["negative"]} for r in TRIPLETS]
+    source = load_file_source(write_table(tmp_path / "nli_for_simcse.csv", simcse))
+    assert (source.shape, source.columns) == (
+        "triplet",
+        {"anchor": "sent0", "positive": "sent1", "negative": "hard_neg"},
+    )
+    sick_like = [{"sentence_A": r["premise"], "sentence_B": r["hypothesis"], "gold": r["label"]} for r in NLI]
+    path = write_table(tmp_path / "sick.tsv", sick_like)
+    with pytest.raises(DataError, match=r"sick.tsv: cannot tell the data shape.*sentence_A"):
+        load_file_source(path)
+    overrides = parse_column_overrides(["premise=sentence_A", "hypothesis=sentence_B", "label=gold"])
+    dataset, _ = build_examples([load_file_source(path, columns=overrides)])
+    assert examples_of(dataset) == NLI_EXAMPLES
+    # a forced shape uses only its roles: triplets read as pairs
+    pairs, _ = build_examples([load_file_source(tmp_path / "nli_for_simcse.csv", shape="pair")])
+    assert examples_of(pairs) == SHAPES["pair"][1]
+    with pytest.raises(DataError, match=r"missing column\(s\) for the triplet shape: negative"):
+        resolve_shape(["anchor", "positive"], "x.csv", "triplet")
+    with pytest.raises(DataError, match="role=name"):
+        parse_column_overrides(["premise"])
+    with pytest.raises(DataError, match="Unknown column role"):
+        resolve_shape(["a"], "x.csv", columns={"sentence": "a"})
+
+
+def test_sources_concatenate_and_repeats_count_once(tmp_path, data_dir):
+    nli = write_table(tmp_path / "nli.csv", NLI + NLI[:1])  # one repeated row
+    triplets = write_table(tmp_path / "triplets.jsonl", TRIPLETS + TRIPLETS[:1])  # one repeated example
+    spec = DataSpec(train_datasets=["snli"], train_files=[str(nli), str(triplets)], data_dir=data_dir)
+    dataset, stats = load_training_examples(spec)
+    built = examples_of(dataset)
+    assert built[-4:] == [NLI_EXAMPLES[0], NLI_EXAMPLES[1], *SHAPES["triplet"][1]]
+    assert len(built) == len(set(built)) == 24 + 4 and stats.duplicate_rows == 2
+    assert stats.per_source == {str(data_dir / "snli/train_100k.jsonl.gz"): 72, str(nli): 5, str(triplets): 3}
+
+
+def test_examples_grouped_by_premise_keep_missing_contradictions(data_dir):
+    dataset, stats = build_examples([load_source("snli", data_dir), load_source("mnli", data_dir)])
+    assert stats.examples == 40 and stats.complete_triplets == 24 and stats.entailment_only == 16
+    assert stats.neutral_rows == 40
+    first = dataset[0]
+    assert first["entailment"] == "a man is outside" and first["contradiction"].startswith("nobody")
+    assert dataset[39]["contradiction"] is None
+
+
+def test_contradictions_cycle_over_the_entailments_of_a_premise(tmp_path):
+    rows = [
+        {"premise": "p", "hypothesis": "e1", "label": "entailment"},
+        {"premise": "p", "hypothesis": "c1", "label": "contradiction"},
+        {"premise": "p", "hypothesis": "e2", "label": "entailment"},
+        {"premise": "p", "hypothesis": "e3", "label": "entailment"},
+        {"premise": "p", "hypothesis": "c2", "label": "contradiction"},
+        {"premise": "q", "hypothesis": "c3", "label": "contradiction"},
+    ]
+    write_jsonl_gz(tmp_path / "snli/train_100k.jsonl.gz", rows)
+    dataset, stats = build_examples([load_source("snli", tmp_path)])
+    assert dataset["contradiction"] == ["c1", "c2", "c1"] and stats.premises_without_entailment == 1
+
+
+def test_offline_snli_is_the_100k_slice_of_shared_data():
+    source = load_source("snli")  # ../shared/data (CI has it beside the clone)
+    assert source.location.endswith("snli/train_100k.jsonl.gz") and len(source.rows) == 99_890
+
+
+# ------------------------------------------------------------------------------------------------------- the Hub
+
+
+def test_hub_datasets_with_integer_labels_and_triplet_configs(tmp_path):
+    hub = {
+        ("stanfordnlp/snli", None, "train"): datasets.Dataset.from_list(
+            [{**row, "label": {"entailment": 0, "neutral": 1, "contradiction": 2}[row["label"]]} for row in NLI]
+        ),
+        ("sentence-transformers/all-nli", "triplet", "train"): datasets.Dataset.from_list(TRIPLETS),
+    }
+    with mock.patch("training.data.datasets.load_dataset", side_effect=lambda n, c, split: hub[(n, c, split)]) as load:
+        spec = DataSpec(
+            dataset_names=["stanfordnlp/snli", "sentence-transformers/all-nli"],
+            dataset_config_names=["none", "triplet"],
+        )
+        dataset, stats = load_training_examples(spec)
+    assert load.call_count == 2
+    assert examples_of(dataset) == NLI_EXAMPLES + SHAPES["triplet"][1]
+    assert set(stats.per_source) == {"stanfordnlp/snli (train)", "sentence-transformers/all-nli/triplet (train)"}
+    with pytest.raises(DataError, match="one value per --dataset_name"):
+        DataSpec(dataset_names=["a", "b"], dataset_config_names=["x"]).load_sources()
+    with (
+        mock.patch("training.data.datasets.load_dataset", side_effect=ConnectionError("offline")),
+        pytest.raises(DataError, match=r"org/missing \(train\): could not be loaded \(ConnectionError: offline\)"),
+    ):
+        DataSpec(dataset_names=["org/missing"]).load_sources()
+
+
+# -------------------------------------------------------------------------------------------------------- errors
+
+
+def test_bad_rows_stop_with_file_and_line_or_are_dropped(tmp_path):
+    rows = nli_rows(3)
+    rows[4] = {"premise": "a man", "hypothesis": "   ", "label": "entailment"}
+    rows[6] = {"premise": "a man", "hypothesis": "x", "label": "entails"}
+    path = tmp_path / "snli/train_100k.jsonl.gz"
+    write_jsonl_gz(path, rows)
+    with pytest.raises(BadRowError, match=rf"{path}: line 5: empty hypothesis.*--drop_bad_rows"):
+        build_examples([load_source("snli", tmp_path)])
+    _, stats = build_examples([load_source("snli", tmp_path)], drop_bad_rows=True)
+    assert stats.bad_rows_dropped == 2 and stats.rows == 9
+    rows[4] = {"premise": "a man", "label": "entailment"}
+    write_jsonl_gz(path, rows)
+    with pytest.raises(BadRowError, match="line 5: missing hypothesis"):
+        build_examples([load_source("snli", tmp_path)])
+    csv_path = write_table(tmp_path / "nli.csv", [*NLI[:2], {**NLI[2], "label": "maybe"}])
+    with pytest.raises(BadRowError, match=r"nli.csv: row 2: unknown label 'maybe'"):
+        build_examples([load_file_source(csv_path)])
+
+
+def test_unreadable_files_are_named(tmp_path):
+    good = write_table(tmp_path / "good.jsonl.gz", NLI).read_bytes()
+    cases = {
+        "truncated.jsonl.gz": (good[: len(good) // 2], "corrupt gzip file"),
+        "plain.csv.gz": (b"premise,hypothesis,label\na,b,entailment\n", "not a gzip file"),
+        "empty.csv": (b"", "the file is empty"),
+        "garbage.parquet": (b"this is not parquet", "could not be read as PARQUET"),
+        "broken.jsonl": (b'{"premise": "a", "hypothesis": \n', "could not be read as JSON"),
+        "header_only.csv": (b"premise,hypothesis,label\n", "no rows"),
+        "train.txt": (b"a\tb\n", "unknown data file format"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(DataError, match=rf"{path}: .*{message}"):
+            load_file_source(path)
+    with pytest.raises(DataError, match="no such file"):
+        load_file_source(tmp_path / "missing.csv")
+    missing_column = write_table(tmp_path / "no_label.csv", [{"premise": "a", "hypothesis": "b"}])
+    with pytest.raises(DataError, match=r"no_label.csv: missing column\(s\) for the nli shape: label"):
+        load_file_source(missing_column, shape="nli")
+
+
+# -------------------------------------------------------------------------------------------------- tokenisation
+
+
+class CountingTokenizer:
+    """Wraps a tokenizer and counts every text it is asked to tokenize."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.texts = tokenizer, []
+        self.name_or_path = tokenizer.name_or_path
+
+    def __len__(self) -> int:
+        return len(self.tokenizer)
+
+    def __call__(self, texts, **kwargs):
+        self.texts.extend(texts)
+        return self.tokenizer(texts, **kwargs)
+
+
+def test_each_example_is_tokenized_once_and_cached(minilm_tokenizer, data_dir, tmp_path):
+    examples, _ = build_examples([load_source("snli", data_dir), load_source("mnli", data_dir)])
+    counting = CountingTokenizer(minilm_tokenizer)
+    tokenized = tokenize_examples(examples, counting, 16, cache_dir=tmp_path)
+    present = [text for column in ("premise", "entailment", "contradiction") for text in examples[column] if text]
+    assert sorted(counting.texts) == sorted(present)  # every sentence of every example, once
+    for k in (0, 39):  # against the tokenizer called directly
+        for column in ("premise", "entailment"):
+            direct = minilm_tokenizer(examples[k][column], truncation=True, max_length=16)["input_ids"]
+            assert tokenized[k][f"{column}_input_ids"] == direct
+    assert tokenized[39]["contradiction_input_ids"] == [] and tokenized[39]["text_ids"][2] == -1
+    assert tokenized[0]["text_ids"][0] == text_id(examples[0]["premise"])
+    collator = TripletCollator.for_tokenizer(minilm_tokenizer)
+    for _ in range(2):  # two epochs: the DataLoader only pads
+        for _batch in DataLoader(tokenized, batch_size=8, collate_fn=collator):
+            pass
+    assert len(counting.texts) == len(present)
+    again = CountingTokenizer(minilm_tokenizer)
+    cached = tokenize_examples(examples, again, 16, cache_dir=tmp_path)
+    assert again.texts == [] and cached[:] == tokenized[:]  # loaded from the cache file
+    tokenize_examples(examples, again, 24, cache_dir=tmp_path)
+    assert len(again.texts) == len(present)  # another max_length is another cache entry
+
+
+TEXT_EXAMPLES = [
+    {"premise": "A man sleeps.", "entailment": "A man rests.", "contradiction": None},
+    {"premise": "a  man sleeps.", "entailment": "Someone rests.", "contradiction": "A man runs."},
+    {"premise": "Kids play soccer in the park.", "entailment": "Kids play.", "contradiction": "Kids sleep."},
+]
+
+
+def tokenized(tokenizer, examples) -> list[dict]:
+    dataset = datasets.Dataset.from_list(examples)
+    return list(tokenize_examples(dataset, tokenizer, 16))
+
+
+def test_collator_pads_as_the_tokenizer_does_and_marks_duplicate_texts(minilm_tokenizer):
+    features = TripletCollator.for_tokenizer(minilm_tokenizer)(tokenized(minilm_tokenizer, TEXT_EXAMPLES))
+    layout = text_batch_layout(TEXT_EXAMPLES)
+    expected = minilm_tokenizer(layout.sentences, padding=True, truncation=True, max_length=16, return_tensors="pt")
+    for name in ("input_ids", "attention_mask", "token_type_ids"):
+        torch.testing.assert_close(features[name], expected[name])
+    assert features["contradiction_index"].tolist() == [-1, 6, 7]
+    assert features["text_ids"][0, 0] == features["text_ids"][1, 0] == text_id("A man sleeps.")
+    torch.testing.assert_close(features["text_ids"], layout.text_ids)
+    without = TripletCollator.for_tokenizer(minilm_tokenizer, with_contradictions=False)(
+        tokenized(minilm_tokenizer, TEXT_EXAMPLES)
+    )
+    assert without["input_ids"].shape[0] == 6 and without["contradiction_index"].tolist() == [-1, -1, -1]
+    assert (without["text_ids"][:, 2] == -1).all()
+
+
+def test_dataloader_workers_give_the_same_batches(minilm_tokenizer, data_dir):
+    examples, _ = build_examples([load_source("snli", data_dir)])
+    dataset = tokenize_examples(examples, minilm_tokenizer, 16)
+    collator = TripletCollator.for_tokenizer(minilm_tokenizer, pack=True, pack_length=32)
+    serial = list(DataLoader(dataset, batch_size=8, collate_fn=collator))
+    parallel = list(DataLoader(dataset, batch_size=8, collate_fn=collator, num_workers=2))
+    assert len(serial) == len(parallel) == 3
+    for one, other in zip(serial, parallel, strict=True):
+        for name in one:
+            torch.testing.assert_close(one[name], other[name])
