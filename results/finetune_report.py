@@ -116,7 +116,7 @@ def render(folder: Path, precision: str, steps: int) -> str:
         + " |",
     ]
     for config, members in groups.items():
-        if runs[members[0]]["direction"][TEST_SETS[0][0]].get("similarity_rule") is None:
+        if runs[members[0]].get("direction", {}).get(TEST_SETS[0][0], {}).get("similarity_rule") is None:
             continue  # a point model (SimCSE) has no direction
         cells = [
             f"{summary([runs[m]['direction'][key]['similarity_rule'] for m in members])} / "

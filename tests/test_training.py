@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 import train_gausscse
+from evaluation.encoders import load_encoder
 from gausscse import GaussCSEModel
 from training.arguments import parse_arguments
 from training.batch import TripletCollator
@@ -211,6 +212,17 @@ def test_training_on_a_users_file_leaves_a_loadable_model_in_output_dir(shape, b
     sentences = ["a man is playing a red guitar", "a man is outside"]
     expected = GaussCSEModel.from_pretrained(output).encode(sentences).mu
     torch.testing.assert_close(fresh_process_mu(output, sentences), expected)
+    encoded = load_encoder(str(output)).encode_unique(sentences)  # what `python -m evaluation --model out` loads
+    assert encoded.is_gaussian
+    torch.testing.assert_close(encoded.mu, expected)
+
+
+def test_a_simcse_run_is_evaluated_as_a_point_model(backbone, data_dir, tmp_path):
+    extra = ("--loss", "simcse", "--max_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2")
+    output = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "simcse", *extra))
+    results = json.loads((output / "train_results.json").read_text())
+    assert results["loss"] == "simcse" and "eval_snli_dev_direction_accuracy" not in results  # cosine: no direction
+    assert not load_encoder(str(output)).encode_unique(["a dog runs"]).is_gaussian
 
 
 def test_a_bad_training_file_stops_before_any_training_step(backbone, tmp_path):
