@@ -24,6 +24,7 @@ PAPER = {  # Yoda et al. (EACL 2024), BERT-base, Tables 1-2
     "supervised SimCSE (paper, BERT-base)": {"nli": (74.96, 78.18, 86.11), "direction": None},
 }
 DEV_METRICS = ("eval_snli_dev_auprc", "eval_snli_dev_accuracy", "eval_snli_dev_direction_accuracy")
+AUPRC, DIRECTION = "eval_snli_dev_auprc", "eval_snli_dev_direction_accuracy"
 SEED_SUFFIX = re.compile(r"_seed\d+$")
 
 
@@ -155,25 +156,38 @@ def render(folder: Path, precision: str, steps: int) -> str:
                 f"| {comparison} | {task} | {test['only_a_correct']} | {test['only_b_correct']} | "
                 f"{p_value(test['p_value'])} |"
             )
-    gaussian = {c: d for c, d in dev.items() if "eval_snli_dev_direction_accuracy" in d and "simcse" not in c}
-    by_auprc = max(gaussian, key=lambda c: gaussian[c]["eval_snli_dev_auprc"])
-    by_direction = max(gaussian, key=lambda c: gaussian[c]["eval_snli_dev_direction_accuracy"])
-    by_both = max(
-        gaussian,
-        key=lambda c: gaussian[c]["eval_snli_dev_auprc"] + gaussian[c]["eval_snli_dev_direction_accuracy"],
-    )
+    lines += ["", *defaults_section(dev)]
+    return "\n".join(lines)
+
+
+def defaults_section(dev: dict[str, dict[str, float]]) -> list[str]:
+    """The rule that picks the defaults, applied to the SNLI-dev means (no test figure enters).
+
+    Direction is the method's promise, so the similarity reduction is the one with the higher SNLI-dev direction
+    accuracy in more of the loss variants that learn direction (those with the reverse term); its AUPRC cost is
+    reported beside it.
+    """
+    directional = sorted({c.removesuffix("_sum").removesuffix("_mean_dim") for c in dev if "+rev" in c})
+    lines = ["## Defaults chosen on SNLI dev", ""]
+    wins = {"mean_dim": 0, "sum": 0}
+    for loss in directional:
+        mean_dim, total = dev.get(f"{loss}_mean_dim"), dev.get(f"{loss}_sum")
+        if not mean_dim or not total:
+            continue
+        winner = "mean_dim" if mean_dim[DIRECTION] > total[DIRECTION] else "sum"
+        wins[winner] += 1
+        lines.append(
+            f"- {loss}: direction mean_dim {mean_dim[DIRECTION]:.2f} vs. sum {total[DIRECTION]:.2f} "
+            f"(AUPRC {mean_dim[AUPRC]:.2f} vs. {total[AUPRC]:.2f}): **{winner}** on direction."
+        )
+    chosen = max(wins, key=wins.__getitem__)
     lines += [
         "",
-        "## Defaults chosen on SNLI dev",
-        "",
-        f"- Best SNLI-dev AUPRC (the paper's criterion): **{by_auprc}** "
-        f"({gaussian[by_auprc]['eval_snli_dev_auprc']:.2f}).",
-        f"- Best SNLI-dev direction accuracy: **{by_direction}** "
-        f"({gaussian[by_direction]['eval_snli_dev_direction_accuracy']:.2f}).",
-        f"- Best sum of both: **{by_both}**.",
+        f"Similarity reduction: **{chosen}** (higher SNLI-dev direction in {wins[chosen]} of "
+        f"{sum(wins.values())} direction-learning variants).",
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:

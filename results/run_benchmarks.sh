@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rerun the three benchmarks on this machine's device (cpu, or cuda when there is a GPU) and regenerate
+# Rerun the benchmarks on this machine's device (cpu, or cuda when there is a GPU) and regenerate
 # results/BENCHMARKS.md. Each prints its ratios; the JSON files keep them for the report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,4 +9,8 @@ device=$(.venv/bin/python -c "import torch; print('cuda' if torch.cuda.is_availa
 .venv/bin/python bench/bench_similarity.py --device "$device" --repeats 3 --json "results/bench_similarity_$device.json"
 .venv/bin/python bench/bench_train_step.py --device "$device" --json "results/bench_train_step_$device.json"
 .venv/bin/python bench/bench_encode.py --device "$device" --json "results/bench_encode_$device.json"
+if [ "$device" = cpu ]; then
+  .venv/bin/python bench/bench_cpu_bf16.py --json results/bench_cpu_bf16.json
+fi
+.venv/bin/python bench/bench_data_scale.py --json "results/bench_data_scale_$device.json"
 .venv/bin/python results/write_reports.py

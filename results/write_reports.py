@@ -311,8 +311,9 @@ def defaults_section(study: dict, finetune: dict[str, dict]) -> str:
         [
             "## Defaults picked from this evidence (SNLI dev only)",
             *evidence,
-            f"- **Training reduction: `{picked}`** (by {basis}). `train_gausscse.py --similarity_reduction` defaults "
-            f"to `{code_reduction}` ({'agrees' if code_reduction == picked else 'DISAGREES'}).",
+            f"- Training reduction by this evidence: `{picked}` (by {basis}). `train_gausscse.py "
+            f"--similarity_reduction` defaults to `{code_reduction}`, picked by the later full fine-tuning study on "
+            "33.7k triplets by SNLI-dev direction (`results/REPRODUCTION.md`), which supersedes this section.",
             f"- **Head learning rate with a fine-tuned backbone: `--head_learning_rate` defaults to "
             f"`{code_head_lr}`**{finetune_head_rates(finetune)}. With a frozen backbone the dev-best head rate for "
             f"ent+con+rev / {picked} is {heads_lr:g} (tuning grid below).",
@@ -440,6 +441,110 @@ def _mib(value: float) -> str:
     return f"{value / 2**20:,.0f} MiB"
 
 
+def similarity_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """The pairwise similarity matrix against the released code's broadcast."""
+    rows = [
+        [
+            name,
+            f"{row['median_seconds'] * 1e3:,.1f}",
+            _mib(row["peak_extra_bytes"]),
+            f"{row['speedup_vs_reference']:.1f}×",
+            f"{row['memory_ratio_vs_reference']:.1f}×",
+        ]
+        for name, row in data["rows"].items()
+    ]
+    title = f"## Pairwise similarity matrix ({data['device_name']}, {data['cpu_count']} cores, torch {data['torch']})"
+    text = (
+        f"N = {data['n']}, M = {data['m']}, d = {data['dim']}; `reference` is the released code's "
+        "`torch.distributions` N×M×d broadcast (mean over dimensions). `python bench/bench_similarity.py "
+        f"--repeats {data['repeats']} --json {path}` (median of {data['repeats']}; the reference is "
+        "timed once)."
+    )
+    return title, text, ["variant", "time (ms)", "peak extra memory", "speed-up", "less memory"], rows
+
+
+def train_step_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """The training step against the released code's step."""
+    rows = [
+        [
+            name,
+            f"{data['batch_size'] / value:.1f}",
+            _mib(data["peak_extra_bytes"][name]),
+            f"{value / data['triplets_per_second']['released']:.2f}×",
+        ]
+        for name, value in data["triplets_per_second"].items()
+    ]
+    title = f"## Training step vs. the released code's step ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"MiniLM, batch {data['batch_size']} complete triplets, max length {data['max_length']}, "
+        f"{'bf16 autocast' if data['bf16'] else 'fp32'}, median of {data['steps']} interleaved steps; peak memory "
+        f"from one process per method. `python bench/bench_train_step.py --json {path}`."
+    )
+    return title, text, ["method", "s / step", "peak extra memory", "throughput vs. released"], rows
+
+
+def encode_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """``encode`` against sentence-transformers."""
+    rows = [
+        [name, f"{value:.1f}", _mib(data["peak_extra_bytes"][name]) if "peak_extra_bytes" in data else "—"]
+        for name, value in data["sentences_per_second"].items()
+    ]
+    title = f"## encode() vs. sentence-transformers ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"{data['sentences']} SNLI-test sentences, batch {data['batch_size']}, max length {data['max_length']}, "
+        f"{'bf16' if data['bf16'] else 'fp32'}, same all-MiniLM-L6-v2 weights. Ratio **{data['ratio']:.2f}×** "
+        f"(target ≥ 1.0×). `python bench/bench_encode.py --json {path}`."
+    )
+    return title, text, ["encoder", "sentences / s", "peak extra memory"], rows
+
+
+def bf16_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """bf16 against fp32 on the CPU."""
+    timings = {task: data[task] for task in ("train_step", "encode")}
+    rows = [
+        [task, f"{times['fp32_seconds']:.2f}", f"{times['bf16_seconds']:.2f}", f"{times['bf16_speedup']:.2f}×"]
+        for task, times in timings.items()
+    ]
+    title = f"## bf16 against fp32 on this CPU ({data['cpu_count']} cores, native bf16: {data['native_bf16']})"
+    text = (
+        f"MiniLM training step (batch {data['batch_size']} sentences) and encoding of {data['sentences']} "
+        f"SNLI-test sentences, fp32 and bf16 alternating, median of {data['repeats']}. "
+        f"`python bench/bench_cpu_bf16.py --json {path}`."
+    )
+    return title, text, ["task", "fp32 (s)", "bf16 (s)", "bf16 speed-up"], rows
+
+
+def data_scale_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """The data pipeline at full SNLI + MNLI size."""
+    rows = [
+        [stage.removesuffix("_seconds").replace("_", " "), f"{data[stage]:.1f}"]
+        for stage in (
+            "read_seconds",
+            "build_seconds",
+            "tokenize_seconds",
+            "total_seconds",
+            "rerun_with_cache_seconds",
+        )
+    ]
+    title = f"## Training data at full SNLI + MNLI size ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"{data['rows']:,} NLI rows → {data['examples']:,} examples ({data['complete_triplets']:,} complete "
+        f"triplets), tokenised at max length {data['max_length']}. Peak resident memory above the loaded model: "
+        f"**{data['peak_extra_mib']:,.0f} MiB** (target ≤ 2,048 MiB). "
+        f"`python bench/bench_data_scale.py --json {path}`."
+    )
+    return title, text, ["stage", "seconds"], rows
+
+
+BENCH_SECTIONS = (
+    ("bench_similarity_*.json", similarity_section),
+    ("bench_train_step_*.json", train_step_section),
+    ("bench_encode_*.json", encode_section),
+    ("bench_cpu_bf16*.json", bf16_section),
+    ("bench_data_scale_*.json", data_scale_section),
+)
+
+
 def benchmarks_report(bench: Path) -> str:
     """BENCHMARKS.md from ``bench_*_<device>.json``."""
     sections = [
@@ -450,57 +555,10 @@ def benchmarks_report(bench: Path) -> str:
     ]
     if not list(bench.glob("bench_*_cuda.json")):
         sections.append("No GPU measurement yet: no GPU was available where these ran (CPU rows only).")
-    for path in sorted(bench.glob("bench_similarity_*.json")):
-        data = json.loads(path.read_text())
-        rows = [
-            [
-                name,
-                f"{row['median_seconds'] * 1e3:,.1f}",
-                _mib(row["peak_extra_bytes"]),
-                f"{row['speedup_vs_reference']:.1f}×",
-                f"{row['memory_ratio_vs_reference']:.1f}×",
-            ]
-            for name, row in data["rows"].items()
-        ]
-        sections += [
-            f"## Pairwise similarity matrix ({data['device_name']}, {data['cpu_count']} cores, torch {data['torch']})",
-            f"N = {data['n']}, M = {data['m']}, d = {data['dim']}; `reference` is the released code's "
-            "`torch.distributions` N×M×d broadcast (mean over dimensions). `python bench/bench_similarity.py "
-            f"--repeats {data['repeats']} --json {path.as_posix()}` (median of {data['repeats']}; the reference is "
-            "timed once).",
-            markdown_table(["variant", "time (ms)", "peak extra memory", "speed-up", "less memory"], rows),
-        ]
-    for path in sorted(bench.glob("bench_train_step_*.json")):
-        data = json.loads(path.read_text())
-        rows = [
-            [
-                name,
-                f"{data['batch_size'] / value:.1f}",
-                _mib(data["peak_extra_bytes"][name]),
-                f"{value / data['triplets_per_second']['released']:.2f}×",
-            ]
-            for name, value in data["triplets_per_second"].items()
-        ]
-        sections += [
-            f"## Training step vs. the released code's step ({data['device_name']}, {data['cpu_count']} cores)",
-            f"MiniLM, batch {data['batch_size']} complete triplets, max length {data['max_length']}, "
-            f"{'bf16 autocast' if data['bf16'] else 'fp32'}, median of {data['steps']} interleaved steps; peak memory "
-            f"from one process per method. `python bench/bench_train_step.py --json {path.as_posix()}`.",
-            markdown_table(["method", "s / step", "peak extra memory", "throughput vs. released"], rows),
-        ]
-    for path in sorted(bench.glob("bench_encode_*.json")):
-        data = json.loads(path.read_text())
-        rows = [
-            [name, f"{value:.1f}", _mib(data["peak_extra_bytes"][name]) if "peak_extra_bytes" in data else "—"]
-            for name, value in data["sentences_per_second"].items()
-        ]
-        sections += [
-            f"## encode() vs. sentence-transformers ({data['device_name']}, {data['cpu_count']} cores)",
-            f"{data['sentences']} SNLI-test sentences, batch {data['batch_size']}, max length {data['max_length']}, "
-            f"{'bf16' if data['bf16'] else 'fp32'}, same all-MiniLM-L6-v2 weights. Ratio **{data['ratio']:.2f}×** "
-            f"(target ≥ 1.0×). `python bench/bench_encode.py --json {path.as_posix()}`.",
-            markdown_table(["encoder", "sentences / s", "peak extra memory"], rows),
-        ]
+    for pattern, render in BENCH_SECTIONS:
+        for path in sorted(bench.glob(pattern)):
+            title, text, headers, rows = render(json.loads(path.read_text()), path.as_posix())
+            sections += [title, text, markdown_table(headers, rows)]
     return "\n\n".join(sections) + "\n"
 
 
