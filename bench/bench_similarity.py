@@ -2,7 +2,7 @@
 
 Measures, side by side in one run, the time and peak extra memory of the N×M similarity matrix sim(a_i‖b_j):
 
-* ``ours_sum``       — :func:`gausscse.gaussian.pairwise_similarity` with ``reduction="sum"`` (matrix products,
+* ``ours_sum``       — :func:`gausscse.model.gaussian.similarity_matrix` with ``reduction="sum"`` (matrix products,
                        memory O(N·M + (N+M)·d));
 * ``ours_mean_dim``  — the same with ``reduction="mean_dim"`` (row chunks, bounded memory);
 * ``reference``      — ``torch.distributions.kl_divergence`` of two Normals broadcast to N×M×d, then
@@ -11,8 +11,8 @@ Measures, side by side in one run, the time and peak extra memory of the N×M si
 Each variant runs in its own subprocess so its peak memory is its own: on CUDA ``max_memory_allocated``, on CPU the
 growth of the peak resident set size (``ru_maxrss``) over the inputs' footprint.
 
-    python bench/bench_similarity.py                 # N=M=1024, d=384 on CPU
-    python bench/bench_similarity.py --device cuda --json results/bench_similarity_cuda.json
+    python -m bench.bench_similarity                 # N=M=1024, d=384 on CPU
+    python -m bench.bench_similarity --device cuda --json results/bench_similarity_cuda.json
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from pathlib import Path
 import torch
 from torch.distributions import Normal, kl_divergence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from evaluation.report import write_json
-from gausscse.gaussian import pairwise_similarity
+from gausscse.evaluation.report import write_json
+from gausscse.model.gaussian import similarity_matrix
 
 VARIANTS = ("ours_sum", "ours_mean_dim", "reference")
 
@@ -53,8 +52,8 @@ def run_variant(variant: str, n: int, m: int, dim: int, device: str, repeats: in
     mu_a, mu_b = (torch.tanh(torch.randn(size, dim, generator=generator)).to(device) for size in (n, m))
     logvar_a, logvar_b = (torch.randn(size, dim, generator=generator).to(device) for size in (n, m))
     function = {
-        "ours_sum": lambda: pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction="sum"),
-        "ours_mean_dim": lambda: pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction="mean_dim"),
+        "ours_sum": lambda: similarity_matrix(mu_a, logvar_a, mu_b, logvar_b, reduction="sum"),
+        "ours_mean_dim": lambda: similarity_matrix(mu_a, logvar_a, mu_b, logvar_b, reduction="mean_dim"),
         "reference": lambda: reference_pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b),
     }[variant]
 

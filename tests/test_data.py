@@ -14,8 +14,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from training.batch import TripletCollator, text_batch_layout
-from training.data import (
+from gausscse.data.sources import (
     BadRowError,
     DataError,
     DataSpec,
@@ -26,9 +25,9 @@ from training.data import (
     normalize_label,
     parse_column_overrides,
     resolve_shape,
-    text_id,
-    tokenize_examples,
 )
+from gausscse.data.tokenize import text_id, tokenize_examples
+from gausscse.training.batch import TripletCollator, text_batch_layout
 
 from .helpers import nli_rows, write_jsonl_gz
 
@@ -189,7 +188,10 @@ def test_hub_datasets_with_integer_labels_and_triplet_configs(tmp_path):
         ),
         ("sentence-transformers/all-nli", "triplet", "train"): datasets.Dataset.from_list(TRIPLETS),
     }
-    with mock.patch("training.data.datasets.load_dataset", side_effect=lambda n, c, split: hub[(n, c, split)]) as load:
+    hub_loader = mock.patch(
+        "gausscse.data.sources.datasets.load_dataset", side_effect=lambda n, c, split: hub[(n, c, split)]
+    )
+    with hub_loader as load:
         spec = DataSpec(
             dataset_names=["stanfordnlp/snli", "sentence-transformers/all-nli"],
             dataset_config_names=["none", "triplet"],
@@ -201,7 +203,7 @@ def test_hub_datasets_with_integer_labels_and_triplet_configs(tmp_path):
     with pytest.raises(DataError, match="one value per --dataset_name"):
         DataSpec(dataset_names=["a", "b"], dataset_config_names=["x"]).load_sources()
     with (
-        mock.patch("training.data.datasets.load_dataset", side_effect=ConnectionError("offline")),
+        mock.patch("gausscse.data.sources.datasets.load_dataset", side_effect=ConnectionError("offline")),
         pytest.raises(DataError, match=r"org/missing \(train\): could not be loaded \(ConnectionError: offline\)"),
     ):
         DataSpec(dataset_names=["org/missing"]).load_sources()

@@ -16,15 +16,15 @@ from scipy import stats
 from sklearn.metrics import average_precision_score
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-import evaluation
-from evaluation.__main__ import main
-from evaluation.data import default_data_dir
-from evaluation.encoders import EncodedSentences, GaussianEncoder, load_encoder
-from evaluation.fast import SNLIDevEvaluator
-from evaluation.report import NLI_COLUMNS, STS_COLUMNS
-from evaluation.tasks import NLI_TEST_SETS, STS_SETS, length_rule_correct, load_nli, load_sts, sts_spearman
 from gausscse import GaussCSEConfig, GaussCSEModel
-from gausscse.gaussian import similarity
+from gausscse.cli.evaluate import main
+from gausscse.data.registry import default_data_dir
+from gausscse.evaluation import load_metric
+from gausscse.evaluation.encoders import EncodedSentences, GaussianEncoder, load_encoder
+from gausscse.evaluation.fast import SNLIDevEvaluator
+from gausscse.evaluation.report import NLI_COLUMNS, STS_COLUMNS
+from gausscse.evaluation.tasks import NLI_TEST_SETS, STS_SETS, length_rule_correct, load_nli, load_sts, sts_spearman
+from gausscse.model.gaussian import similarity
 
 DATA_DIR = default_data_dir()
 TINY_BERT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
@@ -152,7 +152,7 @@ def test_fast_evaluator_on_a_model_in_training(tiny_gausscse: Path) -> None:
     # the same numbers through the generic encoder path
     encoded = GaussianEncoder(model, max_length=64).encode_unique(evaluator.pairs.sentences)
     scores = encoded.entailment_score(evaluator.pairs.premises, evaluator.pairs.hypotheses).numpy()
-    auprc = evaluation.load_metric("binary_nli").compute(predictions=scores, references=evaluator.pairs.is_entailment)
+    auprc = load_metric("binary_nli").compute(predictions=scores, references=evaluator.pairs.is_entailment)
     assert result["snli_dev_auprc"] == pytest.approx(100 * auprc["auprc"], abs=1e-6)
     assert result["snli_dev_accuracy"] == pytest.approx(100 * auprc["accuracy"], abs=1e-6)
 
@@ -161,20 +161,20 @@ def test_evaluate_modules_match_sklearn_and_scipy() -> None:
     rng = np.random.default_rng(0)
     labels = rng.random(200) < 0.4
     scores = np.round(np.clip(rng.normal(0.4 + 0.2 * labels, 0.2), 0, 1), 3)
-    nli = evaluation.load_metric("binary_nli").compute(predictions=scores, references=labels.astype(int))
+    nli = load_metric("binary_nli").compute(predictions=scores, references=labels.astype(int))
     assert nli["average_precision"] == pytest.approx(average_precision_score(labels, scores))
     gold = labels + rng.random(200)
-    spearman = evaluation.load_metric("spearman").compute(predictions=scores, references=gold)
+    spearman = load_metric("spearman").compute(predictions=scores, references=gold)
     assert spearman["spearman"] == pytest.approx(stats.spearmanr(scores, gold).statistic)
-    mcnemar = evaluation.load_metric("mcnemar").compute(correct_a=[1, 1, 0, 1], correct_b=[0, 1, 0, 0])
+    mcnemar = load_metric("mcnemar").compute(correct_a=[1, 1, 0, 1], correct_b=[0, 1, 0, 0])
     assert mcnemar["p_value"] == pytest.approx(stats.binomtest(2, 2, 0.5).pvalue)
 
 
 def test_evaluate_modules_load_from_the_repo_with_the_hub_unreachable(tmp_path: Path) -> None:
     code = (
-        "import evaluation\n"
-        "for name in evaluation.METRIC_NAMES: evaluation.load_metric(name)\n"
-        "print(evaluation.load_metric('spearman').compute(predictions=[1, 2, 3], references=[1, 3, 2])['spearman'])\n"
+        "from gausscse.evaluation import METRIC_NAMES, load_metric\n"
+        "for name in METRIC_NAMES: load_metric(name)\n"
+        "print(load_metric('spearman').compute(predictions=[1, 2, 3], references=[1, 3, 2])['spearman'])\n"
     )
     environment = {
         **os.environ,

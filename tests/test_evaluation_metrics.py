@@ -5,8 +5,8 @@ import pytest
 from scipy import stats
 from sklearn.metrics import accuracy_score, auc, average_precision_score, precision_recall_curve
 
-from evaluation import metrics
-from evaluation.metrics import THRESHOLD_GRID
+from gausscse.evaluation import metrics
+from gausscse.evaluation.metrics import THRESHOLD_GRID
 
 
 def random_scores(seed: int, count: int = 500, decimals: int | None = 3) -> tuple[np.ndarray, np.ndarray]:

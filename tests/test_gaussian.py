@@ -5,14 +5,14 @@ import torch
 from torch.distributions import Normal
 from torch.distributions import kl_divergence as torch_kl
 
-from gausscse.gaussian import (
+from gausscse.model.gaussian import (
     GaussianEmbeddings,
     check_finite,
     kl_divergence,
+    kl_divergence_matrix,
     kl_per_dim,
-    pairwise_kl_divergence,
-    pairwise_similarity,
     similarity,
+    similarity_matrix,
 )
 
 TOLERANCE = dict(rtol=1e-6, atol=1e-6)
@@ -59,7 +59,7 @@ def test_pairwise_similarity_matches_torch_distributions(reduction):
     mu_a, logvar_a = random_gaussians(23, 16, seed=4)
     mu_b, logvar_b = random_gaussians(17, 16, seed=5)
     expected = reference_pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction)
-    actual = pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction)
+    actual = similarity_matrix(mu_a, logvar_a, mu_b, logvar_b, reduction)
     assert actual.shape == (23, 17)
     torch.testing.assert_close(actual, expected, **TOLERANCE)
 
@@ -68,17 +68,17 @@ def test_pairwise_kl_matches_torch_distributions_and_is_zero_on_itself():
     mu_a, logvar_a = random_gaussians(9, 32, seed=6)
     mu_b, logvar_b = random_gaussians(11, 32, seed=7)
     expected = reference_kl_per_dim(mu_a[:, None], logvar_a[:, None], mu_b[None], logvar_b[None]).sum(-1)
-    torch.testing.assert_close(pairwise_kl_divergence(mu_a, logvar_a, mu_b, logvar_b), expected, **TOLERANCE)
-    self_kl = pairwise_kl_divergence(mu_a, logvar_a, mu_a, logvar_a).diagonal()
+    torch.testing.assert_close(kl_divergence_matrix(mu_a, logvar_a, mu_b, logvar_b), expected, **TOLERANCE)
+    self_kl = kl_divergence_matrix(mu_a, logvar_a, mu_a, logvar_a).diagonal()
     torch.testing.assert_close(self_kl, torch.zeros_like(self_kl), **TOLERANCE)
 
 
 def test_chunked_mean_dim_equals_unchunked():
     mu_a, logvar_a = random_gaussians(37, 8, seed=8)
     mu_b, logvar_b = random_gaussians(29, 8, seed=9)
-    whole = pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, "mean_dim", chunk_elements=10**9)
+    whole = similarity_matrix(mu_a, logvar_a, mu_b, logvar_b, "mean_dim", chunk_elements=10**9)
     for chunk_elements in (1, 8 * 29, 5 * 8 * 29 + 3):
-        chunked = pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, "mean_dim", chunk_elements=chunk_elements)
+        chunked = similarity_matrix(mu_a, logvar_a, mu_b, logvar_b, "mean_dim", chunk_elements=chunk_elements)
         torch.testing.assert_close(chunked, whole, rtol=0, atol=0)
 
 
@@ -87,7 +87,7 @@ def test_pairwise_gradcheck(reduction):
     mu_a, logvar_a = random_gaussians(4, 5, seed=10)
     mu_b, logvar_b = random_gaussians(3, 5, seed=11)
     inputs = tuple(tensor.clone().requires_grad_() for tensor in (mu_a, logvar_a, mu_b, logvar_b))
-    assert torch.autograd.gradcheck(lambda *args: pairwise_similarity(*args, reduction=reduction), inputs)
+    assert torch.autograd.gradcheck(lambda *args: similarity_matrix(*args, reduction=reduction), inputs)
 
 
 def test_computes_in_float32_under_bf16_autocast_without_overflow():
@@ -95,7 +95,7 @@ def test_computes_in_float32_under_bf16_autocast_without_overflow():
     extreme_logvar = torch.full_like(logvar_a, -10.0)
     extreme_logvar[::2] = 10.0
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        matrix = pairwise_similarity(
+        matrix = similarity_matrix(
             mu_a.bfloat16(), extreme_logvar.bfloat16(), mu_a.bfloat16(), extreme_logvar.flip(0).bfloat16()
         )
     assert matrix.dtype == torch.float32
@@ -118,14 +118,14 @@ def test_asymmetry_broader_gaussian_is_the_entailing_side():
 def test_unknown_reduction_names_the_valid_ones():
     mu, logvar = random_gaussians(2, 3, seed=13)
     with pytest.raises(ValueError, match=r"similarity_reduction must be one of \('sum', 'mean_dim'\), got 'max'"):
-        pairwise_similarity(mu, logvar, mu, logvar, reduction="max")
+        similarity_matrix(mu, logvar, mu, logvar, reduction="max")
 
 
 def test_empty_inputs_give_empty_matrices():
     mu, logvar = random_gaussians(3, 4, seed=14)
     for reduction in ("sum", "mean_dim"):
-        assert pairwise_similarity(mu[:0], logvar[:0], mu, logvar, reduction).shape == (0, 3)
-        assert pairwise_similarity(mu, logvar, mu[:0], logvar[:0], reduction).shape == (3, 0)
+        assert similarity_matrix(mu[:0], logvar[:0], mu, logvar, reduction).shape == (0, 3)
+        assert similarity_matrix(mu, logvar, mu[:0], logvar[:0], reduction).shape == (3, 0)
 
 
 def test_gaussian_embeddings_helpers_and_checks():

@@ -12,22 +12,28 @@ import datasets
 import pytest
 import torch
 
-from evaluation.data import default_data_dir
-from evaluation.encoders import (
+from gausscse import GaussCSEModel
+from gausscse.data.registry import default_data_dir
+from gausscse.data.sources import load_training_examples
+from gausscse.data.tokenize import tokenize_examples
+from gausscse.evaluation.encoders import (
     BackboneFeatures,
     FeaturePointEncoder,
     FrozenBackboneEncoder,
     GaussianEncoder,
     PointEncoder,
 )
-from evaluation.fast import dev_metrics
-from evaluation.tasks import NLI_DEV, load_nli
-from gausscse import GaussCSEModel
-from training.batch import TripletCollator
-from training.data import load_training_examples, tokenize_examples
-from training.heads_only import HeadsOnlyArguments, batch_embeddings, sentences_of, shuffled_batches, train_heads
-from training.losses import GaussCSELoss
-from training.trainer import split_batch_embeddings
+from gausscse.evaluation.fast import dev_metrics
+from gausscse.evaluation.tasks import NLI_DEV, load_nli
+from gausscse.training.batch import TripletCollator, split_batch_embeddings
+from gausscse.training.heads_only import (
+    HeadsOnlyArguments,
+    batch_embeddings,
+    sentences_of,
+    shuffled_batches,
+    train_heads,
+)
+from gausscse.training.losses import GaussCSELoss
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -162,7 +168,7 @@ def test_dev_metrics_of_a_point_encoder_have_no_direction(model) -> None:
 def test_study_and_reports_end_to_end(backbone: Path, tmp_path: Path) -> None:
     """The study script on a tiny backbone and the first rows of the real data, then the report writer."""
     study = tmp_path / "study"
-    command = [sys.executable, "results/study.py", "--output", str(study), "--cache_dir", str(tmp_path / "cache")]
+    command = [sys.executable, "-m", "studies.study", "--output", str(study), "--cache_dir", str(tmp_path / "cache")]
     command += ["--model_name_or_path", str(backbone), "--max_examples", "60", "--seeds", "1", "2"]
     command += ["--eval_max_length", "64"]
     command += ["--batch_sizes", "16", "--learning_rates", "1e-2", "3e-2", "--num_train_epochs", "1"]
@@ -186,7 +192,7 @@ def test_study_and_reports_end_to_end(backbone: Path, tmp_path: Path) -> None:
     assert all((study / name).is_file() for name in payload["plots"])
     reports = tmp_path / "reports"
     subprocess.run(
-        [sys.executable, "results/write_reports.py", "--study", str(study), "--output", str(reports)],
+        [sys.executable, "-m", "studies.write_reports", "--study", str(study), "--output", str(reports)],
         cwd=REPO_ROOT,
         check=True,
         capture_output=True,

@@ -10,9 +10,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.distributions import Normal, kl_divergence
 
-from gausscse.gaussian import GaussianEmbeddings
-from training.data import text_id
-from training.losses import (
+from gausscse.data.tokenize import text_id
+from gausscse.model.gaussian import GaussianEmbeddings
+from gausscse.training.losses import (
     GAUSSCSE_VARIANTS,
     GaussCSELoss,
     NLIBatchEmbeddings,
@@ -38,7 +38,7 @@ def random_batch(size: int, dim: int = 6, seed: int = 0, dtype=torch.float64, mi
 
 
 def reference_sim(a: GaussianEmbeddings, i: int, b: GaussianEmbeddings, j: int, reduction: str) -> torch.Tensor:
-    """sim(a_i‖b_j) with torch.distributions' KL (independent of gausscse.gaussian)."""
+    """sim(a_i‖b_j) with torch.distributions' KL (independent of gausscse.model.gaussian)."""
     kl = kl_divergence(Normal(a.mu[i], a.std[i]), Normal(b.mu[j], b.std[j]))
     return 1 / (1 + kl.sum()) if reduction == "sum" else (1 / (1 + kl)).mean()
 

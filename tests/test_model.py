@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 from transformers import AutoModel
 
 from gausscse import GaussCSEConfig, GaussCSEModel, GaussianEmbeddings
-from gausscse.gaussian import pairwise_similarity, similarity
+from gausscse.model.gaussian import similarity, similarity_matrix
 
 from .helpers import MINILM_PATH, tiny_encoder_config
 
@@ -122,7 +122,7 @@ def test_similarity_api_follows_the_documented_orientation(reduction, make_tiny_
     premises, hypotheses = SENTENCES[0::2], [*SENTENCES[1::2], "Someone cooks."]
     pre, hyp = model.encode(premises), model.encode(hypotheses)
     matrix = model.similarity(hyp, pre)
-    torch.testing.assert_close(matrix, pairwise_similarity(hyp.mu, hyp.logvar, pre.mu, pre.logvar, reduction))
+    torch.testing.assert_close(matrix, similarity_matrix(hyp.mu, hyp.logvar, pre.mu, pre.logvar, reduction))
     # the matrix form expands the square, so in float32 it agrees with the row-wise form to ~1e-5 relative
     torch.testing.assert_close(model.similarity_pairwise(hyp, pre), matrix.diagonal(), atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(model.entailment_score(premises, hypotheses), matrix.diagonal(), atol=1e-5, rtol=1e-4)

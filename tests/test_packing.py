@@ -4,10 +4,9 @@ import datasets
 import pytest
 import torch
 
-from training.batch import TripletCollator, pack_sentences, packing_position_offset
-from training.data import tokenize_examples
-from training.losses import GaussCSELoss
-from training.trainer import split_batch_embeddings
+from gausscse.data.tokenize import tokenize_examples
+from gausscse.training.batch import TripletCollator, pack_sentences, packing_position_offset, split_batch_embeddings
+from gausscse.training.losses import GaussCSELoss
 
 EXAMPLES = [
     {"premise": "A man is playing a guitar on a stage in front of a crowd.", "entailment": "A man plays music.",

@@ -7,13 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from training.arguments import ModelArguments
+from gausscse.training.arguments import ModelArguments
+from studies.finetune_report import AUPRC, DIRECTION, defaults_section
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STUDY = REPO_ROOT / "results" / "finetune_study"
-sys.path.insert(0, str(REPO_ROOT / "results"))
-
-from finetune_report import AUPRC, DIRECTION, defaults_section  # noqa: E402
 
 
 def dev(direction_mean_dim: float, direction_sum: float) -> dict[str, dict[str, float]]:
@@ -33,7 +31,7 @@ def test_the_rule_picks_the_reduction_with_the_better_dev_direction():
 def test_report_figures_come_from_the_study_and_the_code_default_follows_its_rule(tmp_path):
     output = tmp_path / "REPRODUCTION.md"
     subprocess.run(
-        [sys.executable, "results/finetune_report.py", "--study", str(STUDY.relative_to(REPO_ROOT)),
+        [sys.executable, "-m", "studies.finetune_report", "--study", str(STUDY.relative_to(REPO_ROOT)),
          "--precision", "bf16", "--steps", "200", "--output", str(output)],
         cwd=REPO_ROOT, check=True, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -14,15 +14,16 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-import train_gausscse
-from evaluation.encoders import load_encoder
 from gausscse import GaussCSEModel
-from training.arguments import parse_arguments
-from training.batch import TripletCollator
-from training.data import BadRowError, build_examples, load_source, tokenize_examples
-from training.lora import apply_lora, load_adapter_model, merge_lora, save_adapter_model
-from training.losses import GaussCSELoss
-from training.trainer import GaussCSETrainer, is_head_parameter, split_batch_embeddings
+from gausscse.cli import train as train_gausscse
+from gausscse.data.sources import BadRowError, build_examples, load_source
+from gausscse.data.tokenize import tokenize_examples
+from gausscse.evaluation.encoders import load_encoder
+from gausscse.training.arguments import parse_arguments
+from gausscse.training.batch import TripletCollator, split_batch_embeddings
+from gausscse.training.lora import apply_lora, load_adapter_model, merge_lora, save_adapter_model
+from gausscse.training.losses import GaussCSELoss
+from gausscse.training.trainer import GaussCSETrainer, is_head_parameter
 
 from .helpers import nli_rows, write_jsonl_gz
 
@@ -125,7 +126,7 @@ def training_loss(model: GaussCSEModel, backbone: Path, data_dir: Path) -> float
 def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process(backbone, data_dir, tmp_path):
     output = tmp_path / "run"
     argv = train_args(backbone, data_dir, output, "--max_steps", "12", "--eval_steps", "6", "--save_steps", "6")
-    with mock.patch("training.output.HfApi") as hf_api:
+    with mock.patch("gausscse.training.output.HfApi") as hf_api:
         model_dir = train_gausscse.main([*argv, "--push_to_hub", "--hub_model_id", "me/tiny-gausscse"])
     assert model_dir == output and {"checkpoint-6", "checkpoint-12"} <= {path.name for path in output.iterdir()}
     hf_api.return_value.upload_folder.assert_called_once()
@@ -212,7 +213,7 @@ def test_training_on_a_users_file_leaves_a_loadable_model_in_output_dir(shape, b
     sentences = ["a man is playing a red guitar", "a man is outside"]
     expected = GaussCSEModel.from_pretrained(output).encode(sentences).mu
     torch.testing.assert_close(fresh_process_mu(output, sentences), expected)
-    encoded = load_encoder(str(output)).encode_unique(sentences)  # what `python -m evaluation --model out` loads
+    encoded = load_encoder(str(output)).encode_unique(sentences)  # what `gausscse-evaluate --model out` loads
     assert encoded.is_gaussian
     torch.testing.assert_close(encoded.mu, expected)
 

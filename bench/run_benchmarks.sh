@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Rerun the benchmarks on this machine's device (cpu, or cuda when there is a GPU) and regenerate
+# results/BENCHMARKS.md. Each prints its ratios; the JSON files keep them for the report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+device=$(.venv/bin/python -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
+.venv/bin/python -m bench.bench_similarity --device "$device" --repeats 3 --json "results/bench_similarity_$device.json"
+.venv/bin/python -m bench.bench_train_step --device "$device" --json "results/bench_train_step_$device.json"
+.venv/bin/python -m bench.bench_encode --device "$device" --json "results/bench_encode_$device.json"
+if [ "$device" = cpu ]; then
+  .venv/bin/python -m bench.bench_cpu_bf16 --json results/bench_cpu_bf16.json
+fi
+.venv/bin/python -m bench.bench_data_scale --json "results/bench_data_scale_$device.json"
+.venv/bin/python -m studies.write_reports

@@ -1,0 +1,176 @@
+"""Command line: ``gausscse-evaluate --model PATH --tasks nli,direction,sts --output DIR``
+(or ``python -m gausscse.cli.evaluate``).
+
+Writes ``DIR/results.json``, ``DIR/report.md`` and PNG plots (``pr_curves.png``; for Gaussian models
+``generality_gap_<name>.png`` and ``gaussians_2d_<name>.png``).
+
+Several ``--model`` paths are runs (seeds) of one configuration: the report shows mean ± std and the
+significance tests use the first. ``--baseline`` paths are evaluated by the same code (a GaussCSE folder or any
+encoder, e.g. the packaged all-MiniLM-L6-v2 with its own pooling and cosine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from gausscse.data.features import DEFAULT_BATCH_SIZE
+from gausscse.evaluation.encoders import load_encoder
+from gausscse.evaluation.plots import plot_gaussians_2d, plot_generality_gap, plot_pr_curves
+from gausscse.evaluation.report import Entry, markdown_report, write_atomic, write_json
+from gausscse.evaluation.suite import (
+    TASKS,
+    TaskData,
+    aggregate_seeds,
+    parse_tasks,
+    run_encoder,
+    significance,
+    significance_against_length,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's arguments."""
+    parser = argparse.ArgumentParser(prog="gausscse-evaluate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", nargs="+", required=True, help="model folder(s) or Hub id(s); several = seeds")
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
+    parser.add_argument("--data_dir", default=None, help="folder in the layout of shared/data (default: auto)")
+    parser.add_argument("--baseline", nargs="*", default=[], help="point-embedding or GaussCSE models to compare")
+    parser.add_argument("--model_names", nargs="*", default=None, help="report labels of --model (default: folder)")
+    parser.add_argument("--baseline_names", nargs="*", default=None, help="report labels of --baseline")
+    parser.add_argument("--output", required=True, help="folder for results.json, report.md and the PNGs")
+    parser.add_argument("--max_examples", type=int, default=None, help="use the first N rows of every split")
+    parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE)
+    parser.add_argument(
+        "--max_length", type=int, default=None, help="truncation length in tokens (default: the encoder's limit)"
+    )
+    parser.add_argument("--bf16", action="store_true", help="encode under bfloat16 autocast (KL stays float32)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--no_plots", action="store_true", help="skip the PNGs")
+    return parser
+
+
+def _file_label(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_") or "model"
+
+
+def _labels(paths: list[str], names: list[str] | None, argument: str, taken: set[str]) -> list[str]:
+    """Distinct report labels: ``names`` if given, else the folder names; ``-2``, ``-3``… when labels repeat."""
+    if names is not None and len(names) != len(paths):
+        raise ValueError(f"{argument} needs one name per path: got {len(names)} names for {len(paths)} paths")
+    labels = []
+    for path, name in zip(paths, names or [None] * len(paths), strict=True):
+        base = name or Path(path.rstrip("/")).name or path
+        label, count = base, 1
+        while label in taken:
+            count += 1
+            label = f"{base}-{count}"
+        taken.add(label)
+        labels.append(label)
+    return labels
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the CLI; returns the ``results.json`` payload."""
+    args = build_parser().parse_args(argv)
+    tasks = parse_tasks(args.tasks)
+    if args.max_examples is not None and args.max_examples < 1:
+        raise ValueError(f"--max_examples must be a positive integer, got {args.max_examples}")
+    output = Path(args.output)
+    started = time.perf_counter()
+    data = TaskData.load(tasks, data_dir=args.data_dir, max_examples=args.max_examples)
+    taken: set[str] = set()
+    model_labels = _labels(args.model, args.model_names, "--model_names", taken)
+    baseline_labels = _labels(args.baseline, args.baseline_names, "--baseline_names", taken)
+    jobs = list(zip(args.model + args.baseline, model_labels + baseline_labels, strict=True))
+
+    runs, timings = {}, {}
+    for path, label in tqdm(jobs, desc="Models", unit="model"):
+        job_started = time.perf_counter()
+        encoder = load_encoder(path, args.batch_size, args.max_length, bf16=args.bf16, device=args.device)
+        encoder.name = label
+        runs[label] = run_encoder(encoder, data, show_progress_bar=True)
+        runs[label].results["path"] = path
+        timings[label] = time.perf_counter() - job_started
+        if not args.no_plots and runs[label].is_gaussian:
+            plot_gaussians_2d(encoder, output / f"gaussians_2d_{_file_label(label)}.png")
+
+    reference = runs[model_labels[0]]
+    tests = {f"{reference.name} vs. {label}": significance(reference, runs[label]) for label in baseline_labels}
+    if "direction" in tasks:  # every Gaussian model (the reference first) against counting characters
+        for run in [reference, *(runs[label] for label in baseline_labels)]:
+            if run.is_gaussian:
+                tests[f"{run.name} similarity rule vs. length baseline"] = significance_against_length(run)
+    tests = {comparison: results for comparison, results in tests.items() if results}
+
+    group_label = (
+        model_labels[0] if len(model_labels) == 1 else f"{model_labels[0]} (mean ± std, {len(model_labels)} runs)"
+    )
+    entries = [Entry(group_label, [runs[label] for label in model_labels])]
+    entries += [Entry(label, [runs[label]]) for label in baseline_labels]
+    plots = []
+    if not args.no_plots:
+        shown = [runs[model_labels[0]], *(runs[label] for label in baseline_labels)]
+        if "nli" in tasks:
+            plots.append(plot_pr_curves(shown, data.nli_test, output / "pr_curves.png"))
+        if "direction" in tasks:
+            plots += [
+                plot_generality_gap(run, output / f"generality_gap_{_file_label(run.name)}.png")
+                for run in shown
+                if run.is_gaussian
+            ]
+        plots += sorted(output.glob("gaussians_2d_*.png"))
+
+    payload = {
+        "meta": {
+            "command": [sys.executable, "-m", "evaluation", *(argv if argv is not None else sys.argv[1:])],
+            "tasks": list(tasks),
+            "data_dir": args.data_dir,
+            "max_examples": args.max_examples,
+            "batch_size": args.batch_size,
+            "max_length": args.max_length,
+            "bf16": args.bf16,
+            "device": args.device,
+            "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(),
+            "seconds_per_model": timings,
+            "seconds_total": time.perf_counter() - started,
+            "units": "percent (0-100) except thresholds (0-1), counts and p-values",
+        },
+        "models": {label: runs[label].results for label in model_labels},
+        "baselines": {label: runs[label].results for label in baseline_labels},
+        "significance": tests,
+        "plots": [path.name for path in plots],
+    }
+    if len(model_labels) > 1:
+        payload["seed_aggregate"] = aggregate_seeds([runs[label] for label in model_labels])
+    notes = [
+        f"Command: `gausscse-evaluate {' '.join(argv if argv is not None else sys.argv[1:])}`",
+        (
+            f"Sentences truncated to {args.max_length} tokens"
+            if args.max_length
+            else "Sentences truncated at each encoder's limit"
+        )
+        + (f"; first {args.max_examples} rows of every split only" if args.max_examples else "")
+        + f". Wall-clock: {payload['meta']['seconds_total']:.0f} s on {args.device}.",
+    ]
+    write_json(output / "results.json", payload)
+    write_atomic(output / "report.md", markdown_report(entries, tests, notes))
+    print(f"Wrote {output / 'results.json'} and {output / 'report.md'}", file=sys.stderr)
+    return payload
+
+
+def run() -> None:
+    """Console-script entry point (``gausscse-evaluate``)."""
+    main()
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,185 @@
+"""Fine-tune an encoder into a GaussCSE model on NLI data.
+
+    accelerate launch train_gausscse.py [CONFIG.yaml|.json] [--model_name_or_path ...] [--loss ent+con+rev] ...
+    python train_gausscse.py configs/quickstart.yaml
+
+    python train_gausscse.py --model_name_or_path bert-base-uncased --train_file triplets.csv --output_dir out
+
+Training data: ``--train_datasets`` (built-in, offline), ``--train_file`` (CSV/TSV/JSON/JSON Lines/Parquet, NLI rows,
+triplets or pairs) and ``--dataset_name`` (Hub), see ``gausscse.data.sources``. Flags after a config file override its
+values. As in every Hugging Face example script, the final (best) model goes into ``--output_dir`` itself: weights,
+config with ``auto_map`` and the code files, tokenizer, model card ``README.md``, ``train_results.json``; it loads
+with ``AutoModel.from_pretrained(output_dir, trust_remote_code=True)`` and ``--push_to_hub --hub_model_id ...``
+uploads exactly those files. Checkpoints are ``<output_dir>/checkpoint-N`` (``--resume_from_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+
+import datasets
+import numpy as np
+from transformers import AutoConfig, AutoTokenizer, set_seed
+
+from gausscse import GaussCSEModel
+from gausscse.data.sources import DataError, DataStats, load_file_source, load_training_examples, source_rows
+from gausscse.data.tokenize import tokenize_examples
+from gausscse.training.arguments import DataArguments, GaussCSETrainingArguments, ModelArguments, parse_arguments
+from gausscse.training.batch import TripletCollator, packing_position_offset
+from gausscse.training.lora import apply_lora
+from gausscse.training.losses import uses_contradictions
+from gausscse.training.output import push_model_folder, save_model_folder
+from gausscse.training.trainer import GaussCSETrainer
+
+logger = logging.getLogger(__name__)
+
+
+def build_model(model_args: ModelArguments) -> GaussCSEModel:
+    """A GaussCSE folder continues training; any other encoder gets fresh heads. Then LoRA or a frozen backbone."""
+    config = AutoConfig.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
+    if config.model_type == "gausscse":
+        model = GaussCSEModel.from_pretrained(model_args.model_name_or_path)
+    else:
+        model = GaussCSEModel.from_backbone(
+            model_args.model_name_or_path,
+            pooling=model_args.pooling,
+            mean_activation=model_args.mean_activation,
+            similarity_reduction=model_args.similarity_reduction,
+        )
+    if model_args.freeze_backbone:
+        model.encoder.requires_grad_(False)
+    if model_args.lora_r > 0:
+        apply_lora(
+            model, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout, model_args.lora_target_modules
+        )
+    return model
+
+
+def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArguments):
+    """The dev evaluator of ``evaluation.fast`` on SNLI dev or ``--validation_file`` (``None`` when evaluation is
+    off). With ``--validation_file`` the metrics are ``validation_*`` and a ``snli_dev_*`` best-model metric follows."""
+    if training_args.eval_strategy == "no":
+        return None
+    from gausscse.evaluation.fast import SNLIDevEvaluator
+    from gausscse.evaluation.tasks import NLIPairs
+
+    pairs, name = None, "snli_dev"
+    if data_args.validation_file is not None:
+        source = load_file_source(data_args.validation_file, "nli", data_args.column_overrides)
+        rows = list(source_rows(source, data_args.drop_bad_rows, DataStats()))
+        if data_args.eval_max_examples is not None:
+            rows = rows[: data_args.eval_max_examples]
+        if not rows:
+            raise DataError(f"{data_args.validation_file}: no labelled row to evaluate on")
+        premises, hypotheses, labels = (list(column) for column in zip(*rows, strict=True))
+        pairs, name = (
+            NLIPairs(
+                name="validation",
+                premises=premises,
+                hypotheses=hypotheses,
+                is_entailment=np.array([label == "entailment" for label in labels]),
+                entails_both_ways=np.zeros(len(rows), dtype=bool),
+            ),
+            "validation",
+        )
+        metric = training_args.metric_for_best_model
+        if metric and metric.startswith("snli_dev_"):
+            training_args.metric_for_best_model = "validation_" + metric.removeprefix("snli_dev_")
+    return SNLIDevEvaluator(
+        data_dir=data_args.data_dir,
+        max_examples=data_args.eval_max_examples,
+        batch_size=training_args.per_device_eval_batch_size,
+        max_length=data_args.eval_max_seq_length,
+        pairs=pairs,
+        name=name,
+        point=training_args.loss == "simcse",
+    )
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """Parse → build → train → evaluate → save (+ card) → optional push. Returns the final model folder."""
+    model_args, data_args, training_args = parse_arguments(argv)
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if training_args.should_log else logging.WARNING,
+    )
+    push = training_args.push_to_hub
+    training_args.push_to_hub = False  # push the final folder only, not every checkpoint
+    set_seed(training_args.seed)
+
+    examples, data_stats = load_training_examples(data_args.data_spec(), drop_bad_rows=data_args.drop_bad_rows)
+    if data_args.max_train_examples is not None:
+        examples = examples.select(range(min(data_args.max_train_examples, len(examples))))
+    evaluator = build_evaluator(data_args, training_args)  # reads its data now: a bad file stops before training
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
+    model = build_model(model_args)
+    with training_args.main_process_first(desc="tokenizing the training examples"):
+        train_dataset = tokenize_examples(
+            examples,
+            tokenizer,
+            data_args.max_seq_length,
+            cache_dir=data_args.data_cache_dir or Path(datasets.config.HF_DATASETS_CACHE) / "gausscse",
+            num_proc=data_args.preprocessing_num_workers,
+        )
+    trainer = GaussCSETrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        data_collator=TripletCollator.for_tokenizer(
+            tokenizer,
+            with_contradictions=uses_contradictions(training_args.loss),
+            pack=data_args.pack_sequences,
+            pack_length=data_args.pack_length or 2 * data_args.max_seq_length,
+            position_offset=(packing_position_offset(model.config.encoder_config) if data_args.pack_sequences else 0),
+        ),
+        processing_class=tokenizer,
+        evaluator=evaluator,
+    )
+    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    metrics = trainer.evaluate()
+    results = {
+        **train_output.metrics,
+        **metrics,
+        # The checkpoint whose weights the final model has; None: the last step's weights.
+        "best_model_checkpoint": (
+            trainer.state.best_model_checkpoint if training_args.load_best_model_at_end else None
+        ),
+        "loss": training_args.loss,
+        "train_examples": len(train_dataset),
+        "eval_max_examples": data_args.eval_max_examples,  # SNLI-dev pairs behind the eval_* metrics (None: all)
+        "data": data_stats.as_dict(),
+    }
+    model_dir = Path(training_args.output_dir)
+    if trainer.is_world_process_zero():
+        card = {
+            "model_name": training_args.hub_model_id or Path(training_args.output_dir).name,
+            "base_model": model_args.model_name_or_path,
+            "datasets": [*(data_args.train_datasets or ()), *(data_args.dataset_name or ())],  # Hub ids for the card
+            "metrics": {name.removeprefix("eval_"): value for name, value in metrics.items()},
+            "training_arguments": {
+                **dataclasses.asdict(model_args),
+                **dataclasses.asdict(data_args),
+                **training_args.to_sanitized_dict(),
+            },
+            "data_stats": data_stats.as_dict(),
+        }
+        save_model_folder(model, tokenizer, model_dir, card, results, merge=model_args.merge_lora)
+        logger.info("Final model saved to %s", model_dir)
+        if push:
+            url = push_model_folder(
+                model_dir, training_args.hub_model_id, training_args.hub_token, training_args.hub_private_repo
+            )
+            logger.info("Pushed %s: %s", model_dir, url)
+    return model_dir
+
+
+def run() -> None:
+    """Console-script entry point (``gausscse-train``)."""
+    main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    run()

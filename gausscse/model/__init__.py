@@ -1,0 +1,45 @@
+"""The model: ``GaussCSEConfig``, ``GaussCSEModel`` and the Gaussian math.
+
+These three files (``configuration_gausscse.py``, ``modeling_gausscse.py``, ``gaussian.py``) ship with the weights as
+Hub custom code: they import only torch, transformers and tqdm, and each other.
+"""
+
+from .configuration_gausscse import MEAN_ACTIVATIONS, POOLINGS, GaussCSEConfig
+from .gaussian import (
+    REDUCTIONS,
+    GaussianEmbeddings,
+    kl_divergence,
+    kl_divergence_matrix,
+    kl_per_dim,
+    similarity,
+    similarity_matrix,
+)
+from .modeling_gausscse import (
+    TOKEN_POOLINGS,
+    EntailmentDirection,
+    GaussCSEModel,
+    GaussCSEOutput,
+    pool_tokens,
+    position_offset,
+    resolve_max_length,
+)
+
+__all__ = [
+    "MEAN_ACTIVATIONS",
+    "POOLINGS",
+    "REDUCTIONS",
+    "TOKEN_POOLINGS",
+    "EntailmentDirection",
+    "GaussCSEConfig",
+    "GaussCSEModel",
+    "GaussCSEOutput",
+    "GaussianEmbeddings",
+    "kl_divergence",
+    "kl_divergence_matrix",
+    "kl_per_dim",
+    "pool_tokens",
+    "position_offset",
+    "resolve_max_length",
+    "similarity",
+    "similarity_matrix",
+]

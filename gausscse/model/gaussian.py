@@ -1,0 +1,208 @@
+"""Closed-form math for diagonal Gaussian sentence embeddings.
+
+A sentence is a diagonal Gaussian N(μ, diag σ²) stored as ``(mu, logvar)`` with
+``logvar = log σ²``. Every function here is pure, works on any leading batch shape,
+and computes in float32 (or float64 if given float64) even under autocast.
+
+Conventions (Yoda et al., EACL 2024):
+
+* ``kl(a‖b) = KL(N_a ‖ N_b)``; ``sim(a‖b) = 1 / (1 + KL(N_a ‖ N_b))`` — asymmetric.
+* A hypothesis entailed by a premise is scored ``sim(hyp‖pre)``: it is high when the
+  premise's Gaussian is broad enough to cover the hypothesis's, so the entailing side
+  (the premise) ends up with the **larger** variance.
+
+Two reductions over the d dimensions:
+
+* ``"sum"`` — the paper's eq. 2: ``sim = 1 / (1 + Σ_k KL_k)`` with the full KL.
+* ``"mean_dim"`` — the released code: ``sim = mean_k 1 / (1 + KL_k)``.
+
+This file ships next to the model weights (Hub custom code): it depends on torch only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+REDUCTIONS = ("sum", "mean_dim")
+
+# Above this many elements an N×M×d intermediate is split into row chunks.
+DEFAULT_CHUNK_ELEMENTS = 1 << 24
+
+
+def check_reduction(reduction: str) -> str:
+    """Return ``reduction`` if it is a known name, else raise ``ValueError`` listing the valid ones."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"similarity_reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    return reduction
+
+
+def _as_float(tensor: torch.Tensor) -> torch.Tensor:
+    """Upcast half precision to float32 (float64 stays float64)."""
+    return tensor if tensor.dtype == torch.float64 else tensor.float()
+
+
+def kl_per_dim(mu_a: torch.Tensor, logvar_a: torch.Tensor, mu_b: torch.Tensor, logvar_b: torch.Tensor) -> torch.Tensor:
+    """Per-dimension KL of paired diagonal Gaussians, shape ``(..., d)``.
+
+    KL_k(a‖b) = ½ [ logσ_b,k² − logσ_a,k² + σ_a,k²/σ_b,k² + (μ_a,k − μ_b,k)²/σ_b,k² − 1 ]
+
+    Inputs broadcast against each other; the result is float32 (float64 for float64 input).
+    """
+    with torch.autocast(device_type=mu_a.device.type, enabled=False):
+        mu_a, logvar_a, mu_b, logvar_b = map(_as_float, (mu_a, logvar_a, mu_b, logvar_b))
+        inv_var_b = torch.exp(-logvar_b)
+        return 0.5 * (logvar_b - logvar_a + (torch.exp(logvar_a) + (mu_a - mu_b) ** 2) * inv_var_b - 1.0)
+
+
+def kl_divergence(
+    mu_a: torch.Tensor, logvar_a: torch.Tensor, mu_b: torch.Tensor, logvar_b: torch.Tensor
+) -> torch.Tensor:
+    """Full KL(N_a ‖ N_b) of paired diagonal Gaussians, shape ``(...)``.
+
+    KL(a‖b) = ½ [ Σlogσ_b² − Σlogσ_a² + Σσ_a²/σ_b² + Σ(μ_a − μ_b)²/σ_b² − d ]
+    """
+    return kl_per_dim(mu_a, logvar_a, mu_b, logvar_b).sum(dim=-1)
+
+
+def similarity_from_kl(kl: torch.Tensor) -> torch.Tensor:
+    """sim = 1 / (1 + KL), mapping KL ∈ [0, ∞) to (0, 1]."""
+    return 1.0 / (1.0 + kl)
+
+
+def similarity(
+    mu_a: torch.Tensor,
+    logvar_a: torch.Tensor,
+    mu_b: torch.Tensor,
+    logvar_b: torch.Tensor,
+    reduction: str = "sum",
+) -> torch.Tensor:
+    """Row-wise asymmetric similarity sim(a_i‖b_i), shape ``(...)``.
+
+    sum:      sim(a‖b) = 1 / (1 + Σ_k KL_k(a‖b))          (paper, eq. 2)
+    mean_dim: sim(a‖b) = (1/d) Σ_k 1 / (1 + KL_k(a‖b))     (released code)
+    """
+    per_dim = kl_per_dim(mu_a, logvar_a, mu_b, logvar_b)
+    if check_reduction(reduction) == "sum":
+        return similarity_from_kl(per_dim.sum(dim=-1))
+    return similarity_from_kl(per_dim).mean(dim=-1)
+
+
+def kl_divergence_matrix(
+    mu_a: torch.Tensor, logvar_a: torch.Tensor, mu_b: torch.Tensor, logvar_b: torch.Tensor
+) -> torch.Tensor:
+    """All-pairs KL(N_{a_i} ‖ N_{b_j}), shape ``(N, M)``, from matrix products only.
+
+    KL_ij = ½ [ Σ_k logσ_b,jk² − Σ_k logσ_a,ik² + (σ_a,i² + μ_a,i²) · (1/σ_b,j²)
+               − 2 μ_a,i · (μ_b,j / σ_b,j²) + Σ_k μ_b,jk² / σ_b,jk² − d ]
+
+    Memory is O(N·M + (N+M)·d): no N×M×d tensor is ever built.
+    ``mu_a, logvar_a``: ``(N, d)``; ``mu_b, logvar_b``: ``(M, d)``.
+    """
+    with torch.autocast(device_type=mu_a.device.type, enabled=False):
+        mu_a, logvar_a, mu_b, logvar_b = map(_as_float, (mu_a, logvar_a, mu_b, logvar_b))
+        inv_var_b = torch.exp(-logvar_b)
+        second_moment_a = torch.exp(logvar_a) + mu_a**2
+        row_terms = -logvar_a.sum(dim=-1)  # (N,)
+        col_terms = logvar_b.sum(dim=-1) + (mu_b**2 * inv_var_b).sum(dim=-1) - mu_a.shape[-1]  # (M,)
+        cross = second_moment_a @ inv_var_b.T - 2.0 * (mu_a @ (mu_b * inv_var_b).T)  # (N, M)
+        kl = 0.5 * (cross + row_terms[:, None] + col_terms[None, :])
+        # Rounding in the expanded square can dip a hair below zero when a ≈ b.
+        return kl.clamp_min(0.0)
+
+
+def similarity_matrix(
+    mu_a: torch.Tensor,
+    logvar_a: torch.Tensor,
+    mu_b: torch.Tensor,
+    logvar_b: torch.Tensor,
+    reduction: str = "sum",
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> torch.Tensor:
+    """All-pairs asymmetric similarity S_ij = sim(a_i‖b_j), shape ``(N, M)``.
+
+    sum:      S_ij = 1 / (1 + KL(a_i‖b_j)), via :func:`kl_divergence_matrix` (matrix products).
+    mean_dim: S_ij = (1/d) Σ_k 1 / (1 + KL_k(a_i‖b_j)); the N×M×d intermediate is built in row
+              chunks of at most ``chunk_elements`` elements, so memory stays bounded.
+    """
+    if check_reduction(reduction) == "sum":
+        return similarity_from_kl(kl_divergence_matrix(mu_a, logvar_a, mu_b, logvar_b))
+    rows_per_chunk = max(1, chunk_elements // max(1, mu_b.shape[0] * mu_b.shape[-1]))
+    chunks = [
+        similarity(
+            mu_a[start : start + rows_per_chunk, None, :],
+            logvar_a[start : start + rows_per_chunk, None, :],
+            mu_b[None, :, :],
+            logvar_b[None, :, :],
+            reduction="mean_dim",
+        )
+        for start in range(0, mu_a.shape[0], rows_per_chunk)
+    ]
+    if not chunks:
+        return mu_a.new_zeros((0, mu_b.shape[0]), dtype=_as_float(mu_a).dtype)
+    return torch.cat(chunks, dim=0)
+
+
+def check_finite(argument: str, tensor: torch.Tensor) -> None:
+    """Raise ``ValueError`` naming ``argument`` (and the first bad row of a batch) if ``tensor`` holds NaN or inf."""
+    rows = tensor.flatten(1) if tensor.ndim > 1 else tensor.reshape(1, -1)
+    bad_rows = ~torch.isfinite(rows).all(dim=-1)
+    if bool(bad_rows.any()):
+        where = f"{argument}[{int(bad_rows.nonzero()[0, 0])}]" if tensor.ndim > 1 else argument
+        raise ValueError(f"{where} holds NaN or inf values")
+
+
+@dataclass
+class GaussianEmbeddings:
+    """A batch of diagonal Gaussian embeddings N(μ, diag σ²).
+
+    Attributes:
+        mu: means, shape ``(N, d)`` (or ``(d,)`` for one sentence).
+        logvar: log-variances log σ², same shape as ``mu``.
+    """
+
+    mu: torch.Tensor
+    logvar: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.mu.shape != self.logvar.shape:
+            raise ValueError(
+                f"mu and logvar must have the same shape, got {tuple(self.mu.shape)} and {tuple(self.logvar.shape)}"
+            )
+
+    @property
+    def var(self) -> torch.Tensor:
+        """σ² = exp(logvar)."""
+        return torch.exp(self.logvar)
+
+    @property
+    def std(self) -> torch.Tensor:
+        """σ = exp(logvar / 2)."""
+        return torch.exp(0.5 * self.logvar)
+
+    @property
+    def generality(self) -> torch.Tensor:
+        """Σ_k log σ_k²: the total log-variance; GaussCSE training makes it larger on the entailing side (premise)."""
+        return self.logvar.sum(dim=-1)
+
+    @property
+    def dim(self) -> int:
+        """The dimension d of the Gaussians."""
+        return self.mu.shape[-1]
+
+    def __len__(self) -> int:
+        return self.mu.shape[0] if self.mu.ndim > 1 else 1
+
+    def __getitem__(self, index) -> GaussianEmbeddings:
+        return GaussianEmbeddings(self.mu[index], self.logvar[index])
+
+    def to(self, *args, **kwargs) -> GaussianEmbeddings:
+        """Move or cast both tensors, as ``torch.Tensor.to``."""
+        return GaussianEmbeddings(self.mu.to(*args, **kwargs), self.logvar.to(*args, **kwargs))
+
+    def check(self, argument: str) -> GaussianEmbeddings:
+        """Raise ``ValueError`` naming ``argument`` and the row if μ or log σ² is NaN/inf; return self."""
+        check_finite(f"{argument}.mu", self.mu)
+        check_finite(f"{argument}.logvar", self.logvar)
+        return self

@@ -1,0 +1,410 @@
+"""GaussCSE: sentences as diagonal Gaussians (Yoda et al., EACL 2024). Ships with the weights as Hub custom code.
+
+encoder → pooled vector v ([CLS] / ``<s>`` or mean) → μ = tanh(W_μ v + b_μ), log σ² = W_σ v + b_σ (clamped).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import initialization as init
+from transformers.models.auto.modeling_auto import MODEL_MAPPING
+from transformers.utils import ModelOutput
+
+from .configuration_gausscse import GaussCSEConfig
+from .gaussian import GaussianEmbeddings, similarity, similarity_matrix
+
+TOKEN_POOLINGS = ("cls", "mean", "max")
+ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "camembert")  # position ids start at pad_token_id + 1
+FALLBACK_MAX_LENGTH = 512  # for an encoder that states no limit
+
+
+def pool_tokens(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+    """``(B, L, h)`` token states → ``(B, h)``: the first token ``h[:, 0]`` (``cls``: [CLS] / ``<s>``), the masked
+    mean Σ_t m_t h_t / Σ_t m_t (``mean``) or the masked max over tokens (``max``); no mask means every token."""
+    if pooling not in TOKEN_POOLINGS:
+        raise ValueError(f"pooling must be one of {TOKEN_POOLINGS}, got {pooling!r}")
+    if pooling == "cls":
+        return last_hidden_state[:, 0]
+    if attention_mask is None:
+        attention_mask = last_hidden_state.new_ones(last_hidden_state.shape[:2])
+    mask = attention_mask.unsqueeze(-1).to(last_hidden_state.dtype)
+    if pooling == "max":
+        return last_hidden_state.masked_fill(mask == 0, torch.finfo(last_hidden_state.dtype).min).max(dim=1).values
+    return (last_hidden_state * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+
+
+def position_offset(encoder_config) -> int:
+    """The first position id of a sentence: 0 for BERT-style encoders, ``pad_token_id + 1`` for RoBERTa-style ones."""
+    return encoder_config.pad_token_id + 1 if encoder_config.model_type in ROBERTA_POSITIONS else 0
+
+
+def resolve_max_length(tokenizer, encoder_config=None, requested: int | None = None) -> int:
+    """The one truncation policy: ``requested`` tokens (default: all the encoder takes), capped at the encoder's
+    limit = min(tokenizer.model_max_length, max_position_embeddings − position offset)."""
+    limits = []
+    if tokenizer is not None and tokenizer.model_max_length < 1_000_000:  # "no limit" is a huge sentinel
+        limits.append(int(tokenizer.model_max_length))
+    if getattr(encoder_config, "max_position_embeddings", None):
+        limits.append(encoder_config.max_position_embeddings - position_offset(encoder_config))
+    limit = min(limits) if limits else FALLBACK_MAX_LENGTH
+    if requested is None:
+        return limit
+    if not isinstance(requested, int) or requested < 1:
+        raise ValueError(f"max_length must be a positive integer, got {requested!r}")
+    return min(requested, limit)
+
+
+@dataclass
+class GaussCSEOutput(ModelOutput):
+    """Output of [`GaussCSEModel`].
+
+    Args:
+        mu (`torch.FloatTensor` of shape `(batch_size, embedding_size)`): means μ of the Gaussians.
+        logvar (`torch.FloatTensor` of shape `(batch_size, embedding_size)`): log-variances log σ².
+        pooled_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`): the pooled encoder vector v.
+        last_hidden_state (`torch.FloatTensor` of shape `(batch_size, seq_len, hidden_size)`): encoder output.
+        hidden_states, attentions: as the encoder returns them when asked for.
+    """
+
+    mu: torch.FloatTensor | None = None
+    logvar: torch.FloatTensor | None = None
+    pooled_output: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+    @property
+    def embeddings(self) -> GaussianEmbeddings:
+        """μ and log σ² as a [`GaussianEmbeddings`]."""
+        return GaussianEmbeddings(self.mu, self.logvar)
+
+
+@dataclass
+class EntailmentDirection:
+    """Per pair (a_i, b_i): does a_i entail b_i rather than the reverse?
+
+    Attributes:
+        by_similarity: sim(b_i‖a_i) > sim(a_i‖b_i) — the entailed side fits inside the entailing one.
+        by_variance: Σlog σ²(a_i) > Σlog σ²(b_i) — the entailing side is the broader Gaussian.
+        sim_ba: sim(b_i‖a_i), the score of "a entails b".
+        sim_ab: sim(a_i‖b_i), the score of "b entails a".
+    """
+
+    by_similarity: torch.Tensor
+    by_variance: torch.Tensor
+    sim_ba: torch.Tensor
+    sim_ab: torch.Tensor
+
+
+def _encoder_init_kwargs(config) -> dict:
+    """``add_pooling_layer=False`` where the encoder class takes it: the paper pools [CLS] itself, and an
+    unused pooler would leave parameters without gradient (DDP's unused-parameter error)."""
+    encoder_class = MODEL_MAPPING.get(type(config), None)
+    if encoder_class is not None and "add_pooling_layer" in inspect.signature(encoder_class.__init__).parameters:
+        return {"add_pooling_layer": False}
+    return {}
+
+
+def _check_sentences(argument: str, sentences) -> list[str]:
+    if isinstance(sentences, str) or not isinstance(sentences, Sequence):
+        raise TypeError(f"{argument} must be a list of strings, got {type(sentences).__name__}")
+    for index, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"{argument}[{index}] must be a string, got {type(sentence).__name__}: {sentence!r}")
+    return list(sentences)
+
+
+class GaussCSEPreTrainedModel(PreTrainedModel):
+    config_class = GaussCSEConfig
+    base_model_prefix = "gausscse"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Fresh heads: weights N(0, initializer_range²), biases zero (σ² starts near 1)."""
+        if isinstance(module, nn.Linear):
+            std = getattr(self.config.encoder_config, "initializer_range", 0.02)
+            init.normal_(module.weight, mean=0.0, std=std)
+            init.zeros_(module.bias)
+
+
+class GaussCSEModel(GaussCSEPreTrainedModel):
+    """An encoder with a mean head and a log-variance head: each sentence becomes N(μ, diag σ²).
+
+    Load a trained model with ``AutoModel.from_pretrained(path_or_hub_id, trust_remote_code=True)`` or start a
+    new one from any pre-trained encoder with [`GaussCSEModel.from_backbone`].
+
+    Example:
+
+    ```python
+    >>> model = AutoModel.from_pretrained("path/to/gausscse", trust_remote_code=True)
+    >>> model.entailment_score(["A man plays a guitar on stage."], ["A man plays music."])
+    ```
+    """
+
+    def __init__(self, config: GaussCSEConfig, encoder: PreTrainedModel | None = None):
+        super().__init__(config)
+        self.encoder = encoder if encoder is not None else self._build_encoder(config.encoder_config)
+        hidden_size = config.encoder_config.hidden_size
+        self.mean_head = nn.Linear(hidden_size, config.embedding_size)
+        self.logvar_head = nn.Linear(hidden_size, config.embedding_size)
+        self._tokenizer = None
+        self.post_init()
+
+    @staticmethod
+    def _build_encoder(encoder_config) -> PreTrainedModel:
+        return AutoModel.from_config(encoder_config, **_encoder_init_kwargs(encoder_config))
+
+    @classmethod
+    def from_backbone(cls, name_or_path: str, *, encoder_kwargs: dict | None = None, **config_kwargs) -> GaussCSEModel:
+        """Start a GaussCSE model from a pre-trained encoder (Hub id or local folder); heads are fresh.
+
+        Args:
+            name_or_path: anything ``AutoModel.from_pretrained`` loads (BERT, RoBERTa, MiniLM, DeBERTa, ...).
+            encoder_kwargs: extra keyword arguments for ``AutoModel.from_pretrained`` (``revision``, ``dtype``, ...).
+            **config_kwargs: [`GaussCSEConfig`] fields (``pooling``, ``similarity_reduction``, ...).
+        """
+        encoder_config = AutoConfig.from_pretrained(name_or_path, **(encoder_kwargs or {}))
+        encoder = AutoModel.from_pretrained(
+            name_or_path, **_encoder_init_kwargs(encoder_config), **(encoder_kwargs or {})
+        )
+        # The config would otherwise reset the encoder's attention implementation (sdpa, ...) to unset.
+        config_kwargs.setdefault("attn_implementation", encoder.config._attn_implementation)
+        model = cls(GaussCSEConfig(encoder_config=encoder.config, **config_kwargs), encoder=encoder)
+        model.name_or_path = str(name_or_path)  # encode() finds the encoder's tokenizer here
+        return model
+
+    def pool(self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """v = h[:, 0] (``cls``) or the attention-masked mean of h over tokens (``mean``): [`pool_tokens`]."""
+        return pool_tokens(last_hidden_state, attention_mask, self.config.pooling)
+
+    def pool_packed(self, last_hidden_state: torch.Tensor, sentence_index: torch.Tensor) -> torch.Tensor:
+        """Pool packed rows: v_s = the first token of sentence s (``cls``) or the mean of its tokens (``mean``).
+
+        ``sentence_index`` ``(R, L)``: the sentence of each token, −1 for padding; sentences are contiguous runs.
+        Returns ``(S, hidden)`` with S = max index + 1.
+        """
+        index = sentence_index.flatten()
+        tokens = last_hidden_state.flatten(0, 1)
+        present = index >= 0
+        num_sentences = int(index.max()) + 1 if bool(present.any()) else 0
+        if self.config.pooling == "cls":
+            starts = present & torch.cat([present.new_ones(1), index[1:] != index[:-1]])
+            pooled = tokens.new_zeros(num_sentences, tokens.shape[-1])
+            return pooled.index_copy(0, index[starts], tokens[starts])
+        sums = tokens.new_zeros(num_sentences, tokens.shape[-1]).index_add(0, index[present], tokens[present])
+        counts = torch.bincount(index[present], minlength=num_sentences).clamp_min(1)
+        return sums / counts[:, None].to(sums.dtype)
+
+    def gaussian_heads(self, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pooled vectors v → (μ, log σ²): μ = tanh(W_μ v + b_μ) (``mean_activation="tanh"``, else no tanh),
+        log σ² = W_σ v + b_σ clamped to [``logvar_min``, ``logvar_max``]."""
+        mu = self.mean_head(pooled)
+        if self.config.mean_activation == "tanh":
+            mu = torch.tanh(mu)
+        logvar = self.logvar_head(pooled).clamp(self.config.logvar_min, self.config.logvar_max)
+        return mu, logvar
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        sentence_index: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> GaussCSEOutput | tuple:
+        """Encode a batch. Padded input: one sentence per row, ``attention_mask`` ``(B, L)``.
+
+        Packed input (several sentences per row, as ``training.data.TripletCollator(pack=True)`` builds it):
+        ``attention_mask`` is a block-diagonal ``(R, 1, L, L)`` bool mask, ``position_ids`` restart at each
+        sentence, and ``sentence_index`` ``(R, L)`` gives each token's sentence (−1 for padding); ``mu``/``logvar``
+        then have one row per sentence, in sentence-index order.
+        """
+        encoder_inputs = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids,
+            "position_ids": position_ids,
+            "inputs_embeds": inputs_embeds,
+            "output_hidden_states": output_hidden_states,
+            "output_attentions": output_attentions,
+        }
+        encoder_inputs = {name: value for name, value in encoder_inputs.items() if value is not None}
+        encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
+        if sentence_index is None:
+            pooled = self.pool(encoder_output.last_hidden_state, attention_mask)
+        else:
+            pooled = self.pool_packed(encoder_output.last_hidden_state, sentence_index)
+        mu, logvar = self.gaussian_heads(pooled)
+        output = GaussCSEOutput(
+            mu=mu,
+            logvar=logvar,
+            pooled_output=pooled,
+            last_hidden_state=encoder_output.last_hidden_state,
+            hidden_states=encoder_output.get("hidden_states"),
+            attentions=encoder_output.get("attentions"),
+        )
+        use_return_dict = return_dict if return_dict is not None else self.config.return_dict
+        return output if use_return_dict else output.to_tuple()
+
+    # ----------------------------------------------------------------------------------------------- user API
+
+    def get_tokenizer(self, tokenizer=None):
+        """The tokenizer to use: ``tokenizer`` if given, else the one saved in the model's own folder / Hub repo."""
+        if tokenizer is not None:
+            self._tokenizer = tokenizer
+        if self._tokenizer is None:
+            if not self.name_or_path:
+                raise ValueError("This model has no folder to load a tokenizer from: pass tokenizer=... to encode()")
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(self.name_or_path)
+            except (OSError, ValueError) as error:
+                raise ValueError(
+                    f"No tokenizer found at {self.name_or_path!r}: pass tokenizer=... to encode()"
+                ) from error
+        return self._tokenizer
+
+    @torch.inference_mode()
+    def encode(
+        self,
+        sentences: str | Sequence[str],
+        batch_size: int = 32,
+        tokenizer=None,
+        device: str | torch.device | None = None,
+        show_progress_bar: bool = False,
+        max_length: int | None = None,
+    ) -> GaussianEmbeddings:
+        """Encode sentences into Gaussians N(μ, diag σ²), returned as float32 CPU tensors in input order.
+
+        Sentences are sorted by token count internally so each batch pads little, then returned in input order.
+
+        Args:
+            sentences: a string or a list of strings. A single string gives 1-D ``mu``/``logvar``.
+            batch_size: sentences per forward pass.
+            tokenizer: defaults to the tokenizer saved with the model.
+            device: where to run (the model is moved there); defaults to the model's device.
+            show_progress_bar: show a tqdm bar over batches.
+            max_length: truncation length in tokens; defaults to (and is capped at) the encoder's limit
+                ([`resolve_max_length`]).
+        """
+        single = isinstance(sentences, str)
+        sentences = _check_sentences("sentences", [sentences] if single else sentences)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+        if device is not None:
+            self.to(device)
+        tokenizer = self.get_tokenizer(tokenizer)
+        max_length = resolve_max_length(tokenizer, self.config.encoder_config, max_length)
+        was_training = self.training
+        self.eval()
+        # Tokenize once, then batch by token count (longest first) so each batch pads as little as possible.
+        token_ids = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
+        order = sorted(range(len(sentences)), key=lambda index: -len(token_ids[index]))
+        mu = torch.empty(len(sentences), self.config.embedding_size)
+        logvar = torch.empty_like(mu)
+        for start in tqdm(
+            range(0, len(order), batch_size), desc="Encoding", disable=not show_progress_bar, leave=False
+        ):
+            batch_indices = order[start : start + batch_size]
+            features = tokenizer(
+                [sentences[index] for index in batch_indices],
+                padding=True,
+                truncation=True,
+                max_length=max_length,
+                return_tensors="pt",
+            ).to(self.device)
+            output = self(**features)
+            mu[batch_indices] = output.mu.float().cpu()
+            logvar[batch_indices] = output.logvar.float().cpu()
+        self.train(was_training)
+        embeddings = GaussianEmbeddings(mu[0], logvar[0]) if single else GaussianEmbeddings(mu, logvar)
+        return embeddings.check("encode(sentences)")
+
+    def _as_embeddings(self, argument: str, value: GaussianEmbeddings | Sequence[str]) -> GaussianEmbeddings:
+        if isinstance(value, GaussianEmbeddings):
+            embeddings = value
+        else:
+            embeddings = self.encode(_check_sentences(argument, value))
+        if embeddings.mu.ndim == 1:
+            embeddings = GaussianEmbeddings(embeddings.mu[None], embeddings.logvar[None])
+        return embeddings.check(argument)
+
+    def _check_pair(
+        self, a: GaussianEmbeddings | Sequence[str], b: GaussianEmbeddings | Sequence[str], names: tuple[str, str]
+    ) -> tuple[GaussianEmbeddings, GaussianEmbeddings]:
+        a, b = self._as_embeddings(names[0], a), self._as_embeddings(names[1], b)
+        if a.dim != b.dim:
+            raise ValueError(f"{names[0]} and {names[1]} have different dimensions: {a.dim} and {b.dim}")
+        return a, b
+
+    def similarity(self, a: GaussianEmbeddings | Sequence[str], b: GaussianEmbeddings | Sequence[str]) -> torch.Tensor:
+        """Pairwise matrix S_ij = sim(a_i‖b_j) = 1/(1 + KL(N_{a_i}‖N_{b_j})), shape ``(len(a), len(b))``.
+
+        Uses ``config.similarity_reduction``. ``a``, ``b``: [`GaussianEmbeddings`] or lists of sentences.
+        """
+        a, b = self._check_pair(a, b, ("a", "b"))
+        return similarity_matrix(a.mu, a.logvar, b.mu, b.logvar, reduction=self.config.similarity_reduction)
+
+    def similarity_pairwise(
+        self, a: GaussianEmbeddings | Sequence[str], b: GaussianEmbeddings | Sequence[str]
+    ) -> torch.Tensor:
+        """Row-wise sim(a_i‖b_i), shape ``(N,)``; ``a`` and ``b`` must have the same length."""
+        a, b = self._check_pair(a, b, ("a", "b"))
+        if len(a) != len(b):
+            raise ValueError(f"a and b must have the same length for row-wise similarity, got {len(a)} and {len(b)}")
+        return similarity(a.mu, a.logvar, b.mu, b.logvar, reduction=self.config.similarity_reduction)
+
+    def entailment_score(
+        self, premises: GaussianEmbeddings | Sequence[str], hypotheses: GaussianEmbeddings | Sequence[str]
+    ) -> torch.Tensor:
+        """Score that premise_i entails hypothesis_i: sim(hyp_i‖pre_i), shape ``(N,)``."""
+        premises, hypotheses = self._check_pair(premises, hypotheses, ("premises", "hypotheses"))
+        if len(premises) != len(hypotheses):
+            raise ValueError(
+                f"premises and hypotheses must have the same length, got {len(premises)} and {len(hypotheses)}"
+            )
+        return self.similarity_pairwise(hypotheses, premises)
+
+    def entailment_direction(
+        self, a: GaussianEmbeddings | Sequence[str], b: GaussianEmbeddings | Sequence[str]
+    ) -> EntailmentDirection:
+        """For each pair, does a_i entail b_i rather than b_i entail a_i? Both rules of the paper (§3.2)."""
+        a, b = self._check_pair(a, b, ("a", "b"))
+        sim_ba = self.entailment_score(a, b)
+        sim_ab = self.entailment_score(b, a)
+        return EntailmentDirection(
+            by_similarity=sim_ba > sim_ab,
+            by_variance=a.generality > b.generality,
+            sim_ba=sim_ba,
+            sim_ab=sim_ab,
+        )
+
+
+GaussCSEConfig.register_for_auto_class()
+GaussCSEModel.register_for_auto_class("AutoModel")
+AutoConfig.register(GaussCSEConfig.model_type, GaussCSEConfig, exist_ok=True)
+AutoModel.register(GaussCSEConfig, GaussCSEModel, exist_ok=True)
+
+__all__ = [
+    "TOKEN_POOLINGS",
+    "EntailmentDirection",
+    "GaussCSEModel",
+    "GaussCSEOutput",
+    "GaussCSEPreTrainedModel",
+    "pool_tokens",
+    "position_offset",
+    "resolve_max_length",
+]

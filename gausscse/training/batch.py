@@ -1,0 +1,228 @@
+"""One contrastive batch, in one place: the ``2N + K`` layout of its single forward pass, padding or packing (with
+the position offset taken from the encoder's config), the collator, and the split of the forward pass's Gaussians
+back into premises / entailments / contradictions for the loss.
+
+The examples arrive tokenised (``gausscse.data.tokenize.tokenize_examples``); the collator only pads or packs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import torch
+
+from gausscse.data.sources import EXAMPLE_COLUMNS
+from gausscse.data.tokenize import text_id
+from gausscse.model.gaussian import GaussianEmbeddings
+from gausscse.model.modeling_gausscse import position_offset
+
+from .losses import NLIBatchEmbeddings
+
+Item = TypeVar("Item")  # a sentence as text or as token ids
+PACKABLE_ENCODERS = ("bert", "roberta", "xlm-roberta")
+
+
+@dataclass
+class BatchLayout(Generic[Item]):
+    """The ``2N + K`` sentences of one forward pass and how the loss finds its parts.
+
+    Attributes:
+        sentences: the N premises, the N entailment hypotheses, then the K present contradiction hypotheses.
+        contradiction_index: ``(N,)`` row of example i's contradiction among ``sentences``, or −1.
+        text_ids: ``(N, 3)`` [`gausscse.data.tokenize.text_id`] of (premise, entailment, contradiction); −1 where
+            missing.
+    """
+
+    sentences: list[Item]
+    contradiction_index: torch.Tensor
+    text_ids: torch.Tensor
+
+
+def batch_layout(
+    premises: Sequence[Item],
+    entailments: Sequence[Item],
+    contradictions: Sequence[Item | None],
+    text_ids: torch.Tensor,
+) -> BatchLayout[Item]:
+    """Lay N examples out for one forward pass: premises, entailment hypotheses, then the present contradictions
+    (``None`` = missing; its text id must be −1)."""
+    size = len(premises)
+    present = [contradiction is not None for contradiction in contradictions]
+    contradiction_index = torch.full((size,), -1, dtype=torch.long)
+    contradiction_index[torch.tensor(present, dtype=torch.bool)] = torch.arange(sum(present)) + 2 * size
+    sentences = [*premises, *entailments, *(item for item in contradictions if item is not None)]
+    return BatchLayout(sentences, contradiction_index, text_ids.reshape(size, len(EXAMPLE_COLUMNS)))
+
+
+def text_batch_layout(examples: Sequence[dict[str, str | None]], with_contradictions: bool = True) -> BatchLayout[str]:
+    """[`batch_layout`] of examples given as texts (``premise``, ``entailment``, ``contradiction`` or ``None``);
+    ``with_contradictions=False`` drops every contradiction."""
+    contradictions = [example["contradiction"] if with_contradictions else None for example in examples]
+    columns = [[example["premise"] for example in examples], [example["entailment"] for example in examples]]
+    text_ids = torch.tensor(
+        [
+            [text_id(premise), text_id(entailment), text_id(contradiction) if contradiction is not None else -1]
+            for premise, entailment, contradiction in zip(*columns, contradictions, strict=True)
+        ],
+        dtype=torch.long,
+    )
+    return batch_layout(*columns, contradictions, text_ids)
+
+
+def split_batch_embeddings(
+    mu: torch.Tensor, logvar: torch.Tensor, contradiction_index: torch.Tensor, text_ids: torch.Tensor | None = None
+) -> NLIBatchEmbeddings:
+    """Split the ``2N + K`` rows of one forward pass (premises, entailment hypotheses, present contradictions) into
+    an [`NLIBatchEmbeddings`]; ``contradiction_index`` (``(N,)``, −1 = none) is the collator's."""
+    size = contradiction_index.shape[0]
+    present = contradiction_index >= 0
+    rows = contradiction_index.clamp_min(0)  # placeholder row for a missing contradiction: masked out of V_C
+    return NLIBatchEmbeddings(
+        premise=GaussianEmbeddings(mu[:size], logvar[:size]),
+        entailment=GaussianEmbeddings(mu[size : 2 * size], logvar[size : 2 * size]),
+        contradiction=GaussianEmbeddings(mu[rows], logvar[rows]),
+        contradiction_mask=present,
+        text_ids=text_ids,
+    )
+
+
+def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position_offset: int = 0) -> dict:
+    """Pack tokenized sentences into rows of ``row_length`` tokens (first-fit decreasing), for one forward pass
+    with far less padding than one sentence per row.
+
+    Returns ``input_ids`` ``(R, row_length)`` (0 = padding), ``token_type_ids`` (zeros), ``position_ids``
+    (``position_offset + 0, 1, ...`` restarting at each sentence; RoBERTa-style models need
+    ``pad_token_id + 1``, see [`packing_position_offset`]), a block-diagonal ``attention_mask``
+    ``(R, 1, row_length, row_length)`` (a token sees only its own sentence; a padding token sees only itself, so no
+    attention row is empty) and ``sentence_index`` ``(R, row_length)`` (−1 = padding) for
+    [`GaussCSEModel.pool_packed`].
+    """
+    too_long = [index for index, ids in enumerate(token_ids) if len(ids) > row_length]
+    if too_long:
+        raise ValueError(
+            f"pack_length={row_length} is shorter than sentence {too_long[0]} ({len(token_ids[too_long[0]])}"
+            " tokens): use a pack_length of at least max_seq_length"
+        )
+    rows: list[list[int]] = []  # sentence indices per row
+    free: list[int] = []
+    for index in sorted(range(len(token_ids)), key=lambda index: -len(token_ids[index])):
+        row = next((row for row, space in enumerate(free) if space >= len(token_ids[index])), None)
+        if row is None:
+            rows.append([])
+            free.append(row_length)
+            row = len(rows) - 1
+        rows[row].append(index)
+        free[row] -= len(token_ids[index])
+    shape = (len(rows), row_length)
+    input_ids = torch.zeros(shape, dtype=torch.long)
+    position_ids = torch.zeros(shape, dtype=torch.long)
+    sentence_index = torch.full(shape, -1, dtype=torch.long)
+    for row, members in enumerate(rows):
+        start = 0
+        for index in members:
+            length = len(token_ids[index])
+            input_ids[row, start : start + length] = torch.as_tensor(token_ids[index])
+            position_ids[row, start : start + length] = torch.arange(length) + position_offset
+            sentence_index[row, start : start + length] = index
+            start += length
+    same_sentence = sentence_index[:, :, None] == sentence_index[:, None, :]
+    padding = sentence_index < 0
+    attention_mask = (same_sentence & ~padding[:, :, None]) | torch.eye(row_length, dtype=torch.bool)[None]
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": torch.zeros_like(input_ids),
+        "position_ids": position_ids,
+        "attention_mask": attention_mask[:, None],
+        "sentence_index": sentence_index,
+    }
+
+
+def pad_sentences(token_ids: Sequence[Sequence[int]], pad_token_id: int, token_type_ids: bool) -> dict:
+    """Right-pad tokenized sentences to the longest: ``input_ids``, ``attention_mask`` (and zero
+    ``token_type_ids`` when the model takes them), as the tokenizer's ``padding=True`` gives them."""
+    width = max(len(ids) for ids in token_ids)
+    input_ids = torch.full((len(token_ids), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(token_ids), width), dtype=torch.long)
+    for row, ids in enumerate(token_ids):
+        input_ids[row, : len(ids)] = torch.as_tensor(ids)
+        attention_mask[row, : len(ids)] = 1
+    features = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if token_type_ids:
+        features["token_type_ids"] = torch.zeros_like(input_ids)
+    return features
+
+
+def packing_position_offset(encoder_config: Any) -> int:
+    """The first position id of a packed sentence: 0 for BERT, ``pad_token_id + 1`` for RoBERTa-style encoders
+    (``encoder_config``: the backbone's config, ``GaussCSEConfig.encoder_config``)."""
+    if encoder_config.model_type not in PACKABLE_ENCODERS:
+        raise ValueError(
+            f"--pack_sequences supports encoders with absolute position ids {PACKABLE_ENCODERS}, "
+            f"not {encoder_config.model_type!r}; drop the flag"
+        )
+    return position_offset(encoder_config)
+
+
+@dataclass
+class TripletCollator:
+    """Collate tokenised examples (columns of ``training.data.tokenize_batch``) into one forward pass over all their
+    sentences: the premises, the entailment hypotheses, then the present contradiction hypotheses (``2N + K``).
+
+    Returns the model inputs plus ``contradiction_index`` (``(N,)``, the row of example i's contradiction among the
+    ``2N + K`` sentences, or −1) and ``text_ids`` (``(N, 3)``, see [`gausscse.data.tokenize.text_id`]; −1 where
+    missing).
+    ``with_contradictions=False`` (losses without V_C: ``ent``, ``ent+rev``) leaves the contradictions out (K = 0).
+    ``pack=True`` packs the sentences several to a row (see [`pack_sentences`]; rows of ``pack_length`` tokens,
+    ``position_offset`` from [`packing_position_offset`]): the same forward pass over far fewer padding tokens.
+    Build it for a tokenizer with [`TripletCollator.for_tokenizer`].
+    """
+
+    pad_token_id: int = 0
+    token_type_ids: bool = True
+    with_contradictions: bool = True
+    pack: bool = False
+    pack_length: int = 64
+    position_offset: int = 0
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Any, **kwargs: Any) -> TripletCollator:
+        """A collator with the tokenizer's padding id and input names."""
+        return cls(
+            pad_token_id=tokenizer.pad_token_id or 0,
+            token_type_ids="token_type_ids" in tokenizer.model_input_names,
+            **kwargs,
+        )
+
+    def __call__(self, examples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        text_ids = torch.tensor([example["text_ids"] for example in examples], dtype=torch.long)
+        contradictions = [example["contradiction_input_ids"] or None for example in examples]
+        if not self.with_contradictions:
+            contradictions = [None] * len(examples)
+            text_ids[:, 2] = -1
+        layout = batch_layout(
+            [example["premise_input_ids"] for example in examples],
+            [example["entailment_input_ids"] for example in examples],
+            contradictions,
+            text_ids,
+        )
+        if self.pack:
+            features = pack_sentences(layout.sentences, self.pack_length, self.position_offset)
+        else:
+            features = pad_sentences(layout.sentences, self.pad_token_id, self.token_type_ids)
+        features["contradiction_index"] = layout.contradiction_index
+        features["text_ids"] = layout.text_ids
+        return features
+
+
+__all__ = [
+    "PACKABLE_ENCODERS",
+    "BatchLayout",
+    "TripletCollator",
+    "batch_layout",
+    "pack_sentences",
+    "packing_position_offset",
+    "pad_sentences",
+    "text_batch_layout",
+]

@@ -1,0 +1,97 @@
+"""Pick the faster training precision on this machine: bf16 autocast or fp32.
+
+A GPU with bf16 uses it. A CPU without native bf16 (no AVX512-BF16 / AMX) emulates it several times slower: fp32.
+A CPU with native bf16 is measured rather than assumed: a few training steps of the model in each precision, the
+faster wins (the KL and the loss stay fp32 either way).
+
+    python -m gausscse.training.precision MODEL_PATH   # prints "bf16" or "fp32"; the timings go to stderr
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+PROBE_SENTENCES = [
+    "A man in a blue shirt is playing a guitar on a small stage in front of a crowd.",
+    "Two dogs run through a snowy field.",
+    "A woman slices vegetables in a kitchen while talking on the phone.",
+    "Children are playing outside.",
+]
+
+
+def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU flags list AVX512-BF16 or AMX-BF16 (Linux; ``False`` where ``cpuinfo`` is unreadable)."""
+    try:
+        flags = cpuinfo.read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return False
+    return any(flag in flags for flag in CPU_BF16_FLAGS)
+
+
+def seconds_per_step(step: Callable[[], None], repeats: int) -> float:
+    """The median wall-clock seconds of ``step()`` over ``repeats`` calls, after one warm-up call."""
+    step()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
+
+
+def training_step_seconds(model_path: str | Path, bf16: bool, batch_size: int = 96, repeats: int = 3) -> float:
+    """Seconds of one forward + backward pass of the GaussCSE model on ``model_path`` over ``batch_size`` sentences
+    (CPU, bf16 autocast or fp32)."""
+    from transformers import AutoTokenizer
+
+    from gausscse import GaussCSEModel
+
+    torch.manual_seed(0)
+    model = GaussCSEModel.from_backbone(str(model_path)).train()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    sentences = (PROBE_SENTENCES * batch_size)[:batch_size]
+    inputs = tokenizer(sentences, padding=True, truncation=True, max_length=32, return_tensors="pt")
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext():
+            outputs = model(**inputs)
+        (outputs.mu.float().square().mean() + outputs.logvar.float().mean()).backward()
+        model.zero_grad(set_to_none=True)
+
+    return seconds_per_step(step, repeats)
+
+
+def pick_precision(model_path: str | Path, log: Callable[[str], None] = lambda _: None) -> str:
+    """``"bf16"`` or ``"fp32"``, whichever trains faster here (see the module docstring)."""
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if not cpu_has_native_bf16():
+        log("precision: the CPU has no AVX512-BF16/AMX (bf16 would be emulated): fp32")
+        return "fp32"
+    fp32 = training_step_seconds(model_path, bf16=False)
+    bf16 = training_step_seconds(model_path, bf16=True)
+    choice = "bf16" if bf16 < fp32 else "fp32"
+    log(f"precision: training step fp32 {fp32:.3f} s, bf16 {bf16:.3f} s ({fp32 / bf16:.2f}x): {choice}")
+    return choice
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model_path", help="the backbone (or GaussCSE) folder to time")
+    args = parser.parse_args(argv)
+    print(pick_precision(args.model_path, log=lambda message: print(message, file=sys.stderr)))
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["cpu_has_native_bf16", "pick_precision", "seconds_per_step", "training_step_seconds"]
