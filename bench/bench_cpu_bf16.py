@@ -25,7 +25,7 @@ from transformers import AutoTokenizer
 from bench.common import json_payload
 from gausscse import GaussCSEModel
 from gausscse.data.registry import load_split
-from gausscse.evaluation.report import write_json
+from gausscse.io import write_json
 from gausscse.training.precision import cpu_has_native_bf16
 
 

@@ -28,7 +28,7 @@ from gausscse import GaussCSEModel
 from gausscse.data.registry import load_split
 from gausscse.data.sources import build_examples, load_file_source
 from gausscse.data.tokenize import tokenize_examples
-from gausscse.evaluation.report import write_json
+from gausscse.io import write_json
 
 FULL_SNLI_MNLI_ROWS = 549_367 + 392_702  # gold-labelled rows of SNLI 1.0 train + MultiNLI 1.0 train
 

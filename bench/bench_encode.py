@@ -26,7 +26,7 @@ from sentence_transformers import SentenceTransformer
 from bench.common import ResidentPeak, json_payload, run_worker
 from gausscse import GaussCSEModel
 from gausscse.data.registry import load_split
-from gausscse.evaluation.report import write_json
+from gausscse.io import write_json
 
 
 def real_sentences(count: int, data_dir: str | None) -> list[str]:

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch.distributions import Normal, kl_divergence
 
-from gausscse.evaluation.report import write_json
+from gausscse.io import write_json
 from gausscse.model.gaussian import similarity_matrix
 
 VARIANTS = ("ours_sum", "ours_mean_dim", "reference")

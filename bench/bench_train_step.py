@@ -34,7 +34,7 @@ from bench.common import ResidentPeak, json_payload, run_worker
 from gausscse import GaussCSEModel
 from gausscse.data.sources import EXAMPLE_COLUMNS, load_training_examples
 from gausscse.data.tokenize import tokenize_batch
-from gausscse.evaluation.report import write_json
+from gausscse.io import write_json
 from gausscse.training.batch import TripletCollator, split_batch_embeddings
 from gausscse.training.losses import GaussCSELoss
 

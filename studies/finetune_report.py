@@ -14,7 +14,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from gausscse.evaluation.report import write_atomic
+from gausscse.io import write_atomic
 
 TEST_SETS = (("snli", "SNLI"), ("mnli_mismatched", "MNLI (mm)"), ("sick", "SICK"))
 PAPER = {  # Yoda et al. (EACL 2024), BERT-base, Tables 1-2

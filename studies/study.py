@@ -24,7 +24,6 @@ import itertools
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,8 +39,8 @@ from gausscse.evaluation.encoders import (
 )
 from gausscse.evaluation.fast import dev_metrics
 from gausscse.evaluation.plots import FIGURE1_SENTENCES, plot_gaussians_2d, plot_generality_gap, plot_pr_curves
-from gausscse.evaluation.report import write_json
 from gausscse.evaluation.suite import TaskData, aggregate_seeds, run_encoder, significance
+from gausscse.io import atomic_path, write_json
 from gausscse.training.heads_only import HeadsOnlyArguments, sentences_of, train_heads
 from gausscse.training.losses import GAUSSCSE_VARIANTS
 
@@ -73,11 +72,8 @@ def cached_features(path: Path, backbone, tokenizer, sentences: list[str], max_l
         if saved["key"] == key:
             return BackboneFeatures(index=saved["index"], pooled=saved["pooled"], max_length=saved["max_length"])
     features = BackboneFeatures.compute(backbone, tokenizer, sentences, max_length=max_length, show_progress_bar=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(descriptor)
-    torch.save({"key": key, **vars(features)}, temporary)
-    os.replace(temporary, path)
+    with atomic_path(path) as temporary:
+        torch.save({"key": key, **vars(features)}, temporary)
     return features
 
 

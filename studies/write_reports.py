@@ -23,9 +23,9 @@ from gausscse.evaluation.report import (
     nli_section,
     significance_section,
     sts_section,
-    write_atomic,
 )
 from gausscse.evaluation.suite import ModelRun
+from gausscse.io import write_atomic
 from gausscse.training.arguments import GaussCSETrainingArguments, ModelArguments
 
 REBUILD = "bash studies/run_study.sh"

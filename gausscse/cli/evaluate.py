@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from gausscse.data.features import DEFAULT_BATCH_SIZE
 from gausscse.evaluation.encoders import load_encoder
 from gausscse.evaluation.plots import plot_gaussians_2d, plot_generality_gap, plot_pr_curves
-from gausscse.evaluation.report import Entry, markdown_report, write_atomic, write_json
+from gausscse.evaluation.report import Entry, markdown_report
 from gausscse.evaluation.suite import (
     TASKS,
     TaskData,
@@ -34,6 +34,7 @@ from gausscse.evaluation.suite import (
     significance,
     significance_against_length,
 )
+from gausscse.io import write_atomic, write_json
 
 
 def build_parser() -> argparse.ArgumentParser:

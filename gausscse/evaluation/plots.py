@@ -1,12 +1,10 @@
 """PNG figures (matplotlib, Agg backend): PR curves, the generality gap, and a 2-D picture of Gaussians.
 
-Every function writes one PNG atomically (temporary file + ``os.replace``) and returns its path.
+Every function writes one PNG atomically (``gausscse.io.atomic_path``) and returns its path.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +15,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.patches import Ellipse
+
+from gausscse.io import atomic_path
 
 from .encoders import SentenceEncoder
 from .metrics import precision_recall_sweep
@@ -35,15 +35,11 @@ FIGURE1_SENTENCES = (
 
 
 def _save(figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(descriptor)
     try:
-        figure.savefig(temporary, dpi=120, bbox_inches="tight")
-        os.replace(temporary, path)
+        with atomic_path(path) as temporary:
+            figure.savefig(temporary, format="png", dpi=120, bbox_inches="tight")
     finally:
         plt.close(figure)
-        Path(temporary).unlink(missing_ok=True)
     return path
 
 

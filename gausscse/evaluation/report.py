@@ -1,16 +1,12 @@
 """Results as JSON and as a Markdown report that puts the paper's published numbers beside the measured ones.
 
-Files are written atomically: to a temporary file in the same folder, then ``os.replace``.
+Files are written atomically (``gausscse.io``).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from . import metrics
 from .suite import ModelRun, flatten
@@ -37,35 +33,6 @@ STS_COLUMNS = {
     "sickr": "SICK-R",
     "avg": "Avg.",
 }
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def write_json(path: str | Path, payload: dict) -> None:
-    """Write ``payload`` as indented JSON, atomically (``NaN`` becomes ``null``)."""
-    write_atomic(path, json.dumps(_json_safe(payload), indent=2, sort_keys=False) + "\n")
-
-
-def _json_safe(value):
-    if isinstance(value, dict):
-        return {str(key): _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    if isinstance(value, float) and value != value:
-        return None
-    return value
 
 
 @dataclass

@@ -38,7 +38,7 @@ def check_reduction(reduction: str) -> str:
     return reduction
 
 
-def _as_float(tensor: torch.Tensor) -> torch.Tensor:
+def as_float32(tensor: torch.Tensor) -> torch.Tensor:
     """Upcast half precision to float32 (float64 stays float64)."""
     return tensor if tensor.dtype == torch.float64 else tensor.float()
 
@@ -51,7 +51,7 @@ def kl_per_dim(mu_a: torch.Tensor, logvar_a: torch.Tensor, mu_b: torch.Tensor, l
     Inputs broadcast against each other; the result is float32 (float64 for float64 input).
     """
     with torch.autocast(device_type=mu_a.device.type, enabled=False):
-        mu_a, logvar_a, mu_b, logvar_b = map(_as_float, (mu_a, logvar_a, mu_b, logvar_b))
+        mu_a, logvar_a, mu_b, logvar_b = map(as_float32, (mu_a, logvar_a, mu_b, logvar_b))
         inv_var_b = torch.exp(-logvar_b)
         return 0.5 * (logvar_b - logvar_a + (torch.exp(logvar_a) + (mu_a - mu_b) ** 2) * inv_var_b - 1.0)
 
@@ -101,7 +101,7 @@ def kl_divergence_matrix(
     ``mu_a, logvar_a``: ``(N, d)``; ``mu_b, logvar_b``: ``(M, d)``.
     """
     with torch.autocast(device_type=mu_a.device.type, enabled=False):
-        mu_a, logvar_a, mu_b, logvar_b = map(_as_float, (mu_a, logvar_a, mu_b, logvar_b))
+        mu_a, logvar_a, mu_b, logvar_b = map(as_float32, (mu_a, logvar_a, mu_b, logvar_b))
         inv_var_b = torch.exp(-logvar_b)
         second_moment_a = torch.exp(logvar_a) + mu_a**2
         row_terms = -logvar_a.sum(dim=-1)  # (N,)
@@ -140,7 +140,7 @@ def similarity_matrix(
         for start in range(0, mu_a.shape[0], rows_per_chunk)
     ]
     if not chunks:
-        return mu_a.new_zeros((0, mu_b.shape[0]), dtype=_as_float(mu_a).dtype)
+        return mu_a.new_zeros((0, mu_b.shape[0]), dtype=as_float32(mu_a).dtype)
     return torch.cat(chunks, dim=0)
 
 

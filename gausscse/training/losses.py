@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gausscse.model.gaussian import GaussianEmbeddings, check_reduction, similarity_matrix
+from gausscse.model.gaussian import GaussianEmbeddings, as_float32, check_reduction, similarity_matrix
 
 from .distributed import gather_with_grad
 
@@ -151,15 +151,10 @@ def masked_cross_entropy(logits: list[torch.Tensor], masks: list[torch.Tensor], 
     ``logits``/``masks``: blocks of shape ``(R, C_k)`` concatenated along columns; computed in fp32 (fp64 stays
     fp64). Each row must keep its target (then its log-sum-exp, the loss and the gradient stay finite).
     """
-    scores = _upcast(torch.cat(logits, dim=1))
+    scores = as_float32(torch.cat(logits, dim=1))
     keep = torch.cat(masks, dim=1)
     scores = scores.masked_fill(~keep, float("-inf"))
     return F.cross_entropy(scores, targets)
-
-
-def _upcast(tensor: torch.Tensor) -> torch.Tensor:
-    """fp16/bf16/fp32 → fp32; fp64 stays fp64."""
-    return tensor if tensor.dtype == torch.float64 else tensor.float()
 
 
 def _rows(embeddings: GaussianEmbeddings, offset: int, count: int) -> GaussianEmbeddings:
@@ -197,9 +192,9 @@ class SupervisedSimCSELoss(nn.Module):
         rows = len(batch)
         masks = denominator_masks(batch.text_ids, columns.text_ids, columns.contradiction_mask, offset)
         with torch.autocast(device_type=batch.premise.mu.device.type, enabled=False):
-            anchors = F.normalize(_upcast(batch.premise.mu), dim=-1)
-            positives = F.normalize(_upcast(columns.entailment.mu), dim=-1)
-            negatives = F.normalize(_upcast(columns.contradiction.mu), dim=-1)
+            anchors = F.normalize(as_float32(batch.premise.mu), dim=-1)
+            positives = F.normalize(as_float32(columns.entailment.mu), dim=-1)
+            negatives = F.normalize(as_float32(columns.contradiction.mu), dim=-1)
             logits = [anchors @ positives.T / self.temperature, anchors @ negatives.T / self.temperature]
             targets = torch.arange(rows, device=anchors.device) + offset
             return masked_cross_entropy(logits, [masks.entailment, masks.contradiction], targets)

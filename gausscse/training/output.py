@@ -14,6 +14,7 @@ from typing import Any
 from huggingface_hub import HfApi
 
 from gausscse import GaussCSEModel
+from gausscse.io import write_atomic
 
 from .lora import has_lora, merge_lora, save_adapter_model
 from .model_card import write_model_card
@@ -64,9 +65,7 @@ def save_model_folder(
     for name in sorted(written):
         os.replace(staging / name, model_dir / name)
     staging.rmdir()
-    temporary = manifest.with_name(f".{MANIFEST_FILE}.tmp")
-    temporary.write_text(json.dumps(sorted(written)), encoding="utf-8")
-    os.replace(temporary, manifest)
+    write_atomic(manifest, json.dumps(sorted(written)))
     return model_dir
 
 
