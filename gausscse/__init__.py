@@ -12,28 +12,5 @@ The package, by layer (each imports only the ones above it):
 Importing this package registers ``GaussCSEConfig``/``GaussCSEModel`` with ``AutoConfig``/``AutoModel``.
 """
 
-from .model import (
-    EntailmentDirection,
-    GaussCSEConfig,
-    GaussCSEModel,
-    GaussCSEOutput,
-    GaussianEmbeddings,
-    kl_divergence,
-    kl_divergence_matrix,
-    kl_per_dim,
-    similarity,
-    similarity_matrix,
-)
-
-__all__ = [
-    "EntailmentDirection",
-    "GaussCSEConfig",
-    "GaussCSEModel",
-    "GaussCSEOutput",
-    "GaussianEmbeddings",
-    "kl_divergence",
-    "kl_divergence_matrix",
-    "kl_per_dim",
-    "similarity",
-    "similarity_matrix",
-]
+from .model import *  # noqa: F403 — the public API is the model's
+from .model import __all__ as __all__

@@ -7,8 +7,11 @@ and an earlier file at the target is left as it was.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,9 +29,17 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     os.close(descriptor)
     try:
         yield Path(temporary)
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; a result file gets the usual permissions
         os.replace(temporary, path)
     finally:
         Path(temporary).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_atomic(path: str | Path, text: str) -> None:
@@ -53,4 +64,60 @@ def write_json(path: str | Path, payload: Any) -> None:
     write_atomic(path, json.dumps(json_safe(payload), indent=2, default=str) + "\n")
 
 
-__all__ = ["atomic_path", "json_safe", "write_atomic", "write_json"]
+RENAME_EXCHANGE = 2  # linux/fs.h
+AT_FDCWD = -100
+
+
+def exchange_paths(first: str | Path, second: str | Path) -> bool:
+    """Swap two existing paths in one atomic step (Linux ``renameat2(..., RENAME_EXCHANGE)``). Returns ``False``
+    where the system or file system cannot (no such call, or it refuses the flag); other failures raise ``OSError``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    done = renameat2(AT_FDCWD, os.fsencode(first), AT_FDCWD, os.fsencode(second), RENAME_EXCHANGE)
+    if done == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(first))
+
+
+def link_tree(source: Path, target: Path) -> None:
+    """Copy ``source`` (file or folder) to ``target`` as hard links (plain copies where links are refused)."""
+
+    def link_or_copy(from_path: str, to_path: str) -> None:
+        try:
+            os.link(from_path, to_path)
+        except OSError:
+            shutil.copy2(from_path, to_path)
+
+    if source.is_dir():
+        shutil.copytree(source, target, copy_function=link_or_copy, symlinks=True)
+    else:
+        link_or_copy(str(source), str(target))
+
+
+def replace_folder(new: Path, folder: Path) -> bool:
+    """Make ``new`` (a complete folder beside ``folder``) take ``folder``'s place in one atomic step, so that at any
+    moment ``folder`` is the whole old or the whole new content; the old content is deleted afterwards. Returns
+    ``False`` (and changes nothing) where the system cannot swap atomically."""
+    if not folder.exists():
+        os.replace(new, folder)
+        return True
+    if not exchange_paths(new, folder):
+        return False
+    shutil.rmtree(new)  # after the swap this path holds the old content
+    return True
+
+
+__all__ = [
+    "atomic_path",
+    "exchange_paths",
+    "json_safe",
+    "link_tree",
+    "replace_folder",
+    "write_atomic",
+    "write_json",
+]

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from gausscse import GaussCSEConfig
 from gausscse.evaluation import metrics
 from gausscse.evaluation.report import (
     NLI_COLUMNS,
@@ -26,7 +27,7 @@ from gausscse.evaluation.report import (
 )
 from gausscse.evaluation.suite import ModelRun
 from gausscse.io import write_atomic
-from gausscse.training.arguments import GaussCSETrainingArguments, ModelArguments
+from gausscse.training.arguments import GaussCSETrainingArguments
 
 REBUILD = "bash studies/run_study.sh"
 P_THRESHOLD = 0.05
@@ -302,7 +303,7 @@ def defaults_section(study: dict, finetune: dict[str, dict]) -> str:
     else:
         picked = max(heads_only, key=lambda reduction: heads_only[reduction][0])
         basis = "the heads-only study's dev AUPRC"
-    code_reduction = code_default(ModelArguments, "similarity_reduction")
+    code_reduction = GaussCSEConfig().similarity_reduction
     heads_lr = study["chosen"][f"ent+con+rev / {picked}"]["learning_rate"]
     code_head_lr = code_default(GaussCSETrainingArguments, "head_learning_rate")
     return "\n".join(
@@ -490,8 +491,8 @@ def encode_section(data: dict, path: str) -> tuple[str, str, list[str], list[lis
     title = f"## encode() vs. sentence-transformers ({data['device_name']}, {data['cpu_count']} cores)"
     text = (
         f"{data['sentences']} SNLI-test sentences, batch {data['batch_size']}, max length {data['max_length']}, "
-        f"{'bf16' if data['bf16'] else 'fp32'}, same all-MiniLM-L6-v2 weights. Ratio **{data['ratio']:.2f}×** "
-        f"(target ≥ 1.0×). `python -m bench.bench_encode --json {path}`."
+        f"{'bf16' if data['bf16'] else 'fp32'}, same all-MiniLM-L6-v2 weights. Ratio **{data['ratio']:.2f}×**. "
+        f"`python -m bench.bench_encode --json {path}`."
     )
     return title, text, ["encoder", "sentences / s", "peak extra memory"], rows
 
@@ -528,7 +529,7 @@ def data_scale_section(data: dict, path: str) -> tuple[str, str, list[str], list
     text = (
         f"{data['rows']:,} NLI rows → {data['examples']:,} examples ({data['complete_triplets']:,} complete "
         f"triplets), tokenised at max length {data['max_length']}. Peak resident memory above the loaded model: "
-        f"**{data['peak_extra_mib']:,.0f} MiB** (target ≤ 2,048 MiB). "
+        f"**{data['peak_extra_mib']:,.0f} MiB**. "
         f"`python -m bench.bench_data_scale --json {path}`."
     )
     return title, text, ["stage", "seconds"], rows

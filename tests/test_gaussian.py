@@ -96,7 +96,7 @@ def test_computes_in_float32_under_bf16_autocast_without_overflow():
     extreme_logvar[::2] = 10.0
     with torch.autocast("cpu", dtype=torch.bfloat16):
         matrix = similarity_matrix(
-            mu_a.bfloat16(), extreme_logvar.bfloat16(), mu_a.bfloat16(), extreme_logvar.flip(0).bfloat16()
+            mu_a.bfloat16(), extreme_logvar.bfloat16(), mu_a.bfloat16(), extreme_logvar.flip(0).bfloat16(), "sum"
         )
     assert matrix.dtype == torch.float32
     assert torch.isfinite(matrix).all()
@@ -111,7 +111,7 @@ def test_asymmetry_broader_gaussian_is_the_entailing_side():
         narrow_given_broad = similarity(mu + 0.1, narrow, mu, broad, reduction)
         broad_given_narrow = similarity(mu, broad, mu + 0.1, narrow, reduction)
         assert narrow_given_broad.item() > broad_given_narrow.item()
-    same_variance = similarity(mu + 0.1, broad, mu, broad), similarity(mu, broad, mu + 0.1, broad)
+    same_variance = similarity(mu + 0.1, broad, mu, broad, "sum"), similarity(mu, broad, mu + 0.1, broad, "sum")
     torch.testing.assert_close(*same_variance)
 
 

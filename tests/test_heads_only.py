@@ -18,6 +18,7 @@ from gausscse.data.sources import load_training_examples
 from gausscse.data.tokenize import tokenize_examples
 from gausscse.evaluation.encoders import (
     BackboneFeatures,
+    EncodedSentences,
     FeaturePointEncoder,
     FrozenBackboneEncoder,
     GaussianEncoder,
@@ -34,6 +35,9 @@ from gausscse.training.heads_only import (
     train_heads,
 )
 from gausscse.training.losses import GaussCSELoss
+
+from .helpers import heads_by_hand, reference_similarity
+from .test_evaluation_metrics import brute_force_best_threshold, brute_force_sweep_auprc
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,13 +96,14 @@ def test_cached_batch_and_loss_equal_the_trainer_path(model, features, examples)
     contradiction_index, text_ids = inputs.pop("contradiction_index"), inputs.pop("text_ids")
     with torch.no_grad():
         output = model(**inputs)
-        cached_loss = GaussCSELoss("ent+con+rev")(cached)
+        loss_fn = GaussCSELoss("ent+con+rev", temperature=0.05, reduction=model.config.similarity_reduction)
+        cached_loss = loss_fn(cached)
     reference = split_batch_embeddings(output.mu, output.logvar, contradiction_index, text_ids)
     for role in ("premise", "entailment", "contradiction"):
         torch.testing.assert_close(getattr(cached, role).mu, getattr(reference, role).mu, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(cached.contradiction_mask, reference.contradiction_mask)
     torch.testing.assert_close(cached.text_ids, reference.text_ids)
-    torch.testing.assert_close(cached_loss, GaussCSELoss("ent+con+rev")(reference), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cached_loss, loss_fn(reference), atol=1e-5, rtol=1e-5)
 
 
 def test_shuffled_batches_cover_every_example_each_epoch() -> None:
@@ -113,7 +118,7 @@ def test_shuffled_batches_cover_every_example_each_epoch() -> None:
 
 def test_train_heads_learns_keeps_the_backbone_and_restores_the_best_step(model, features, examples) -> None:
     backbone_before = {name: value.clone() for name, value in model.encoder.state_dict().items()}
-    loss_fn = GaussCSELoss("ent+con+rev", reduction=model.config.similarity_reduction)
+    loss_fn = GaussCSELoss("ent+con+rev", temperature=0.05, reduction=model.config.similarity_reduction)
 
     def whole_set_loss() -> float:
         with torch.no_grad():
@@ -156,13 +161,66 @@ def test_heads_only_arguments_and_metric_errors(model, features, examples) -> No
         train_heads(model, [], features, HeadsOnlyArguments())
 
 
-def test_dev_metrics_of_a_point_encoder_have_no_direction(model) -> None:
+def test_dev_metrics_equal_a_recomputation_by_hand(model) -> None:
+    """dev_metrics of the frozen-backbone Gaussian encoder and of the point encoder against scores recomputed from
+    the encoder one sentence at a time (heads by hand, KL from torch.distributions; cosine of mean-pooled vectors)
+    and metrics from the brute-force loops over the threshold grid of test_evaluation_metrics."""
     pairs = load_nli("snli_dev", *NLI_DEV, data_dir=default_data_dir(), max_examples=40)
     features = BackboneFeatures.compute(model.encoder, model.get_tokenizer(), pairs.sentences, max_length=32)
     gaussian = dev_metrics(FrozenBackboneEncoder(model, features).encode_unique(pairs.sentences), pairs)
     point = dev_metrics(FeaturePointEncoder(features).encode_unique(pairs.sentences), pairs)
     assert set(gaussian) - set(point) == {"snli_dev_direction_accuracy"}
-    assert 0.0 <= point["snli_dev_auprc"] <= 100.0
+
+    tokenizer, labels = model.get_tokenizer(), pairs.is_entailment
+    assert 0 < labels.sum() < len(labels)
+    raw_mu, logvar = heads_by_hand(model, tokenizer, pairs.sentences, max_length=32)
+    mu, pre, hyp = torch.tanh(raw_mu), slice(0, len(pairs)), slice(len(pairs), None)
+    reduction = model.config.similarity_reduction
+    hyp_given_pre = reference_similarity(mu[hyp], logvar[hyp], mu[pre], logvar[pre], reduction).diagonal().numpy()
+    pre_given_hyp = reference_similarity(mu[pre], logvar[pre], mu[hyp], logvar[hyp], reduction).diagonal().numpy()
+    with torch.no_grad():
+        mean_pooled = torch.stack(
+            [
+                model.encoder(**tokenizer(sentence, truncation=True, max_length=32, return_tensors="pt"))
+                .last_hidden_state[0]
+                .mean(0)
+                for sentence in pairs.sentences
+            ]
+        )
+    cosine = (torch.nn.functional.cosine_similarity(mean_pooled[hyp], mean_pooled[pre], dim=-1).numpy() + 1) / 2
+
+    for metrics, scores in ((gaussian, hyp_given_pre), (point, cosine)):
+        accuracy, threshold = brute_force_best_threshold(scores, labels)
+        assert metrics["snli_dev_auprc"] == pytest.approx(100 * brute_force_sweep_auprc(scores, labels), abs=1e-9)
+        assert metrics["snli_dev_accuracy"] == pytest.approx(100 * accuracy, abs=1e-9)
+        assert metrics["snli_dev_threshold"] == pytest.approx(threshold, abs=1e-9)
+    direction = pairs.direction_mask
+    by_hand = 100 * float((hyp_given_pre[direction] > pre_given_hyp[direction]).mean())
+    assert gaussian["snli_dev_direction_accuracy"] == pytest.approx(by_hand, abs=1e-9)
+
+
+@pytest.mark.parametrize("entailed_shift", [0.0, 0.1])
+def test_dev_metrics_of_a_known_perfect_ranking(entailed_shift: float) -> None:
+    """Each entailed hypothesis gets its premise's Gaussian, shifted by ``entailed_shift`` in one dimension (sim
+    exactly 1, or 1/1.005: both conventions at the top of the sweep matter), every other hypothesis a far-away one
+    (sim = 1/19): AUPRC and accuracy are 100, at the first grid threshold above 1/19."""
+    pairs = load_nli("snli_dev", *NLI_DEV, data_dir=default_data_dir(), max_examples=40)
+    assert len(set(pairs.hypotheses)) == len(pairs) and not set(pairs.hypotheses) & set(pairs.premises)
+    premises = list(dict.fromkeys(pairs.premises))
+    mu = {premise: torch.randn(4, generator=torch.Generator().manual_seed(row)) for row, premise in enumerate(premises)}
+    shift = torch.tensor([entailed_shift, 0.0, 0.0, 0.0])
+    for premise, hypothesis, entailed in zip(pairs.premises, pairs.hypotheses, pairs.is_entailment, strict=True):
+        mu[hypothesis] = mu[premise] + (shift if entailed else 3.0)  # KL = ½ Σ Δμ²: ½ · 0.1² or ½ · 4 · 3² = 18
+    encoded = EncodedSentences(
+        index={sentence: row for row, sentence in enumerate(mu)},
+        mu=torch.stack(list(mu.values())),
+        logvar=torch.zeros(len(mu), 4),
+        reduction="sum",
+    )
+    metrics = dev_metrics(encoded, pairs)
+    assert metrics["snli_dev_auprc"] == pytest.approx(100.0, abs=1e-9)
+    assert metrics["snli_dev_accuracy"] == pytest.approx(100.0, abs=1e-9)
+    assert metrics["snli_dev_threshold"] == pytest.approx(0.053, abs=1e-9)  # the grid value right above 1/19
 
 
 def test_study_and_reports_end_to_end(backbone: Path, tmp_path: Path) -> None:

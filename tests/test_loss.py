@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -178,12 +176,19 @@ def test_loss_is_fp32_and_finite_under_bf16_autocast():
 
 def test_unknown_loss_names_list_the_valid_ones():
     with pytest.raises(ValueError, match=r"ent\+con\+rev.*simcse"):
-        build_loss("ent+neg")
+        build_loss("ent+neg", TAU, "sum")
     with pytest.raises(ValueError, match="valid variants"):
-        GaussCSELoss("rev")
-    with pytest.raises(ValueError, match="temperature"):
-        GaussCSELoss("ent", temperature=0.0)
-    assert isinstance(build_loss("simcse"), SupervisedSimCSELoss)
+        GaussCSELoss("rev", TAU, "sum")
+    for bad in (0.0, -0.05, float("nan")):
+        with pytest.raises(ValueError, match="temperature must be positive"):
+            GaussCSELoss("ent", bad, "sum")
+        with pytest.raises(ValueError, match="temperature must be positive"):
+            SupervisedSimCSELoss(bad)
+    with pytest.raises(ValueError, match="similarity_reduction must be one of"):
+        GaussCSELoss("ent", TAU, "max")
+    with pytest.raises(TypeError, match="reduction"):  # no default: the caller passes the model's
+        GaussCSELoss("ent", TAU)  # type: ignore[call-arg]
+    assert isinstance(build_loss("simcse", TAU, "sum"), SupervisedSimCSELoss)
 
 
 # ------------------------------------------------------------------------------------------ 2-process DDP (gloo)
@@ -231,9 +236,9 @@ def _ddp_worker(rank: int, init_file: str, output: str) -> None:
     dist.destroy_process_group()
 
 
-def test_two_process_gather_equals_single_process_on_concatenated_batch(tmp_path):
+def test_two_process_gather_equals_single_process_on_concatenated_batch(tmp_path, monkeypatch):
     output = str(tmp_path / "result")
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the spawned workers only: later tests' subprocesses keep theirs
     mp.spawn(_ddp_worker, args=(str(tmp_path / "init"), output), nprocs=WORLD, join=True)
     per_rank = [torch.load(f"{output}.{rank}") for rank in range(WORLD)]
     full = ddp_batch()

@@ -8,9 +8,8 @@ from safetensors.torch import load_file
 from transformers import AutoModel
 
 from gausscse import GaussCSEConfig, GaussCSEModel, GaussianEmbeddings
-from gausscse.model.gaussian import similarity, similarity_matrix
 
-from .helpers import MINILM_PATH, tiny_encoder_config
+from .helpers import MINILM_PATH, entropy, heads_by_hand, reference_similarity, tiny_encoder_config
 
 SENTENCES = [
     "A man is playing a guitar on a stage in front of a large crowd.",
@@ -113,28 +112,72 @@ def test_mean_pooling_is_the_masked_mean(make_tiny_model):
 
 
 @pytest.mark.parametrize("reduction", ["sum", "mean_dim"])
-def test_similarity_api_follows_the_documented_orientation(reduction, make_tiny_model, minilm_tokenizer):
+def test_similarity_api_matches_the_kl_of_torch_distributions(reduction, make_tiny_model):
+    """similarity / similarity_pairwise / entailment_score / entailment_direction against an independent formulation:
+    torch.distributions' KL of the diagonal Gaussians, sim = 1/(1 + KL) ("sum") or mean_k 1/(1 + KL_k) ("mean_dim")."""
     model = make_tiny_model(similarity_reduction=reduction)
-    with torch.no_grad():  # spread the random Gaussians apart so the comparisons below are not float noise
-        model.mean_head.weight.mul_(30)
-        model.logvar_head.weight.mul_(30)
-    model.get_tokenizer(minilm_tokenizer)
-    premises, hypotheses = SENTENCES[0::2], [*SENTENCES[1::2], "Someone cooks."]
-    pre, hyp = model.encode(premises), model.encode(hypotheses)
-    matrix = model.similarity(hyp, pre)
-    torch.testing.assert_close(matrix, similarity_matrix(hyp.mu, hyp.logvar, pre.mu, pre.logvar, reduction))
-    # the matrix form expands the square, so in float32 it agrees with the row-wise form to ~1e-5 relative
-    torch.testing.assert_close(model.similarity_pairwise(hyp, pre), matrix.diagonal(), atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(model.entailment_score(premises, hypotheses), matrix.diagonal(), atol=1e-5, rtol=1e-4)
+    generator = torch.Generator().manual_seed(1)
+    # 8-dimensional Gaussians (the API takes any d); premise_i broader (+) or narrower (−) than hypothesis_i
+    broader = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0])[:, None]
+    hyp_mu = 0.5 * torch.randn(6, 8, generator=generator)
+    hyp_logvar = 0.5 * torch.randn(6, 8, generator=generator)
+    pre = GaussianEmbeddings(
+        hyp_mu + 0.3 * torch.randn(6, 8, generator=generator),
+        hyp_logvar + broader + 0.2 * torch.randn(6, 8, generator=generator),
+    )
+    hyp = GaussianEmbeddings(hyp_mu, hyp_logvar)
+    hyp_given_pre = reference_similarity(hyp.mu, hyp.logvar, pre.mu, pre.logvar, reduction)  # sim(hyp_i‖pre_j)
+    pre_given_hyp = reference_similarity(pre.mu, pre.logvar, hyp.mu, hyp.logvar, reduction)  # sim(pre_i‖hyp_j)
+    assert 0.01 < hyp_given_pre.min() and hyp_given_pre.max() < 0.99  # not saturated at 0 or 1
+    assert (hyp_given_pre.diagonal() - pre_given_hyp.diagonal()).abs().min() > 1e-3  # the orientation shows
+
+    # the matrix form expands the square, so in float32 it agrees with float64 to ~1e-5 relative
+    torch.testing.assert_close(model.similarity(hyp, pre).double(), hyp_given_pre, rtol=1e-4, atol=0)
+    torch.testing.assert_close(model.similarity(pre, hyp).double(), pre_given_hyp, rtol=1e-4, atol=0)
     torch.testing.assert_close(
-        model.entailment_score(pre, hyp), similarity(hyp.mu, hyp.logvar, pre.mu, pre.logvar, reduction)
+        model.similarity_pairwise(hyp, pre).double(), hyp_given_pre.diagonal(), rtol=1e-5, atol=0
     )
-    direction = model.entailment_direction(pre, hyp)
-    expected_by_similarity = similarity(hyp.mu, hyp.logvar, pre.mu, pre.logvar, reduction) > similarity(
-        pre.mu, pre.logvar, hyp.mu, hyp.logvar, reduction
-    )
-    assert torch.equal(direction.by_similarity, expected_by_similarity)
-    assert torch.equal(direction.by_variance, pre.generality > hyp.generality)
+    torch.testing.assert_close(model.entailment_score(pre, hyp).double(), hyp_given_pre.diagonal(), rtol=1e-5, atol=0)
+
+    direction = model.entailment_direction(pre, hyp)  # does premise_i entail hypothesis_i?
+    torch.testing.assert_close(direction.sim_ba.double(), hyp_given_pre.diagonal(), rtol=1e-5, atol=0)
+    torch.testing.assert_close(direction.sim_ab.double(), pre_given_hyp.diagonal(), rtol=1e-5, atol=0)
+    assert direction.by_similarity.tolist() == (hyp_given_pre.diagonal() > pre_given_hyp.diagonal()).tolist()
+    assert direction.by_variance.tolist() == (entropy(pre.logvar) > entropy(hyp.logvar)).tolist()
+    assert direction.by_variance.tolist() == [True, False, True, False, True, False]
+
+
+def test_entailment_score_of_sentences_is_the_kl_score_of_their_encodings(minilm_gausscse):
+    """Sentences go through the encoder's [CLS] vector and both heads, then sim(hyp‖pre): all recomputed by hand."""
+    premises, hypotheses = SENTENCES[0::2], [*SENTENCES[1::2], "Someone cooks."]
+    tokenizer = minilm_gausscse.get_tokenizer()
+    pre_mu, pre_logvar = heads_by_hand(minilm_gausscse, tokenizer, premises)
+    hyp_mu, hyp_logvar = heads_by_hand(minilm_gausscse, tokenizer, hypotheses)
+    pre_mu, hyp_mu = torch.tanh(pre_mu), torch.tanh(hyp_mu)
+    expected = reference_similarity(hyp_mu, hyp_logvar, pre_mu, pre_logvar, "sum").diagonal()
+    reverse = reference_similarity(pre_mu, pre_logvar, hyp_mu, hyp_logvar, "sum").diagonal()
+    assert expected.max() < 0.9 and (expected - reverse).abs().min() > 1e-4  # far from 1, and the orientation shows
+    scores = minilm_gausscse.entailment_score(premises, hypotheses)
+    torch.testing.assert_close(scores.double(), expected, rtol=1e-5, atol=0)
+
+
+def test_mean_activation_none_gives_the_raw_linear_mean(make_tiny_model, minilm_tokenizer):
+    """mean_activation="none": μ = W_μ v + b_μ as it is (values beyond ±1 occur); "tanh": tanh of it."""
+    raw, squashed = make_tiny_model(mean_activation="none"), make_tiny_model(mean_activation="tanh")  # same seed
+    for model in (raw, squashed):
+        with torch.no_grad():
+            model.mean_head.weight.mul_(100)  # so the linear output leaves [-1, 1]
+    assert torch.equal(raw.mean_head.weight, squashed.mean_head.weight)
+    linear, logvar = heads_by_hand(raw, minilm_tokenizer, SENTENCES)
+    assert linear.abs().max() > 2
+    raw_embeddings = raw.encode(SENTENCES, tokenizer=minilm_tokenizer)
+    squashed_embeddings = squashed.encode(SENTENCES, tokenizer=minilm_tokenizer)
+    torch.testing.assert_close(raw_embeddings.mu, linear, rtol=1e-5, atol=1e-5)
+    assert raw_embeddings.mu.abs().max() > 2
+    torch.testing.assert_close(squashed_embeddings.mu, torch.tanh(linear), rtol=1e-5, atol=1e-5)
+    assert squashed_embeddings.mu.abs().max() <= 1
+    for embeddings in (raw_embeddings, squashed_embeddings):  # the activation is on μ only
+        torch.testing.assert_close(embeddings.logvar, logvar, rtol=1e-5, atol=1e-5)
 
 
 def test_entailment_direction_prefers_the_broader_gaussian(make_tiny_model):
@@ -214,7 +257,7 @@ def test_bad_input_errors_name_the_argument(make_tiny_model, minilm_tokenizer):
         ("pooling", "max", r"pooling must be one of \('cls', 'mean'\), got 'max'"),
         ("similarity_reduction", "prod", r"similarity_reduction must be one of \('sum', 'mean_dim'\), got 'prod'"),
         ("mean_activation", "relu", r"mean_activation must be one of \('tanh', 'none'\), got 'relu'"),
-        ("logvar_min", 20.0, "logvar_min must be below logvar_max"),
+        ("logvar_min", 20.0, "logvar_min (must be below|<) logvar_max"),
     ],
 )
 def test_config_rejects_unknown_names(field, value, message):

@@ -20,11 +20,20 @@ EXAMPLES = [
 
 
 def padded_and_packed(model, tokenizer) -> tuple[dict, dict]:
-    offset = packing_position_offset(model.config.encoder_config)
     tokenized = list(tokenize_examples(datasets.Dataset.from_list(EXAMPLES), tokenizer, 24))
     padded = TripletCollator.for_tokenizer(tokenizer)(tokenized)
-    packed = TripletCollator.for_tokenizer(tokenizer, pack=True, pack_length=40, position_offset=offset)(tokenized)
+    packed = TripletCollator.for_tokenizer(tokenizer, model.config.encoder_config, pack=True, pack_length=40)(tokenized)
     return padded, packed
+
+
+def test_packing_takes_its_position_offset_from_the_encoders_config(minilm_tokenizer, make_tiny_model):
+    roberta = make_tiny_model("roberta").config.encoder_config
+    collator = TripletCollator.for_tokenizer(minilm_tokenizer, roberta, pack=True)
+    assert collator.position_offset == roberta.pad_token_id + 1 == 2  # RoBERTa's positions start after padding_idx
+    assert TripletCollator.for_tokenizer(minilm_tokenizer, make_tiny_model("bert").config.encoder_config, pack=True
+                                         ).position_offset == 0  # fmt: skip
+    with pytest.raises(ValueError, match="packing needs the encoder's first position id"):
+        TripletCollator.for_tokenizer(minilm_tokenizer, pack=True)
 
 
 @pytest.mark.parametrize("model_type", ["bert", "roberta"])
@@ -67,7 +76,7 @@ def test_pack_sentences_layout_and_errors():
     assert mask[0, :3].all() and not mask[0, 3:].any()  # sentence 0 sees only itself
     assert mask[5].tolist() == [False] * 5 + [True]  # a padding token sees only itself
     with pytest.raises(ValueError, match="pack_length=4 is shorter than sentence 1"):
-        pack_sentences([[1, 2], [1, 2, 3, 4, 5]], row_length=4)
+        pack_sentences([[1, 2], [1, 2, 3, 4, 5]], row_length=4, position_offset=0)
 
 
 def test_packing_rejects_encoders_without_absolute_positions(make_tiny_model):

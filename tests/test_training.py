@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -19,13 +22,18 @@ from gausscse.cli import train as train_gausscse
 from gausscse.data.sources import BadRowError, build_examples, load_source
 from gausscse.data.tokenize import tokenize_examples
 from gausscse.evaluation.encoders import load_encoder
+from gausscse.io import exchange_paths
 from gausscse.training.arguments import parse_arguments
 from gausscse.training.batch import TripletCollator, split_batch_embeddings
 from gausscse.training.lora import apply_lora, load_adapter_model, merge_lora, save_adapter_model
 from gausscse.training.losses import GaussCSELoss
-from gausscse.training.trainer import GaussCSETrainer, is_head_parameter
+from gausscse.training.output import save_model_folder
+from gausscse.training.trainer import CHECKPOINT_COMPLETE, GaussCSETrainer, NonFiniteError, is_head_parameter
 
 from .helpers import nli_rows, write_jsonl_gz
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL_FILE = "model.safetensors"
 
 
 def train_args(backbone: Path, data_dir: Path, output: Path, *extra: str) -> list[str]:
@@ -244,25 +252,135 @@ def test_bf16_on_a_cpu_turns_on_use_cpu(tmp_path):
     assert training_args.bf16 and training_args.use_cpu == (not torch.cuda.is_available())
 
 
-def test_resume_from_checkpoint_gives_the_same_final_weights(backbone, data_dir, tmp_path):
-    extra = ("--max_steps", "8", "--save_steps", "4", "--eval_strategy", "no", "--load_best_model_at_end", "false")
-    uninterrupted = load_file(
-        train_gausscse.main(train_args(backbone, data_dir, tmp_path / "a", *extra)) / "model.safetensors"
+def count_training_steps(monkeypatch) -> list[int]:
+    """Spy on GaussCSETrainer.training_step: the returned list grows by one per step this process runs."""
+    calls: list[int] = []
+    original = GaussCSETrainer.training_step
+
+    def counting(self, *args, **kwargs):
+        calls.append(self.state.global_step)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GaussCSETrainer, "training_step", counting)
+    return calls
+
+
+def test_a_run_killed_mid_way_resumes_from_its_latest_complete_checkpoint(backbone, data_dir, tmp_path, monkeypatch):
+    steps = 40
+    extra = ("--max_steps", str(steps), "--save_steps", "4", "--save_total_limit", "3", "--eval_strategy", "no")
+    uninterrupted = load_file(train_gausscse.main(train_args(backbone, data_dir, tmp_path / "a", *extra)) / MODEL_FILE)
+
+    killed = tmp_path / "killed"
+    command = [sys.executable, "train_gausscse.py", *train_args(backbone, data_dir, killed, *extra)]
+    same_threads = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}  # as in this process: same sums
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=same_threads, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    resumed_dir = train_gausscse.main(
-        train_args(
-            backbone,
-            data_dir,
-            tmp_path / "a",
-            *extra,
-            "--resume_from_checkpoint",
-            str(tmp_path / "a" / "checkpoint-4"),
+    try:
+        deadline = time.monotonic() + 240
+        while not (killed / "checkpoint-8" / CHECKPOINT_COMPLETE).exists():
+            assert process.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait()
+    assert process.returncode == -signal.SIGKILL and not (killed / MODEL_FILE).exists()
+    # a checkpoint whose save was cut short, as a kill inside the save leaves it: never resumed from
+    half_written = killed / f"checkpoint-{steps - 1}"
+    half_written.mkdir()
+    (half_written / "configuration_gausscse.py").write_text("")
+    complete = [int(path.parent.name.split("-")[1]) for path in killed.glob(f"checkpoint-*/{CHECKPOINT_COMPLETE}")]
+    with pytest.raises(ValueError, match="the checkpoint is incomplete"):
+        train_gausscse.main(
+            train_args(
+                backbone, data_dir, killed, *extra, "--resume_from_checkpoint", str(killed / f"checkpoint-{steps - 1}")
+            )
         )
-    )
-    resumed = load_file(resumed_dir / "model.safetensors")
-    assert uninterrupted.keys() == resumed.keys()
+    calls = count_training_steps(monkeypatch)
+    resumed = train_gausscse.main(train_args(backbone, data_dir, killed, *extra, "--resume_from_checkpoint", "true"))
+    assert len(calls) == steps - max(complete)  # it went on from the latest complete checkpoint, not from scratch
+    final = load_file(resumed / MODEL_FILE)
+    assert final.keys() == uninterrupted.keys()
     for name, value in uninterrupted.items():
-        torch.testing.assert_close(resumed[name], value, rtol=0, atol=1e-6, msg=name)
+        torch.testing.assert_close(final[name], value, rtol=0, atol=1e-6, msg=name)
+
+
+def test_a_non_empty_output_dir_is_refused_unless_overwrite_or_resume(backbone, data_dir, tmp_path):
+    extra = ("--max_steps", "2", "--save_steps", "2", "--eval_strategy", "no")
+    first = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "run", *extra))
+    weights = (first / MODEL_FILE).read_bytes()
+    with pytest.raises(ValueError, match=r"--output_dir .*run is not empty .*--overwrite_output_dir.*--resume_from"):
+        train_gausscse.main(train_args(backbone, data_dir, tmp_path / "run", *extra, "--loss", "ent", "--seed", "99"))
+    assert (first / MODEL_FILE).read_bytes() == weights and (first / "checkpoint-2").is_dir()
+    second = train_gausscse.main(
+        train_args(backbone, data_dir, tmp_path / "run", *extra, "--seed", "99", "--overwrite_output_dir")
+    )
+    assert (second / MODEL_FILE).read_bytes() != weights
+    with pytest.raises(ValueError, match="no complete checkpoint-N"):
+        train_gausscse.main(train_args(backbone, data_dir, tmp_path / "empty", "--resume_from_checkpoint", "true"))
+
+
+def test_a_diverging_run_stops_at_the_first_non_finite_step_and_saves_nothing(backbone, data_dir, tmp_path):
+    output = tmp_path / "diverging"
+    extra = ("--learning_rate", "1e4", "--head_learning_rate", "1e4", "--max_steps", "6", "--eval_strategy", "no",
+             "--save_steps", "1", "--max_grad_norm", "0")  # fmt: skip
+    with pytest.raises(NonFiniteError, match=r"step \d+: the (loss is|gradient of .* holds)|parameter .* holds NaN"):
+        train_gausscse.main(train_args(backbone, data_dir, output, *extra))
+    assert not (output / MODEL_FILE).exists()
+    for checkpoint in output.glob("checkpoint-*"):  # whatever was saved before the divergence is finite
+        assert all(torch.isfinite(tensor).all() for tensor in load_file(checkpoint / MODEL_FILE).values())
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--temperature", "nan"), "temperature must be positive"),
+        (("--temperature", "inf"), "--temperature must be a finite number"),
+        (("--head_learning_rate", "nan"), "--head_learning_rate must be a finite number >= 0"),
+        (("--learning_rate=-1e-5",), "--learning_rate must be a finite number > 0"),
+        (("--max_steps", "0"), "--max_steps must be a positive number of steps"),
+        (("--num_train_epochs", "0"), "--num_train_epochs must be a finite number > 0"),
+        (("--loss", "ent", "--per_device_train_batch_size", "1"), "--loss ent needs at least 2 examples"),
+    ],
+)
+def test_numeric_flags_are_checked(flags, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        parse_arguments(["--output_dir", str(tmp_path), *flags])
+
+
+def test_the_final_model_swap_leaves_the_old_or_the_new_model(backbone, tmp_path, monkeypatch):
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
+    folder = tmp_path / "out"
+    (folder / "checkpoint-2").mkdir(parents=True)
+    (folder / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    card = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {},
+            "data_stats": {}}  # fmt: skip
+    torch.manual_seed(0)
+    old = GaussCSEModel.from_backbone(str(backbone))
+    save_model_folder(old, tokenizer, folder, card, {"run": "old"})
+    before = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
+    torch.manual_seed(1)
+    new = GaussCSEModel.from_backbone(str(backbone))
+
+    def dies(*args):
+        raise KeyboardInterrupt("killed at the swap")
+
+    monkeypatch.setattr("gausscse.io.exchange_paths", dies)
+    with pytest.raises(KeyboardInterrupt):
+        save_model_folder(new, tokenizer, folder, card, {"run": "new"})
+    assert {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()} == before  # the old, whole
+    monkeypatch.undo()
+    for atomic in (True, False):  # the renameat2 swap, and the per-file fallback where the system has none
+        monkeypatch.setattr(
+            "gausscse.io.exchange_paths", lambda a, b, real=exchange_paths, swap=atomic: swap and real(a, b)
+        )
+        save_model_folder(new, tokenizer, folder, card, {"run": "new"})
+        loaded = GaussCSEModel.from_pretrained(folder)
+        for name, value in new.state_dict().items():
+            torch.testing.assert_close(loaded.state_dict()[name], value, msg=name)
+        assert json.loads((folder / "train_results.json").read_text()) == {"run": "new"}
+        assert (folder / "checkpoint-2" / "trainer_state.json").read_text() == "{}"
+        assert not list(tmp_path.glob(".out*"))  # no staging folder left behind
 
 
 def test_lora_adapter_and_merged_folders_reload(backbone, data_dir, tmp_path):
@@ -301,3 +419,56 @@ def test_lora_training_run_merges_into_a_plain_folder(backbone, data_dir, tmp_pa
     base = load_file(backbone / "model.safetensors")
     changed = [name for name in base if not torch.equal(base[name], state.get(f"encoder.{name}", base[name]))]
     assert changed  # the merged adapters changed the backbone's weights
+
+
+def test_an_unmerged_lora_run_loads_as_its_card_says_and_evaluates(backbone, data_dir, tmp_path):
+    extra = ("--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no", "--lora_r", "4")
+    model_dir = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "adapter", *extra))
+    config = json.loads((model_dir / "config.json").read_text())
+    assert "auto_map" not in config and not (model_dir / "model.safetensors").exists()  # nothing dangling
+    card = (model_dir / "README.md").read_text()
+    snippet = card.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = snippet.replace(f'"{model_dir.name}"', repr(str(model_dir)))  # the card names the Hub repo
+    namespace: dict = {}
+    exec(snippet.split("premises =")[0], namespace)  # the card's own loading lines
+    sentences = ["a man is playing a red guitar"]
+    loaded = namespace["model"].eval().encode(sentences, tokenizer=AutoTokenizer.from_pretrained(model_dir))
+    encoder = load_encoder(str(model_dir))  # what gausscse-evaluate --model loads
+    torch.testing.assert_close(encoder.encode_unique(sentences).mu, loaded.mu)
+
+
+# --------------------------------------------------------------------------------------- model config: one source
+
+
+def test_a_new_model_takes_gausscse_configs_defaults(backbone):
+    from gausscse import GaussCSEConfig
+    from gausscse.training.arguments import ModelArguments
+
+    model = train_gausscse.build_model(ModelArguments(model_name_or_path=str(backbone)))
+    defaults = GaussCSEConfig()
+    assert (model.config.pooling, model.config.mean_activation, model.config.similarity_reduction) == (
+        defaults.pooling,
+        defaults.mean_activation,
+        defaults.similarity_reduction,
+    )
+    assert defaults.similarity_reduction == "mean_dim"  # chosen in results/REPRODUCTION.md
+
+
+def test_continuing_a_gausscse_folder_keeps_its_config_and_rejects_contradicting_flags(backbone, data_dir, tmp_path):
+    from gausscse.training.arguments import ModelArguments
+
+    first = train_gausscse.main(
+        train_args(backbone, data_dir, tmp_path / "first", "--max_steps", "2", "--eval_strategy", "no",
+                   "--save_strategy", "no", "--pooling", "mean", "--similarity_reduction", "sum")
+    )  # fmt: skip
+    continued = train_gausscse.build_model(ModelArguments(model_name_or_path=str(first)))
+    assert (continued.config.pooling, continued.config.similarity_reduction) == ("mean", "sum")
+    saved = load_file(first / "model.safetensors")
+    assert all(torch.equal(continued.state_dict()[name], tensor) for name, tensor in saved.items())
+    # a flag that repeats the folder's value is fine; one that contradicts it names the flag and the folder's value
+    train_gausscse.build_model(ModelArguments(model_name_or_path=str(first), similarity_reduction="sum"))
+    with pytest.raises(ValueError, match=r"--similarity_reduction mean_dim \(the model has 'sum'\)"):
+        train_gausscse.build_model(ModelArguments(model_name_or_path=str(first), similarity_reduction="mean_dim"))
+    with pytest.raises(ValueError, match=r"--pooling cls \(the model has 'mean'\)"):
+        train_gausscse.main(train_args(first, data_dir, tmp_path / "second", "--max_steps", "2", "--pooling", "cls"))
+    assert not (tmp_path / "second").exists()

@@ -15,6 +15,7 @@ import argparse
 import platform
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,13 +79,37 @@ def _labels(paths: list[str], names: list[str] | None, argument: str, taken: set
     return labels
 
 
+PLOT_PATTERNS = ("pr_curves.png", "generality_gap_*.png", "gaussians_2d_*.png")
+
+
+def check_output_folder(output: Path) -> Path:
+    """Create ``output`` and make sure a file can be written there, or raise ``ValueError`` naming it."""
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=output, prefix=".write-check-"):
+            pass
+    except OSError as error:
+        raise ValueError(f"--output {output}: cannot write there ({error.strerror or error})") from error
+    return output
+
+
+def remove_stale_plots(output: Path, written: list[Path]) -> None:
+    """Delete plots an earlier run left in ``output`` that this run did not write (they would be mistaken for its
+    own)."""
+    keep = {Path(path).resolve() for path in written}
+    for pattern in PLOT_PATTERNS:
+        for path in output.glob(pattern):
+            if path.resolve() not in keep:
+                path.unlink()
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run the CLI; returns the ``results.json`` payload."""
     args = build_parser().parse_args(argv)
     tasks = parse_tasks(args.tasks)
     if args.max_examples is not None and args.max_examples < 1:
         raise ValueError(f"--max_examples must be a positive integer, got {args.max_examples}")
-    output = Path(args.output)
+    output = check_output_folder(Path(args.output))  # before any computing: a bad folder must not lose the run
     started = time.perf_counter()
     data = TaskData.load(tasks, data_dir=args.data_dir, max_examples=args.max_examples)
     taken: set[str] = set()
@@ -92,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
     baseline_labels = _labels(args.baseline, args.baseline_names, "--baseline_names", taken)
     jobs = list(zip(args.model + args.baseline, model_labels + baseline_labels, strict=True))
 
-    runs, timings = {}, {}
+    runs, timings, gaussian_plots = {}, {}, []
     for path, label in tqdm(jobs, desc="Models", unit="model"):
         job_started = time.perf_counter()
         encoder = load_encoder(path, args.batch_size, args.max_length, bf16=args.bf16, device=args.device)
@@ -101,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
         runs[label].results["path"] = path
         timings[label] = time.perf_counter() - job_started
         if not args.no_plots and runs[label].is_gaussian:
-            plot_gaussians_2d(encoder, output / f"gaussians_2d_{_file_label(label)}.png")
+            gaussian_plots.append(plot_gaussians_2d(encoder, output / f"gaussians_2d_{_file_label(label)}.png"))
 
     reference = runs[model_labels[0]]
     tests = {f"{reference.name} vs. {label}": significance(reference, runs[label]) for label in baseline_labels}
@@ -127,11 +152,11 @@ def main(argv: list[str] | None = None) -> dict:
                 for run in shown
                 if run.is_gaussian
             ]
-        plots += sorted(output.glob("gaussians_2d_*.png"))
+        plots += gaussian_plots
 
     payload = {
         "meta": {
-            "command": [sys.executable, "-m", "evaluation", *(argv if argv is not None else sys.argv[1:])],
+            "command": ["gausscse-evaluate", *(argv if argv is not None else sys.argv[1:])],
             "tasks": list(tasks),
             "data_dir": args.data_dir,
             "max_examples": args.max_examples,
@@ -163,6 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
         + f". Wall-clock: {payload['meta']['seconds_total']:.0f} s on {args.device}.",
     ]
     write_json(output / "results.json", payload)
+    remove_stale_plots(output, plots)
     write_atomic(output / "report.md", markdown_report(entries, tests, notes))
     print(f"Wrote {output / 'results.json'} and {output / 'report.md'}", file=sys.stderr)
     return payload

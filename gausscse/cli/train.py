@@ -27,28 +27,44 @@ from transformers import AutoConfig, AutoTokenizer, set_seed
 from gausscse import GaussCSEModel
 from gausscse.data.sources import DataError, DataStats, load_file_source, load_training_examples, source_rows
 from gausscse.data.tokenize import tokenize_examples
+from gausscse.model.modeling_gausscse import resolve_max_length
 from gausscse.training.arguments import DataArguments, GaussCSETrainingArguments, ModelArguments, parse_arguments
-from gausscse.training.batch import TripletCollator, packing_position_offset
+from gausscse.training.batch import TripletCollator
 from gausscse.training.lora import apply_lora
 from gausscse.training.losses import uses_contradictions
 from gausscse.training.output import push_model_folder, save_model_folder
-from gausscse.training.trainer import GaussCSETrainer
+from gausscse.training.trainer import GaussCSETrainer, is_complete_checkpoint, latest_complete_checkpoint
 
 logger = logging.getLogger(__name__)
 
 
+MODEL_FIELDS = ("pooling", "mean_activation", "similarity_reduction")
+
+
+def model_overrides(model_args: ModelArguments) -> dict[str, str]:
+    """The GaussCSEConfig fields given on the command line (``None`` = not given: the config's default)."""
+    return {name: getattr(model_args, name) for name in MODEL_FIELDS if getattr(model_args, name) is not None}
+
+
 def build_model(model_args: ModelArguments) -> GaussCSEModel:
-    """A GaussCSE folder continues training; any other encoder gets fresh heads. Then LoRA or a frozen backbone."""
+    """A GaussCSE folder continues training with its own config (a flag that contradicts it is an error); any other
+    encoder gets fresh heads with GaussCSEConfig's defaults or the flags given. Then LoRA or a frozen backbone."""
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
+    overrides = model_overrides(model_args)
     if config.model_type == "gausscse":
+        conflicts = [
+            f"--{name} {value} (the model has {getattr(config, name)!r})"
+            for name, value in overrides.items()
+            if getattr(config, name) != value
+        ]
+        if conflicts:
+            raise ValueError(
+                f"--model_name_or_path {model_args.model_name_or_path} is a GaussCSE model being continued; its "
+                f"config fixes these, drop the flags or start from its encoder: {', '.join(conflicts)}"
+            )
         model = GaussCSEModel.from_pretrained(model_args.model_name_or_path)
     else:
-        model = GaussCSEModel.from_backbone(
-            model_args.model_name_or_path,
-            pooling=model_args.pooling,
-            mean_activation=model_args.mean_activation,
-            similarity_reduction=model_args.similarity_reduction,
-        )
+        model = GaussCSEModel.from_backbone(model_args.model_name_or_path, **overrides)
     if model_args.freeze_backbone:
         model.encoder.requires_grad_(False)
     if model_args.lora_r > 0:
@@ -99,6 +115,43 @@ def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArg
     )
 
 
+def resolve_resume(training_args: GaussCSETrainingArguments) -> str | None:
+    """``--resume_from_checkpoint``: ``true`` → the latest complete ``checkpoint-N`` of ``--output_dir``; a path → that
+    checkpoint, which must be complete; unset/``false`` → ``None``. Half-written checkpoints are never picked."""
+    value = training_args.resume_from_checkpoint
+    if value is None or str(value).lower() in ("", "false"):
+        return None
+    if str(value).lower() == "true":
+        latest = latest_complete_checkpoint(training_args.output_dir)
+        if latest is None:
+            raise ValueError(
+                f"--resume_from_checkpoint true: no complete checkpoint-N in --output_dir {training_args.output_dir}"
+            )
+        return str(latest)
+    if not Path(value).is_dir():
+        raise ValueError(f"--resume_from_checkpoint {value}: no such checkpoint folder")
+    if not is_complete_checkpoint(value):
+        raise ValueError(
+            f"--resume_from_checkpoint {value}: the checkpoint is incomplete (its save was cut short); use "
+            "--resume_from_checkpoint true for the latest complete one"
+        )
+    return str(value)
+
+
+def check_output_dir(training_args: GaussCSETrainingArguments) -> None:
+    """A non-empty ``--output_dir`` holds an earlier run: refuse it unless ``--overwrite_output_dir`` or a resume."""
+    output_dir = Path(training_args.output_dir)
+    if training_args.resume_from_checkpoint or training_args.overwrite_output_dir:
+        return
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        held = sorted(path.name for path in output_dir.iterdir())[:5]
+        raise ValueError(
+            f"--output_dir {output_dir} is not empty (it holds {', '.join(held)}, ...): an earlier run would be "
+            "replaced. Pass --overwrite_output_dir to replace it, --resume_from_checkpoint true to continue it, or "
+            "choose another --output_dir"
+        )
+
+
 def main(argv: list[str] | None = None) -> Path:
     """Parse → build → train → evaluate → save (+ card) → optional push. Returns the final model folder."""
     model_args, data_args, training_args = parse_arguments(argv)
@@ -108,6 +161,8 @@ def main(argv: list[str] | None = None) -> Path:
     )
     push = training_args.push_to_hub
     training_args.push_to_hub = False  # push the final folder only, not every checkpoint
+    training_args.resume_from_checkpoint = resolve_resume(training_args)
+    check_output_dir(training_args)
     set_seed(training_args.seed)
 
     examples, data_stats = load_training_examples(data_args.data_spec(), drop_bad_rows=data_args.drop_bad_rows)
@@ -116,11 +171,14 @@ def main(argv: list[str] | None = None) -> Path:
     evaluator = build_evaluator(data_args, training_args)  # reads its data now: a bad file stops before training
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
     model = build_model(model_args)
+    max_length = resolve_max_length(tokenizer, model.config.encoder_config, data_args.max_seq_length)
+    if max_length < data_args.max_seq_length:
+        logger.warning("--max_seq_length %d is above the encoder's limit: %d", data_args.max_seq_length, max_length)
     with training_args.main_process_first(desc="tokenizing the training examples"):
         train_dataset = tokenize_examples(
             examples,
             tokenizer,
-            data_args.max_seq_length,
+            max_length,
             cache_dir=data_args.data_cache_dir or Path(datasets.config.HF_DATASETS_CACHE) / "gausscse",
             num_proc=data_args.preprocessing_num_workers,
         )
@@ -130,10 +188,10 @@ def main(argv: list[str] | None = None) -> Path:
         train_dataset=train_dataset,
         data_collator=TripletCollator.for_tokenizer(
             tokenizer,
+            model.config.encoder_config,
             with_contradictions=uses_contradictions(training_args.loss),
             pack=data_args.pack_sequences,
-            pack_length=data_args.pack_length or 2 * data_args.max_seq_length,
-            position_offset=(packing_position_offset(model.config.encoder_config) if data_args.pack_sequences else 0),
+            pack_length=data_args.pack_length or 2 * max_length,
         ),
         processing_class=tokenizer,
         evaluator=evaluator,

@@ -24,6 +24,7 @@ An exact repeat of an (premise, hypothesis, label) row or of a whole example is 
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import logging
 import zlib
@@ -191,30 +192,49 @@ def file_format(path: Path) -> tuple[str, dict[str, Any], bool]:
     return builder, kwargs, compressed
 
 
-def check_readable(path: Path, compressed: bool) -> None:
-    """Fail early, naming the file, on a missing, empty, non-gzip or truncated/corrupt gzip file."""
+def check_readable(path: Path, compressed: bool, text: bool) -> None:
+    """Fail early, naming the file, on a missing, empty, non-gzip or truncated/corrupt gzip file, and on a text
+    format (CSV/TSV/JSON) that is not UTF-8 (naming the line and byte)."""
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     if path.stat().st_size == 0:
         raise DataError(f"{path}: the file is empty")
-    if not compressed:
+    if compressed:
+        with path.open("rb") as handle:
+            if handle.read(2) != b"\x1f\x8b":
+                raise DataError(f"{path}: not a gzip file (the name ends in .gz); decompress it or rename it")
+    if not (compressed or text):
         return
-    with path.open("rb") as handle:
-        if handle.read(2) != b"\x1f\x8b":
-            raise DataError(f"{path}: not a gzip file (the name ends in .gz); decompress it or rename it")
     try:
-        with gzip.open(path, "rb") as handle:
-            while handle.read(1 << 20):
-                pass
+        with gzip.open(path, "rb") if compressed else path.open("rb") as handle:
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            lines_before = 0
+            while block := handle.read(1 << 20):
+                if text:
+                    check_utf8(path, decoder, block, lines_before)
+                    lines_before += block.count(b"\n")
     except (OSError, EOFError, zlib.error) as error:
         raise DataError(f"{path}: corrupt gzip file ({error})") from error
+
+
+def check_utf8(path: Path, decoder: codecs.IncrementalDecoder, block: bytes, lines_before: int) -> None:
+    """Decode the next ``block`` of the file; ``DataError`` naming the file, line and byte if it is not UTF-8."""
+    try:
+        decoder.decode(block)
+    except UnicodeDecodeError as error:
+        line = lines_before + block.count(b"\n", 0, error.start) + 1
+        column = error.start - (block.rfind(b"\n", 0, error.start) + 1) + 1
+        raise DataError(
+            f"{path}, line {line}: not UTF-8 text (byte 0x{block[error.start : error.start + 1].hex()} at column "
+            f"{column}); re-save the file as UTF-8"
+        ) from None
 
 
 def load_file_source(path: str | Path, shape: str = "auto", columns: Mapping[str, str] | None = None) -> SourceRows:
     """Read one training file (see [`FILE_FORMATS`]) into a [`SourceRows`]; errors name the file."""
     path = Path(path)
     builder, kwargs, compressed = file_format(path)
-    check_readable(path, compressed)
+    check_readable(path, compressed, text=builder != "parquet")
     try:
         rows = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
     except Exception as error:  # datasets/pyarrow/pandas raise many types; the user needs the file name

@@ -4,30 +4,17 @@
 * :class:`SNLIDevEvaluator` — fast SNLI-dev AUPRC / accuracy / direction accuracy for use inside training.
 * :class:`BackboneFeatures` / :class:`FrozenBackboneEncoder` — a frozen backbone's pooled vectors computed once, and
   a GaussCSE model scored from them (only its heads run).
-* :func:`load_metric` — the repository's ``evaluate`` modules, loaded from their local path (no Hub).
+* :func:`load_metric` — the repository's ``evaluate`` modules (binary NLI, McNemar, Spearman), loaded once from their
+  local path (no Hub); the whole suite computes those metrics through them.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from gausscse.data.features import BackboneFeatures
 
 from .encoders import FrozenBackboneEncoder
 from .fast import SNLIDevEvaluator
-
-EVALUATE_MODULES_DIR = Path(__file__).resolve().parent / "evaluate_modules"
-METRIC_NAMES = ("binary_nli", "mcnemar", "spearman")
-
-
-def load_metric(name: str):
-    """Load one of the repository's ``evaluate`` modules (``binary_nli``, ``mcnemar``, ``spearman``) from disk."""
-    import evaluate  # imported here: only the evaluate-module users pay its import time
-
-    if name not in METRIC_NAMES:
-        raise ValueError(f"unknown metric {name!r}; choose from {', '.join(METRIC_NAMES)}")
-    return evaluate.load(str(EVALUATE_MODULES_DIR / name))
-
+from .metrics import EVALUATE_MODULES_DIR, METRIC_NAMES, load_metric
 
 __all__ = [
     "EVALUATE_MODULES_DIR",

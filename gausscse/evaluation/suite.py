@@ -14,6 +14,7 @@ import numpy as np
 
 from . import metrics
 from .encoders import SentenceEncoder
+from .metrics import load_metric
 from .tasks import (
     NLI_DEV,
     NLI_TEST_SETS,
@@ -144,16 +145,21 @@ def aggregate_seeds(runs: Sequence[ModelRun]) -> dict[str, dict[str, float]]:
     return aggregate
 
 
+def mcnemar(correct_a: np.ndarray, correct_b: np.ndarray) -> dict:
+    """McNemar's test (the ``mcnemar`` evaluate module) of two per-example correctness arrays."""
+    return load_metric("mcnemar").compute(correct_a=correct_a, correct_b=correct_b)
+
+
 def significance(reference: ModelRun, other: ModelRun) -> dict[str, dict]:
     """McNemar's test of ``reference`` against ``other``: binary-NLI correctness per test set, and (when both
     have variances) the similarity-rule direction correctness."""
     tests = {}
     for name in reference.nli.keys() & other.nli.keys():
-        tests[f"nli/{name}"] = vars(metrics.mcnemar(reference.nli[name].correct, other.nli[name].correct))
+        tests[f"nli/{name}"] = mcnemar(reference.nli[name].correct, other.nli[name].correct)
     for name in reference.direction.keys() & other.direction.keys():
         if reference.direction[name].similarity_correct is not None and other.is_gaussian:
-            tests[f"direction/{name}"] = vars(
-                metrics.mcnemar(reference.direction[name].similarity_correct, other.direction[name].similarity_correct)
+            tests[f"direction/{name}"] = mcnemar(
+                reference.direction[name].similarity_correct, other.direction[name].similarity_correct
             )
     return dict(sorted(tests.items()))
 
@@ -161,7 +167,7 @@ def significance(reference: ModelRun, other: ModelRun) -> dict[str, dict]:
 def significance_against_length(run: ModelRun) -> dict[str, dict]:
     """McNemar's test of the similarity rule against the length baseline on each direction test set."""
     return {
-        f"direction/{name}": vars(metrics.mcnemar(result.similarity_correct, result.length_correct))
+        f"direction/{name}": mcnemar(result.similarity_correct, result.length_correct)
         for name, result in sorted(run.direction.items())
         if result.similarity_correct is not None
     }

@@ -19,8 +19,8 @@ import numpy as np
 
 from gausscse.data.registry import load_split
 
-from . import metrics
 from .encoders import EncodedSentences
+from .metrics import load_metric
 
 # task name -> (dataset, split)
 NLI_DEV = ("snli", "validation")
@@ -171,15 +171,17 @@ def binary_nli(encoded: EncodedSentences, pairs: NLIPairs, threshold: float) -> 
     """
     scores = encoded.entailment_score(pairs.premises, pairs.hypotheses).numpy().astype(np.float64)
     correct = (scores >= threshold) == pairs.is_entailment
-    best_accuracy, best_threshold = metrics.best_threshold_accuracy(scores, pairs.is_entailment)
+    measured = load_metric("binary_nli").compute(
+        predictions=scores, references=pairs.is_entailment, threshold=threshold
+    )
     return NLIResult(
         metrics={
-            "accuracy": 100.0 * float(correct.mean()),
-            "threshold": float(threshold),
-            "best_accuracy": 100.0 * best_accuracy,
-            "best_threshold": best_threshold,
-            "auprc": 100.0 * metrics.sweep_auprc(scores, pairs.is_entailment),
-            "average_precision": 100.0 * metrics.average_precision(scores, pairs.is_entailment),
+            "accuracy": 100.0 * measured["accuracy"],
+            "threshold": measured["threshold"],
+            "best_accuracy": 100.0 * measured["best_accuracy"],
+            "best_threshold": measured["best_threshold"],
+            "auprc": 100.0 * measured["auprc"],
+            "average_precision": 100.0 * measured["average_precision"],
             "examples": len(pairs),
             "positives": int(pairs.is_entailment.sum()),
         },
@@ -191,7 +193,8 @@ def binary_nli(encoded: EncodedSentences, pairs: NLIPairs, threshold: float) -> 
 def dev_threshold(encoded: EncodedSentences, dev: NLIPairs) -> tuple[float, float]:
     """``(accuracy, threshold)``: the grid threshold that is most accurate on ``dev`` (smallest among ties)."""
     scores = encoded.entailment_score(dev.premises, dev.hypotheses).numpy()
-    return metrics.best_threshold_accuracy(scores, dev.is_entailment)
+    measured = load_metric("binary_nli").compute(predictions=scores, references=dev.is_entailment)
+    return measured["best_accuracy"], measured["best_threshold"]
 
 
 LENGTH_UNITS = ("characters", "words")
@@ -271,4 +274,8 @@ def sts_spearman(encoded: EncodedSentences, pairs: STSPairs) -> dict[str, float]
     per-subset ρ. STS-B and SICK-R have a single test set, so it is just their ρ.
     """
     scores = encoded.symmetric_similarities(pairs.sentence1, pairs.sentence2)
-    return {name: 100.0 * metrics.spearman(values.numpy(), pairs.gold) for name, values in scores.items()}
+    spearman = load_metric("spearman")
+    return {
+        name: 100.0 * spearman.compute(predictions=values.numpy(), references=pairs.gold)["spearman"]
+        for name, values in scores.items()
+    }

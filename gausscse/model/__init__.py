@@ -4,6 +4,8 @@ These three files (``configuration_gausscse.py``, ``modeling_gausscse.py``, ``ga
 Hub custom code: they import only torch, transformers and tqdm, and each other.
 """
 
+from transformers import AutoConfig, AutoModel
+
 from .configuration_gausscse import MEAN_ACTIVATIONS, POOLINGS, GaussCSEConfig
 from .gaussian import (
     REDUCTIONS,
@@ -23,6 +25,10 @@ from .modeling_gausscse import (
     position_offset,
     resolve_max_length,
 )
+
+# The installed package (not a folder's remote code) registers the model type with the Auto classes.
+AutoConfig.register(GaussCSEConfig.model_type, GaussCSEConfig, exist_ok=True)
+AutoModel.register(GaussCSEConfig, GaussCSEModel, exist_ok=True)
 
 __all__ = [
     "MEAN_ACTIVATIONS",

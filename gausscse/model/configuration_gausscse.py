@@ -7,7 +7,7 @@ from typing import Any
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from .gaussian import check_reduction
+from .gaussian import LOGVAR_BOUND, check_reduction
 
 POOLINGS = ("cls", "mean")
 MEAN_ACTIVATIONS = ("tanh", "none")
@@ -32,11 +32,12 @@ class GaussCSEConfig(PreTrainedConfig):
             Activation on the mean head: `"tanh"` as the released code, or `"none"`.
         embedding_size (`int`, *optional*):
             Dimension d of the Gaussians. Defaults to the encoder's hidden size.
-        similarity_reduction (`str`, defaults to `"sum"`):
-            `"sum"`: sim(a‖b) = 1 / (1 + Σ_k KL_k), the paper's eq. 2;
-            `"mean_dim"`: sim(a‖b) = mean_k 1 / (1 + KL_k), as the released code computes it.
+        similarity_reduction (`str`, defaults to `"mean_dim"`):
+            `"mean_dim"`: sim(a‖b) = mean_k 1 / (1 + KL_k), as the released code computes it (the default: the better
+            SNLI-dev entailment direction in the project's full fine-tuning study);
+            `"sum"`: sim(a‖b) = 1 / (1 + Σ_k KL_k), the paper's eq. 2.
         logvar_min, logvar_max (`float`, defaults to -10 and 10):
-            Clamp range of the predicted log σ², so exp(±logvar) and the KL stay finite in fp16/bf16.
+            Clamp range of the predicted log σ², so exp(±logvar) and the KL stay finite; within ±30.
 
     Example:
 
@@ -55,7 +56,7 @@ class GaussCSEConfig(PreTrainedConfig):
     pooling: str = "cls"
     mean_activation: str = "tanh"
     embedding_size: int | None = None
-    similarity_reduction: str = "sum"
+    similarity_reduction: str = "mean_dim"
     logvar_min: float = -10.0
     logvar_max: float = 10.0
 
@@ -64,9 +65,10 @@ class GaussCSEConfig(PreTrainedConfig):
         _check_choice("pooling", self.pooling, POOLINGS)
         _check_choice("mean_activation", self.mean_activation, MEAN_ACTIVATIONS)
         check_reduction(self.similarity_reduction)
-        if not self.logvar_min < self.logvar_max:
+        if not -LOGVAR_BOUND <= self.logvar_min < self.logvar_max <= LOGVAR_BOUND:
             raise ValueError(
-                f"logvar_min must be below logvar_max, got logvar_min={self.logvar_min}, logvar_max={self.logvar_max}"
+                f"need -{LOGVAR_BOUND:g} <= logvar_min < logvar_max <= {LOGVAR_BOUND:g} (beyond, exp(log σ²) overflows "
+                f"the similarity), got logvar_min={self.logvar_min}, logvar_max={self.logvar_max}"
             )
         if self.embedding_size is None:
             self.embedding_size = self.encoder_config.hidden_size

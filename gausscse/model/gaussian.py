@@ -26,6 +26,9 @@ from dataclasses import dataclass
 import torch
 
 REDUCTIONS = ("sum", "mean_dim")
+# |log σ²| above this is refused: exp(±30) and the variance ratios of the KL (up to e^60 per dimension) stay far
+# inside float32's range (e^88), so the similarity is never inf or NaN.
+LOGVAR_BOUND = 30.0
 
 # Above this many elements an N×M×d intermediate is split into row chunks.
 DEFAULT_CHUNK_ELEMENTS = 1 << 24
@@ -76,9 +79,10 @@ def similarity(
     logvar_a: torch.Tensor,
     mu_b: torch.Tensor,
     logvar_b: torch.Tensor,
-    reduction: str = "sum",
+    reduction: str,
 ) -> torch.Tensor:
-    """Row-wise asymmetric similarity sim(a_i‖b_i), shape ``(...)``.
+    """Row-wise asymmetric similarity sim(a_i‖b_i), shape ``(...)``; ``reduction``: the model's
+    ``config.similarity_reduction``.
 
     sum:      sim(a‖b) = 1 / (1 + Σ_k KL_k(a‖b))          (paper, eq. 2)
     mean_dim: sim(a‖b) = (1/d) Σ_k 1 / (1 + KL_k(a‖b))     (released code)
@@ -97,11 +101,15 @@ def kl_divergence_matrix(
     KL_ij = ½ [ Σ_k logσ_b,jk² − Σ_k logσ_a,ik² + (σ_a,i² + μ_a,i²) · (1/σ_b,j²)
                − 2 μ_a,i · (μ_b,j / σ_b,j²) + Σ_k μ_b,jk² / σ_b,jk² − d ]
 
-    Memory is O(N·M + (N+M)·d): no N×M×d tensor is ever built.
+    Memory is O(N·M + (N+M)·d): no N×M×d tensor is ever built. The expanded square cancels catastrophically in
+    float32 when the variances are small (with log σ² = −10 and d = 768 its terms reach ~10⁸ while KL(a‖a) = 0), so
+    the products and sums run in float64 and the result is returned in the inputs' float dtype (float32 for
+    half-precision inputs): exact to float32 rounding over the whole log σ² clamp range.
     ``mu_a, logvar_a``: ``(N, d)``; ``mu_b, logvar_b``: ``(M, d)``.
     """
     with torch.autocast(device_type=mu_a.device.type, enabled=False):
-        mu_a, logvar_a, mu_b, logvar_b = map(as_float32, (mu_a, logvar_a, mu_b, logvar_b))
+        output_dtype = as_float32(mu_a).dtype
+        mu_a, logvar_a, mu_b, logvar_b = (tensor.double() for tensor in (mu_a, logvar_a, mu_b, logvar_b))
         inv_var_b = torch.exp(-logvar_b)
         second_moment_a = torch.exp(logvar_a) + mu_a**2
         row_terms = -logvar_a.sum(dim=-1)  # (N,)
@@ -109,7 +117,7 @@ def kl_divergence_matrix(
         cross = second_moment_a @ inv_var_b.T - 2.0 * (mu_a @ (mu_b * inv_var_b).T)  # (N, M)
         kl = 0.5 * (cross + row_terms[:, None] + col_terms[None, :])
         # Rounding in the expanded square can dip a hair below zero when a ≈ b.
-        return kl.clamp_min(0.0)
+        return kl.clamp_min(0.0).to(output_dtype)
 
 
 def similarity_matrix(
@@ -117,10 +125,11 @@ def similarity_matrix(
     logvar_a: torch.Tensor,
     mu_b: torch.Tensor,
     logvar_b: torch.Tensor,
-    reduction: str = "sum",
+    reduction: str,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
 ) -> torch.Tensor:
-    """All-pairs asymmetric similarity S_ij = sim(a_i‖b_j), shape ``(N, M)``.
+    """All-pairs asymmetric similarity S_ij = sim(a_i‖b_j), shape ``(N, M)``; ``reduction``: the model's
+    ``config.similarity_reduction``.
 
     sum:      S_ij = 1 / (1 + KL(a_i‖b_j)), via :func:`kl_divergence_matrix` (matrix products).
     mean_dim: S_ij = (1/d) Σ_k 1 / (1 + KL_k(a_i‖b_j)); the N×M×d intermediate is built in row
@@ -166,10 +175,24 @@ class GaussianEmbeddings:
     logvar: torch.Tensor
 
     def __post_init__(self) -> None:
+        # numpy arrays and nested lists become float tensors; anything else is refused by name
+        for name in ("mu", "logvar"):
+            value = getattr(self, name)
+            if not isinstance(value, torch.Tensor):
+                try:
+                    value = torch.as_tensor(value, dtype=torch.float32)
+                except (TypeError, ValueError, RuntimeError) as error:
+                    kind = type(value).__name__
+                    raise TypeError(f"{name} must be a tensor or an array of numbers, got {kind}") from error
+                setattr(self, name, value)
+            if not value.is_floating_point():
+                setattr(self, name, value.float())
         if self.mu.shape != self.logvar.shape:
             raise ValueError(
                 f"mu and logvar must have the same shape, got {tuple(self.mu.shape)} and {tuple(self.logvar.shape)}"
             )
+        if self.mu.ndim not in (1, 2):
+            raise ValueError(f"mu and logvar must be (d,) or (N, d), got shape {tuple(self.mu.shape)}")
 
     @property
     def var(self) -> torch.Tensor:
@@ -202,7 +225,13 @@ class GaussianEmbeddings:
         return GaussianEmbeddings(self.mu.to(*args, **kwargs), self.logvar.to(*args, **kwargs))
 
     def check(self, argument: str) -> GaussianEmbeddings:
-        """Raise ``ValueError`` naming ``argument`` and the row if μ or log σ² is NaN/inf; return self."""
+        """Raise ``ValueError`` naming ``argument`` and the row if μ or log σ² is NaN/inf or |log σ²| exceeds
+        ``LOGVAR_BOUND``; return self."""
         check_finite(f"{argument}.mu", self.mu)
         check_finite(f"{argument}.logvar", self.logvar)
+        if self.logvar.numel() and float(self.logvar.abs().max()) > LOGVAR_BOUND:
+            raise ValueError(
+                f"{argument}.logvar holds values beyond ±{LOGVAR_BOUND:g} (max |log σ²| = "
+                f"{float(self.logvar.abs().max()):g}): exp(log σ²) would overflow the similarity"
+            )
         return self

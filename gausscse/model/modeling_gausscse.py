@@ -40,6 +40,21 @@ def pool_tokens(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | 
     return (last_hidden_state * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
 
 
+def pad_token_ids(token_ids: Sequence[Sequence[int]], pad_token_id: int, token_type_ids: bool) -> dict:
+    """Right-pad token-id lists into ``input_ids``/``attention_mask`` (and all-zero ``token_type_ids``) tensors of
+    the longest length, as the tokenizer's own padding would."""
+    length = max(len(ids) for ids in token_ids)
+    input_ids = torch.full((len(token_ids), length), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, ids in enumerate(token_ids):
+        input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, : len(ids)] = 1
+    features = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if token_type_ids:
+        features["token_type_ids"] = torch.zeros_like(input_ids)
+    return features
+
+
 def position_offset(encoder_config) -> int:
     """The first position id of a sentence: 0 for BERT-style encoders, ``pad_token_id + 1`` for RoBERTa-style ones."""
     return encoder_config.pad_token_id + 1 if encoder_config.model_type in ROBERTA_POSITIONS else 0
@@ -270,7 +285,9 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             if not self.name_or_path:
                 raise ValueError("This model has no folder to load a tokenizer from: pass tokenizer=... to encode()")
             try:
-                self._tokenizer = AutoTokenizer.from_pretrained(self.name_or_path)
+                # config=: without it AutoTokenizer reloads this config and, the model type being registered by no
+                # one in a process that only ran this folder's code, would ask for trust_remote_code again
+                self._tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, config=self.config)
             except (OSError, ValueError) as error:
                 raise ValueError(
                     f"No tokenizer found at {self.name_or_path!r}: pass tokenizer=... to encode()"
@@ -286,10 +303,12 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         device: str | torch.device | None = None,
         show_progress_bar: bool = False,
         max_length: int | None = None,
+        output_device: str | torch.device | None = "cpu",
     ) -> GaussianEmbeddings:
-        """Encode sentences into Gaussians N(μ, diag σ²), returned as float32 CPU tensors in input order.
+        """Encode sentences into Gaussians N(μ, diag σ²), returned as float32 tensors in input order.
 
-        Sentences are sorted by token count internally so each batch pads little, then returned in input order.
+        Every sentence is tokenised once, in one call (a fast tokenizer spreads it over threads); the token ids are
+        then sorted by length so each batch pads little, padded per batch, and the results put back in input order.
 
         Args:
             sentences: a string or a list of strings. A single string gives 1-D ``mu``/``logvar``.
@@ -299,6 +318,8 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             show_progress_bar: show a tqdm bar over batches.
             max_length: truncation length in tokens; defaults to (and is capped at) the encoder's limit
                 ([`resolve_max_length`]).
+            output_device: where the returned tensors live: ``"cpu"`` (default) or ``None`` for the model's device
+                (no copy back, e.g. to feed a GPU search index).
         """
         single = isinstance(sentences, str)
         sentences = _check_sentences("sentences", [sentences] if single else sentences)
@@ -308,28 +329,28 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             self.to(device)
         tokenizer = self.get_tokenizer(tokenizer)
         max_length = resolve_max_length(tokenizer, self.config.encoder_config, max_length)
+        output_device = self.device if output_device is None else torch.device(output_device)
         was_training = self.training
         self.eval()
-        # Tokenize once, then batch by token count (longest first) so each batch pads as little as possible.
-        token_ids = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
-        order = sorted(range(len(sentences)), key=lambda index: -len(token_ids[index]))
-        mu = torch.empty(len(sentences), self.config.embedding_size)
-        logvar = torch.empty_like(mu)
-        for start in tqdm(
-            range(0, len(order), batch_size), desc="Encoding", disable=not show_progress_bar, leave=False
-        ):
-            batch_indices = order[start : start + batch_size]
-            features = tokenizer(
-                [sentences[index] for index in batch_indices],
-                padding=True,
-                truncation=True,
-                max_length=max_length,
-                return_tensors="pt",
-            ).to(self.device)
-            output = self(**features)
-            mu[batch_indices] = output.mu.float().cpu()
-            logvar[batch_indices] = output.logvar.float().cpu()
-        self.train(was_training)
+        try:
+            token_ids = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
+            order = sorted(range(len(sentences)), key=lambda index: -len(token_ids[index]))
+            with_token_types = "token_type_ids" in tokenizer.model_input_names
+            mu = torch.empty(len(sentences), self.config.embedding_size, device=output_device)
+            logvar = torch.empty_like(mu)
+            for start in tqdm(
+                range(0, len(order), batch_size), desc="Encoding", disable=not show_progress_bar, leave=False
+            ):
+                batch_indices = order[start : start + batch_size]
+                features = pad_token_ids(
+                    [token_ids[index] for index in batch_indices], tokenizer.pad_token_id or 0, with_token_types
+                )
+                output = self(**{name: tensor.to(self.device) for name, tensor in features.items()})
+                rows = torch.tensor(batch_indices, device=output_device)
+                mu[rows] = output.mu.float().to(output_device)
+                logvar[rows] = output.logvar.float().to(output_device)
+        finally:
+            self.train(was_training)  # restored even when encoding fails
         embeddings = GaussianEmbeddings(mu[0], logvar[0]) if single else GaussianEmbeddings(mu, logvar)
         return embeddings.check("encode(sentences)")
 
@@ -395,8 +416,9 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
 
 GaussCSEConfig.register_for_auto_class()
 GaussCSEModel.register_for_auto_class("AutoModel")
-AutoConfig.register(GaussCSEConfig.model_type, GaussCSEConfig, exist_ok=True)
-AutoModel.register(GaussCSEConfig, GaussCSEModel, exist_ok=True)
+# No AutoConfig/AutoModel.register here: this file also runs as a saved folder's remote code, and a registration made
+# then would make every later GaussCSE folder run the first folder's code. The installed package registers instead
+# (gausscse/model/__init__.py), so each folder loaded with trust_remote_code runs the code shipped with it.
 
 __all__ = [
     "TOKEN_POOLINGS",
@@ -404,6 +426,7 @@ __all__ = [
     "GaussCSEModel",
     "GaussCSEOutput",
     "GaussCSEPreTrainedModel",
+    "pad_token_ids",
     "pool_tokens",
     "position_offset",
     "resolve_max_length",

@@ -1,30 +1,19 @@
-"""Training GaussCSE models: arguments, NLI data, losses (eq. 3 and supervised SimCSE), Trainer, LoRA, output, and
-heads-only training on a frozen backbone's cached features (``training.heads_only``)."""
+"""Training GaussCSE models: arguments (``arguments``), the batch layout, padding and packing (``batch``), the losses
+(eq. 3 and supervised SimCSE, ``losses``), the Trainer (``trainer``), the DDP gather (``distributed``), LoRA
+(``lora``), the output folder and model card (``output``, ``model_card``), the precision pick (``precision``) and
+heads-only training on a frozen backbone's cached features (``heads_only``). The training data itself comes from
+``gausscse.data``; the command is ``gausscse.cli.train``.
 
-from gausscse.data.sources import DataSpec, build_examples, load_training_examples
-from gausscse.data.tokenize import text_id, tokenize_examples
+Only the losses are imported here (``from gausscse.training import GaussCSELoss``); import the other modules by name.
+"""
 
-from .arguments import DataArguments, GaussCSETrainingArguments, ModelArguments, parse_arguments
-from .batch import TripletCollator
 from .losses import GAUSSCSE_VARIANTS, LOSS_NAMES, GaussCSELoss, NLIBatchEmbeddings, SupervisedSimCSELoss, build_loss
-from .trainer import GaussCSETrainer
 
 __all__ = [
     "GAUSSCSE_VARIANTS",
     "LOSS_NAMES",
-    "DataArguments",
-    "DataSpec",
     "GaussCSELoss",
-    "GaussCSETrainer",
-    "GaussCSETrainingArguments",
-    "ModelArguments",
     "NLIBatchEmbeddings",
     "SupervisedSimCSELoss",
-    "TripletCollator",
-    "build_examples",
     "build_loss",
-    "load_training_examples",
-    "parse_arguments",
-    "text_id",
-    "tokenize_examples",
 ]

@@ -11,6 +11,7 @@ than the paper's ``sum`` in every direction-learning loss variant of the full fi
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -25,7 +26,7 @@ from gausscse.data.sources import SHAPES, TRAIN_SOURCES, DataSpec, parse_column_
 from gausscse.model.configuration_gausscse import MEAN_ACTIVATIONS, POOLINGS
 from gausscse.model.gaussian import REDUCTIONS
 
-from .losses import LOSS_NAMES, check_loss_name
+from .losses import LOSS_NAMES, check_loss_name, check_temperature
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -48,15 +49,21 @@ class ModelArguments:
         default="bert-base-uncased",
         metadata={"help": "Encoder to start from (Hub id or local folder), or a GaussCSE folder to continue training."},
     )
-    pooling: str = field(default="cls", metadata={"help": f"Sentence vector: one of {POOLINGS}."})
-    mean_activation: str = field(
-        default="tanh", metadata={"help": f"Activation of the μ head: one of {MEAN_ACTIVATIONS}."}
+    # The three model fields default to None: a new model then takes GaussCSEConfig's defaults (the one source of
+    # truth), a GaussCSE folder being continued keeps its own; a value that contradicts that folder is an error.
+    pooling: str | None = field(
+        default=None, metadata={"help": f"Sentence vector: one of {POOLINGS} (default: GaussCSEConfig's, 'cls')."}
     )
-    similarity_reduction: str = field(
-        default="mean_dim",
+    mean_activation: str | None = field(
+        default=None,
+        metadata={"help": f"Activation of the μ head: one of {MEAN_ACTIVATIONS} (default: GaussCSEConfig's, 'tanh')."},
+    )
+    similarity_reduction: str | None = field(
+        default=None,
         metadata={
-            "help": f"One of {REDUCTIONS}: 'mean_dim' as the released code (default: the better SNLI-dev "
-            "entailment direction in results/REPRODUCTION.md, at some cost in AUPRC), 'sum' as the paper's eq. 2."
+            "help": f"One of {REDUCTIONS} (default: GaussCSEConfig's, 'mean_dim' as the released code — the better "
+            "SNLI-dev entailment direction in results/REPRODUCTION.md, at some cost in AUPRC); 'sum' is the paper's "
+            "eq. 2."
         },
     )
     freeze_backbone: bool = field(
@@ -171,7 +178,10 @@ class DataArguments:
     eval_max_examples: int | None = field(
         default=None, metadata={"help": "Evaluate on only the first N SNLI dev pairs (default: all 9,842)."}
     )
-    eval_max_seq_length: int = field(default=64, metadata={"help": "Truncation length for the SNLI dev evaluation."})
+    eval_max_seq_length: int | None = field(
+        default=None,
+        metadata={"help": "Truncation length for the SNLI dev evaluation (default: the encoder's limit)."},
+    )
 
     def __post_init__(self) -> None:
         if self.train_datasets is None and not self.train_file and not self.dataset_name:
@@ -222,6 +232,13 @@ class GaussCSETrainingArguments(TrainingArguments):
     )
 
     output_dir: str | None = field(default="outputs/gausscse", metadata={"help": "Checkpoints and the final model."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Train into a non-empty --output_dir, replacing the run there (without it, or a "
+            "--resume_from_checkpoint, a non-empty --output_dir is an error: an earlier run is never lost silently)."
+        },
+    )
     per_device_train_batch_size: int = field(default=64, metadata={"help": "Contrastive batch per process."})
     per_device_eval_batch_size: int = field(default=128, metadata={"help": "Sentences per forward in evaluation."})
     learning_rate: float = field(default=3e-5, metadata={"help": "Learning rate of the backbone (AdamW)."})
@@ -243,19 +260,50 @@ class GaussCSETrainingArguments(TrainingArguments):
 
     def __post_init__(self) -> None:
         check_loss_name(self.loss)
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {self.temperature}")
-        if self.head_learning_rate is not None and self.head_learning_rate < 0:
-            raise ValueError(f"head_learning_rate must be non-negative, got {self.head_learning_rate}")
+        check_temperature(self.temperature)
+        check_numbers(self)
         if self.loss == "simcse" and self.ddp_find_unused_parameters is None:
             self.ddp_find_unused_parameters = True  # SimCSE leaves the σ² head without gradient
         if self.eval_strategy == "no":  # no evaluation, no best checkpoint to pick: keep the last weights
             self.load_best_model_at_end = False
         if (self.bf16 or self.bf16_full_eval) and not self.use_cpu and not has_accelerator():
             # transformers refuses bf16 without a GPU unless use_cpu is set; on a CPU bf16 autocast works (natively
-            # with AVX512-BF16/AMX, emulated and slower without: see scripts/pick_precision.py).
+            # with AVX512-BF16/AMX, emulated and slower without: see gausscse.training.precision).
             self.use_cpu = True
         super().__post_init__()
+        if self.loss == "ent" and self.per_device_train_batch_size * max(1, self.world_size) < 2:
+            raise ValueError(
+                "--loss ent needs at least 2 examples per (global) batch: with one, the positive is its own only "
+                "candidate and the loss is identically 0; raise --per_device_train_batch_size"
+            )
+
+
+# flag -> (smallest allowed value, whether the smallest is allowed itself); every one must be finite
+NUMERIC_FLAGS: dict[str, tuple[float, bool]] = {
+    "learning_rate": (0.0, False),
+    "head_learning_rate": (0.0, True),
+    "temperature": (0.0, False),
+    "weight_decay": (0.0, True),
+    "warmup_steps": (0.0, True),
+    "simcse_weight": (0.0, True),
+    "max_grad_norm": (0.0, True),
+    "num_train_epochs": (0.0, False),
+}
+
+
+def check_numbers(args: GaussCSETrainingArguments) -> None:
+    """``ValueError`` naming the flag for a NaN/inf or out-of-range number, ``--max_steps 0`` or a run of no epochs."""
+    for name, (low, inclusive) in NUMERIC_FLAGS.items():
+        value = getattr(args, name)
+        if value is None or (name == "num_train_epochs" and args.max_steps > 0):
+            continue
+        if not math.isfinite(value) or value < low or (value == low and not inclusive):
+            relation = ">=" if inclusive else ">"
+            raise ValueError(f"--{name} must be a finite number {relation} {low:g}, got {value}")
+    if args.max_steps == 0 or args.max_steps < -1:
+        raise ValueError(
+            f"--max_steps must be a positive number of steps (or -1: use --num_train_epochs), got {args.max_steps}"
+        )
 
 
 ARGUMENT_CLASSES = (ModelArguments, DataArguments, GaussCSETrainingArguments)

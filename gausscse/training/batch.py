@@ -16,7 +16,7 @@ import torch
 from gausscse.data.sources import EXAMPLE_COLUMNS
 from gausscse.data.tokenize import text_id
 from gausscse.model.gaussian import GaussianEmbeddings
-from gausscse.model.modeling_gausscse import position_offset
+from gausscse.model.modeling_gausscse import pad_token_ids, position_offset
 
 from .losses import NLIBatchEmbeddings
 
@@ -88,7 +88,7 @@ def split_batch_embeddings(
     )
 
 
-def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position_offset: int = 0) -> dict:
+def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position_offset: int) -> dict:
     """Pack tokenized sentences into rows of ``row_length`` tokens (first-fit decreasing), for one forward pass
     with far less padding than one sentence per row.
 
@@ -139,21 +139,6 @@ def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position
     }
 
 
-def pad_sentences(token_ids: Sequence[Sequence[int]], pad_token_id: int, token_type_ids: bool) -> dict:
-    """Right-pad tokenized sentences to the longest: ``input_ids``, ``attention_mask`` (and zero
-    ``token_type_ids`` when the model takes them), as the tokenizer's ``padding=True`` gives them."""
-    width = max(len(ids) for ids in token_ids)
-    input_ids = torch.full((len(token_ids), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(token_ids), width), dtype=torch.long)
-    for row, ids in enumerate(token_ids):
-        input_ids[row, : len(ids)] = torch.as_tensor(ids)
-        attention_mask[row, : len(ids)] = 1
-    features = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if token_type_ids:
-        features["token_type_ids"] = torch.zeros_like(input_ids)
-    return features
-
-
 def packing_position_offset(encoder_config: Any) -> int:
     """The first position id of a packed sentence: 0 for BERT, ``pad_token_id + 1`` for RoBERTa-style encoders
     (``encoder_config``: the backbone's config, ``GaussCSEConfig.encoder_config``)."""
@@ -175,8 +160,9 @@ class TripletCollator:
     missing).
     ``with_contradictions=False`` (losses without V_C: ``ent``, ``ent+rev``) leaves the contradictions out (K = 0).
     ``pack=True`` packs the sentences several to a row (see [`pack_sentences`]; rows of ``pack_length`` tokens,
-    ``position_offset`` from [`packing_position_offset`]): the same forward pass over far fewer padding tokens.
-    Build it for a tokenizer with [`TripletCollator.for_tokenizer`].
+    ``position_offset`` from [`packing_position_offset`] of the encoder's config): the same forward pass over far
+    fewer padding tokens. Build it for a tokenizer (and, to pack, the encoder's config) with
+    [`TripletCollator.for_tokenizer`].
     """
 
     pad_token_id: int = 0
@@ -184,11 +170,18 @@ class TripletCollator:
     with_contradictions: bool = True
     pack: bool = False
     pack_length: int = 64
-    position_offset: int = 0
+    position_offset: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.pack and self.position_offset is None:
+            raise ValueError("packing needs the encoder's first position id: pass encoder_config to for_tokenizer")
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: Any, **kwargs: Any) -> TripletCollator:
-        """A collator with the tokenizer's padding id and input names."""
+    def for_tokenizer(cls, tokenizer: Any, encoder_config: Any = None, **kwargs: Any) -> TripletCollator:
+        """A collator with the tokenizer's padding id and input names; with ``pack=True`` the position offset comes
+        from ``encoder_config`` (the backbone's config, ``GaussCSEConfig.encoder_config``)."""
+        if kwargs.get("pack") and encoder_config is not None:
+            kwargs["position_offset"] = packing_position_offset(encoder_config)
         return cls(
             pad_token_id=tokenizer.pad_token_id or 0,
             token_type_ids="token_type_ids" in tokenizer.model_input_names,
@@ -210,7 +203,7 @@ class TripletCollator:
         if self.pack:
             features = pack_sentences(layout.sentences, self.pack_length, self.position_offset)
         else:
-            features = pad_sentences(layout.sentences, self.pad_token_id, self.token_type_ids)
+            features = pad_token_ids(layout.sentences, self.pad_token_id, self.token_type_ids)
         features["contradiction_index"] = layout.contradiction_index
         features["text_ids"] = layout.text_ids
         return features
@@ -223,6 +216,5 @@ __all__ = [
     "batch_layout",
     "pack_sentences",
     "packing_position_offset",
-    "pad_sentences",
     "text_batch_layout",
 ]

@@ -2,14 +2,18 @@
 
 A LoRA model is saved either merged (a plain GaussCSE folder that loads with ``trust_remote_code``) or as
 adapter + heads: ``adapter_config.json``/``adapter_model.safetensors`` (the encoder's adapter),
-``heads.safetensors`` (the two heads) and the GaussCSE ``config.json``; [`load_adapter_model`] rebuilds it.
+``heads.safetensors`` (the two heads) and the GaussCSE ``config.json`` (without ``auto_map``: the folder holds no full
+weights for ``AutoModel`` to load); [`load_adapter_model`] rebuilds it, its model card says so, and
+``gausscse-evaluate`` recognises it ([`is_adapter_folder`]).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
+from huggingface_hub import snapshot_download
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
 
@@ -52,13 +56,20 @@ def save_adapter_model(model: GaussCSEModel, output_dir: str | Path) -> None:
         for key, value in getattr(model, name).state_dict().items()
     }
     save_file({key: value.detach().cpu().contiguous() for key, value in heads.items()}, output_dir / HEADS_FILE)
-    model.config.save_pretrained(output_dir)
+    config = model.config.to_dict()
+    config.pop("auto_map", None)  # no full weights here: AutoModel must not be pointed at code it cannot fill
+    (output_dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def is_adapter_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder written by [`save_adapter_model`]."""
+    return (Path(path) / HEADS_FILE).is_file() and (Path(path) / "adapter_config.json").is_file()
 
 
 def load_adapter_model(path: str | Path, backbone: str | None = None) -> GaussCSEModel:
     """Rebuild a model saved by [`save_adapter_model`]: the backbone (``backbone`` or the adapter's
     ``base_model_name_or_path``), its adapter and the heads."""
-    path = Path(path)
+    path = Path(path) if Path(path).is_dir() else Path(snapshot_download(str(path)))  # a local folder or a Hub id
     config = GaussCSEConfig.from_pretrained(path)
     adapter_config = LoraConfig.from_pretrained(path)
     base = backbone or adapter_config.base_model_name_or_path
@@ -80,4 +91,4 @@ def load_adapter_model(path: str | Path, backbone: str | None = None) -> GaussCS
     return model
 
 
-__all__ = ["apply_lora", "has_lora", "load_adapter_model", "merge_lora", "save_adapter_model"]
+__all__ = ["apply_lora", "has_lora", "is_adapter_folder", "load_adapter_model", "merge_lora", "save_adapter_model"]

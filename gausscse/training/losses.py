@@ -180,11 +180,9 @@ class SupervisedSimCSELoss(nn.Module):
     ```
     """
 
-    def __init__(self, temperature: float = 0.05, gather: bool = True):
+    def __init__(self, temperature: float, gather: bool = True):
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
-        self.temperature = temperature
+        self.temperature = check_temperature(temperature)
         self.gather = gather
 
     def forward(self, batch: NLIBatchEmbeddings) -> torch.Tensor:
@@ -213,9 +211,10 @@ class GaussCSELoss(nn.Module):
 
     Args:
         variant: one of ``GAUSSCSE_VARIANTS``.
-        temperature: τ.
+        temperature: τ (the paper: 0.05, ``--temperature``'s default).
         reduction: ``"sum"`` (eq. 2, full KL) or ``"mean_dim"`` (the released code: mean over dimensions of
-            1/(1+KL_k)).
+            1/(1+KL_k)). No default: pass the model's, ``model.config.similarity_reduction``, so the loss trains the
+            similarity the model is scored with.
         simcse_weight: weight λ of the released code's optional auxiliary term λ·SupervisedSimCSE(μ); 0 turns it off.
         gather: gather the negatives across processes under ``torch.distributed``.
 
@@ -224,7 +223,7 @@ class GaussCSELoss(nn.Module):
     Example:
 
     ```python
-    >>> loss_fn = GaussCSELoss("ent+con+rev", temperature=0.05, reduction="mean_dim")
+    >>> loss_fn = GaussCSELoss("ent+con+rev", temperature=0.05, reduction=model.config.similarity_reduction)
     >>> batch = NLIBatchEmbeddings(premise, entailment, contradiction, contradiction_mask, text_ids)
     >>> loss = loss_fn(batch)
     ```
@@ -232,9 +231,9 @@ class GaussCSELoss(nn.Module):
 
     def __init__(
         self,
-        variant: str = "ent+con+rev",
-        temperature: float = 0.05,
-        reduction: str = "mean_dim",
+        variant: str,
+        temperature: float,
+        reduction: str,
         simcse_weight: float = 0.0,
         gather: bool = True,
     ):
@@ -243,12 +242,10 @@ class GaussCSELoss(nn.Module):
             raise ValueError(
                 f"Unknown GaussCSE loss variant {variant!r}; valid variants: {', '.join(GAUSSCSE_VARIANTS)}"
             )
-        if temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
         if simcse_weight < 0:
             raise ValueError(f"simcse_weight must be non-negative, got {simcse_weight}")
         self.variant = variant
-        self.temperature = temperature
+        self.temperature = check_temperature(temperature)
         self.reduction = check_reduction(reduction)
         self.simcse_weight = simcse_weight
         self.gather = gather
@@ -292,10 +289,16 @@ def uses_contradictions(name: str) -> bool:
     return "con" in check_loss_name(name) or name == "simcse"
 
 
-def build_loss(
-    name: str, temperature: float = 0.05, reduction: str = "mean_dim", simcse_weight: float = 0.0
-) -> nn.Module:
-    """The loss module for a ``--loss`` name: a GaussCSE variant or ``simcse`` (the supervised SimCSE baseline)."""
+def check_temperature(temperature: float) -> float:
+    """``temperature`` if it is a positive number (τ divides every similarity), else ``ValueError``."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    return temperature
+
+
+def build_loss(name: str, temperature: float, reduction: str, simcse_weight: float = 0.0) -> nn.Module:
+    """The loss module for a ``--loss`` name: a GaussCSE variant or ``simcse`` (the supervised SimCSE baseline);
+    ``reduction``: the model's ``config.similarity_reduction``."""
     if check_loss_name(name) == "simcse":
         return SupervisedSimCSELoss(temperature)
     return GaussCSELoss(name, temperature, reduction, simcse_weight)
@@ -310,6 +313,7 @@ __all__ = [
     "SupervisedSimCSELoss",
     "build_loss",
     "check_loss_name",
+    "check_temperature",
     "denominator_masks",
     "masked_cross_entropy",
     "uses_contradictions",

@@ -53,6 +53,14 @@ def card_metadata(
     return metadata
 
 
+FULL_LOADING = """from transformers import AutoModel
+
+model = AutoModel.from_pretrained("{name}", trust_remote_code=True)"""
+ADAPTER_LOADING = """from gausscse.training.lora import load_adapter_model  # pip install gausscse (needs peft)
+
+model = load_adapter_model("{name}")  # the base encoder + this LoRA adapter + the μ/σ² heads"""
+
+
 def render_model_card(
     model_name: str,
     base_model: str,
@@ -60,8 +68,9 @@ def render_model_card(
     metrics: Mapping[str, float],
     training_arguments: Mapping[str, Any],
     data_stats: Mapping[str, Any],
+    adapter: bool = False,
 ) -> str:
-    """The full ``README.md`` text."""
+    """The full ``README.md`` text; ``adapter``: the folder holds a LoRA adapter + heads, not full weights."""
     front_matter = yaml.safe_dump(card_metadata(model_name, base_model, datasets, metrics), sort_keys=False)
     metric_rows = "\n".join(f"| {key} | {value:.4f} |" for key, value in metrics.items())
     arguments = json.dumps(dict(training_arguments), indent=2, sort_keys=True, default=str)
@@ -78,9 +87,7 @@ is scored sim(hyp‖pre); the entailing (more general) sentence has the larger v
 ## Usage
 
 ```python
-from transformers import AutoModel
-
-model = AutoModel.from_pretrained("{model_name}", trust_remote_code=True)
+{(ADAPTER_LOADING if adapter else FULL_LOADING).format(name=model_name)}
 premises = ["A man is playing a guitar on stage."]
 hypotheses = ["A man is playing music."]
 print(model.entailment_score(premises, hypotheses))      # sim(hyp‖pre)

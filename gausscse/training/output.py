@@ -1,6 +1,6 @@
 """The final model in ``--output_dir`` itself (as every Hugging Face example script leaves it): weights + config +
-code files (auto_map) + tokenizer + model card + ``train_results.json``, each file replaced atomically beside the
-``checkpoint-N`` folders; and its push to the Hub (the model files only)."""
+code files (auto_map) + tokenizer + model card + ``train_results.json`` beside the ``checkpoint-N`` folders, the
+whole folder swapped atomically; and its push to the Hub (the model files only)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from typing import Any
 from huggingface_hub import HfApi
 
 from gausscse import GaussCSEModel
-from gausscse.io import write_atomic
+from gausscse.io import link_tree, replace_folder
 
 from .lora import has_lora, merge_lora, save_adapter_model
 from .model_card import write_model_card
+from .trainer import check_finite_weights
 
 TRAIN_RESULTS_FILE = "train_results.json"
-STAGING_DIR = ".final-model.tmp"
+STAGING_SUFFIX = ".saving"  # the new output folder is built at .<name>.saving beside it
 MANIFEST_FILE = ".final-model-files.json"  # the files of the final model, for the next save and the Hub upload
 
 
@@ -34,39 +35,57 @@ def save_model_folder(
 ) -> Path:
     """Write the final model into ``model_dir`` (the output folder; other entries such as ``checkpoint-N`` stay).
 
-    Everything is first written to a staging folder inside ``model_dir``, then each file is moved into place with
-    one atomic rename, so an interrupted save never leaves a half-written file; files of an earlier final model that
-    this one does not write (e.g. a LoRA adapter after a merged model) are removed. A LoRA model is merged into a
-    plain GaussCSE folder when ``merge``, else saved as adapter + heads.
-    ``card``: keyword arguments of [`training.model_card.render_model_card`]; ``results``: ``train_results.json``.
+    Non-finite weights are refused before anything is written. The new folder is built beside ``model_dir``: the
+    model files, plus hard links to everything else already there (checkpoints, logs; not the earlier final model's
+    files), then swapped with ``model_dir`` in one atomic step (``renameat2``), so whatever moment the process dies,
+    ``model_dir`` holds the whole old or the whole new model. Where the system cannot swap folders atomically, each
+    file is moved into place with its own atomic rename instead. A LoRA model is merged into a plain GaussCSE folder
+    when ``merge``, else saved as adapter + heads.
+    ``card``: keyword arguments of [`gausscse.training.model_card.render_model_card`]; ``results``:
+    ``train_results.json``.
     """
+    check_finite_weights(model, "the final model")
     model_dir = Path(model_dir)
-    model_dir.mkdir(parents=True, exist_ok=True)
-    staging = model_dir / STAGING_DIR
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = model_dir.parent / f".{model_dir.name}{STAGING_SUFFIX}"
     shutil.rmtree(staging, ignore_errors=True)
-    if has_lora(model) and not merge:
+    staging.mkdir()
+    adapter = has_lora(model) and not merge
+    if adapter:
         save_adapter_model(model, staging)
     else:
         if has_lora(model):
             merge_lora(model)
         model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
-    write_model_card(staging, **card)
+    write_model_card(staging, **card, adapter=adapter)
     (staging / TRAIN_RESULTS_FILE).write_text(json.dumps(dict(results), indent=2, default=str), encoding="utf-8")
-    written = {path.name for path in staging.iterdir()}
+    written = sorted(path.name for path in staging.iterdir())
+    (staging / MANIFEST_FILE).write_text(json.dumps(written), encoding="utf-8")
     manifest = model_dir / MANIFEST_FILE
     earlier = set(json.loads(manifest.read_text(encoding="utf-8"))) if manifest.is_file() else set()
-    for name in sorted(earlier - written):
+    if model_dir.is_dir():
+        for entry in model_dir.iterdir():
+            if entry.name not in earlier | set(written) | {MANIFEST_FILE}:
+                link_tree(entry, staging / entry.name)
+    if not replace_folder(staging, model_dir):
+        replace_files(staging, model_dir, written, earlier)
+    return model_dir
+
+
+def replace_files(staging: Path, model_dir: Path, written: list[str], earlier: set[str]) -> None:
+    """The fallback of [`save_model_folder`]: move each new file into ``model_dir`` with its own atomic rename,
+    remove the earlier model's files the new one lacks, write the manifest last."""
+    for name in sorted(earlier - set(written)):
         stale = model_dir / name
         if stale.is_dir():
             shutil.rmtree(stale)
         else:
             stale.unlink(missing_ok=True)
-    for name in sorted(written):
+    for name in written:
         os.replace(staging / name, model_dir / name)
-    staging.rmdir()
-    write_atomic(manifest, json.dumps(sorted(written)))
-    return model_dir
+    os.replace(staging / MANIFEST_FILE, model_dir / MANIFEST_FILE)
+    shutil.rmtree(staging)
 
 
 def push_model_folder(

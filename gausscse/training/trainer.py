@@ -9,17 +9,58 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate.utils import broadcast_object_list
 from torch import nn
 from transformers import Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from gausscse.io import write_atomic
 
 from .batch import split_batch_embeddings
 from .losses import build_loss
 
 HEAD_PREFIXES = ("mean_head.", "logvar_head.")
+# Written into checkpoint-N last, when everything else of it is on disk: a checkpoint without it was cut short.
+CHECKPOINT_COMPLETE = "checkpoint-complete.json"
+
+
+class NonFiniteError(FloatingPointError):
+    """Training produced a NaN/inf loss, gradient or weight: the run stops before such weights are saved."""
+
+
+def first_non_finite(named_tensors) -> str | None:
+    """The name of the first tensor that holds NaN or inf, else ``None``."""
+    for name, tensor in named_tensors:
+        if tensor is not None and not bool(torch.isfinite(tensor).all()):
+            return name
+    return None
+
+
+def check_finite_weights(model: nn.Module, what: str) -> None:
+    """``NonFiniteError`` naming ``what`` and the first non-finite parameter of ``model``."""
+    name = first_non_finite(model.named_parameters())
+    if name is not None:
+        raise NonFiniteError(f"{what}: parameter {name} holds NaN or inf values; nothing was saved")
+
+
+def is_complete_checkpoint(folder: str | Path) -> bool:
+    """Whether ``folder`` is a checkpoint whose save finished (see ``CHECKPOINT_COMPLETE``)."""
+    return (Path(folder) / CHECKPOINT_COMPLETE).is_file()
+
+
+def latest_complete_checkpoint(output_dir: str | Path) -> Path | None:
+    """The ``checkpoint-N`` of ``output_dir`` with the largest N whose save finished; half-written ones are skipped."""
+    found = [
+        (int(path.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")), path)
+        for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+        if path.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-").isdigit() and is_complete_checkpoint(path)
+    ]
+    return max(found)[1] if found else None
 
 
 def is_head_parameter(name: str) -> bool:
@@ -66,6 +107,28 @@ class GaussCSETrainer(Trainer):
         loss = self.loss_fn(batch)
         return (loss, outputs) if return_outputs else loss
 
+    def training_step(
+        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
+    ) -> torch.Tensor:
+        """Trainer's step (forward + backward), then stop at the first non-finite loss or gradient, naming the step."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        step = self.state.global_step + 1
+        advice = "lower --learning_rate / --head_learning_rate, or check the data of this step"
+        if not bool(torch.isfinite(loss).all()):
+            raise NonFiniteError(f"step {step}: the loss is {float(loss)}; {advice}")
+        name = first_non_finite((name, parameter.grad) for name, parameter in model.named_parameters())
+        if name is not None:
+            raise NonFiniteError(f"step {step}: the gradient of {name} holds NaN or inf values; {advice}")
+        return loss
+
+    def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
+        """Refuse non-finite weights; save as Trainer does; then mark the checkpoint complete (written last)."""
+        check_finite_weights(self.accelerator.unwrap_model(self.model), f"checkpoint at step {self.state.global_step}")
+        super()._save_checkpoint(model, trial)
+        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.args.should_save and folder.is_dir():
+            write_atomic(folder / CHECKPOINT_COMPLETE, json.dumps({"global_step": self.state.global_step}) + "\n")
+
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         """AdamW (or ``--optim``) with four groups: {heads, backbone} × {weight decay, none}; the heads use
         ``--head_learning_rate`` (``None``: ``--learning_rate``)."""
@@ -108,4 +171,12 @@ class GaussCSETrainer(Trainer):
         return metrics
 
 
-__all__ = ["GaussCSETrainer", "is_head_parameter", "split_batch_embeddings"]
+__all__ = [
+    "CHECKPOINT_COMPLETE",
+    "GaussCSETrainer",
+    "NonFiniteError",
+    "check_finite_weights",
+    "is_complete_checkpoint",
+    "is_head_parameter",
+    "latest_complete_checkpoint",
+]

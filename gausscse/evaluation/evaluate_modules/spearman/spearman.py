@@ -1,16 +1,17 @@
 """Spearman's ρ for STS as an `evaluate` module, kept in the repository.
 
-Load it from its local path, no Hub needed: ``evaluation.load_metric("spearman")``.
+Self-contained (numpy, scipy, datasets, evaluate only): ``evaluate.load("<this folder>")`` works in a process that
+cannot import ``gausscse``; inside the project use ``gausscse.evaluation.load_metric("spearman")``.
 """
 
 import datasets
 import evaluate
-
-from gausscse.evaluation import metrics
+import numpy as np
+from scipy import stats
 
 _DESCRIPTION = """Spearman's rank correlation ρ in [-1, 1] between predicted similarities and gold STS scores:
-the Pearson correlation of the ranks, ties given their average rank (= scipy.stats.spearmanr). For SimCSE's
-"all" aggregation pass the concatenation of every subset of a year's file."""
+the Pearson correlation of the ranks, ties given their average rank (= scipy.stats.spearmanr); NaN when either
+side is constant. For SimCSE's "all" aggregation pass the concatenation of every subset of a year's file."""
 
 _KWARGS_DESCRIPTION = """
 Args:
@@ -19,7 +20,7 @@ Args:
 Returns:
     dict with `spearman`.
 Example:
-    >>> metric = evaluation.load_metric("spearman")
+    >>> metric = evaluate.load("gausscse/evaluation/evaluate_modules/spearman")
     >>> metric.compute(predictions=[0.1, 0.5, 0.9], references=[1.0, 2.5, 4.0])
 """
 
@@ -28,6 +29,19 @@ _CITATION = """@inproceedings{gao-etal-2021-simcse,
   author = {Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},
   booktitle = {Proceedings of EMNLP 2021}, year = {2021}
 }"""
+
+
+def spearman(predicted, gold) -> float:
+    """Spearman's ρ: the Pearson correlation of the ranks (ties get their average rank)."""
+    predicted, gold = np.asarray(predicted, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    if predicted.shape != gold.shape or predicted.ndim != 1:
+        raise ValueError(f"predicted and gold must be 1-D of the same length, got {predicted.shape}, {gold.shape}")
+    if predicted.size < 2:
+        raise ValueError(f"Spearman needs at least 2 pairs, got {predicted.size}")
+    predicted_ranks, gold_ranks = stats.rankdata(predicted), stats.rankdata(gold)
+    if predicted_ranks.std() == 0 or gold_ranks.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(predicted_ranks, gold_ranks)[0, 1])
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
@@ -45,4 +59,4 @@ class Spearman(evaluate.Metric):
         )
 
     def _compute(self, predictions, references) -> dict[str, float]:
-        return {"spearman": metrics.spearman(predictions, references)}
+        return {"spearman": spearman(predictions, references)}

@@ -1,0 +1,120 @@
+"""The package's shape: layers import downwards only, one pooling and one max-length policy, and `pip install .`
+gives a working package with its commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from sentence_transformers.models import Pooling
+from transformers import AutoTokenizer, BertConfig, RobertaConfig
+
+from gausscse.model.modeling_gausscse import pool_tokens, resolve_max_length
+
+from .helpers import MINILM_PATH
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def imported_modules(statement: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after ``statement``."""
+    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import gausscse.data.sources, gausscse.data.tokenize, gausscse.data.features",
+        "import gausscse.training.batch, gausscse.training.losses, gausscse.training.heads_only",
+        "import gausscse.training.trainer, gausscse.training.arguments, gausscse.training.output",
+    ],
+)
+def test_data_and_training_do_not_import_evaluation_or_its_heavy_dependencies(statement):
+    loaded = imported_modules(statement)
+    assert not {name for name in loaded if name.startswith("gausscse.evaluation")}
+    # beyond what the model itself loads (transformers' PreTrainedModel pulls scipy in on its own)
+    extra = {name.split(".")[0] for name in loaded - imported_modules("import gausscse")}
+    assert not {"scipy", "matplotlib", "sklearn", "evaluate"} & extra
+
+
+def test_the_model_files_import_only_torch_transformers_and_each_other():
+    model_dir = REPO_ROOT / "gausscse" / "model"
+    allowed = {"torch", "transformers", "tqdm", "__future__", "inspect", "collections", "dataclasses", "typing"}
+    for path in model_dir.glob("*.py"):
+        for line in path.read_text().splitlines():
+            words = line.split()
+            if line.startswith(("import ", "from ")) and not words[1].startswith("."):
+                assert words[1].split(".")[0] in allowed, f"{path.name}: {line}"
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean", "max"])
+def test_pool_tokens_matches_sentence_transformers_pooling(pooling):
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 5, 8)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]])
+    reference = Pooling(8, pooling_mode=pooling)({"token_embeddings": hidden, "attention_mask": mask})
+    torch.testing.assert_close(pool_tokens(hidden, mask, pooling), reference["sentence_embedding"])
+    with pytest.raises(ValueError, match=r"pooling must be one of \('cls', 'mean', 'max'\), got 'first'"):
+        pool_tokens(hidden, mask, "first")
+
+
+def test_one_max_length_policy_capped_at_the_encoders_limit():
+    tokenizer = AutoTokenizer.from_pretrained(MINILM_PATH)  # model_max_length 512 (BERT)
+    bert = BertConfig(max_position_embeddings=128)
+    assert resolve_max_length(tokenizer, bert) == 128  # default: all the encoder takes
+    assert resolve_max_length(tokenizer, bert, 64) == 64
+    assert resolve_max_length(tokenizer, bert, 1000) == 128
+    roberta = RobertaConfig(max_position_embeddings=514, pad_token_id=1)  # positions start at pad_token_id + 1
+    assert resolve_max_length(tokenizer, roberta, 4096) == 512
+    tokenizer.model_max_length = int(1e30)  # "no limit" sentinel: the positions decide
+    assert resolve_max_length(tokenizer, roberta) == 512
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="max_length must be a positive integer"):
+            resolve_max_length(tokenizer, bert, bad)
+
+
+def test_pip_install_gives_the_package_and_its_commands(tmp_path):
+    """Build the wheel, install it into a folder of its own, and use it from outside the checkout with the editable
+    install of the checkout shadowed."""
+    source = tmp_path / "source"  # a copy of what the package is built from, so the checkout gets no build/ folder
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO_ROOT / name, source / name)
+    shutil.copytree(REPO_ROOT / "gausscse", source / "gausscse", ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = tmp_path / "wheels"
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), "."]
+    subprocess.run(build, cwd=source, check=True, capture_output=True, text=True, timeout=300)
+    (wheel,) = wheels.glob("gausscse-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(next(name for name in names if name.endswith("/METADATA"))).decode()
+        entry_points = archive.read(next(name for name in names if name.endswith("/entry_points.txt"))).decode()
+    assert {name.split("/")[0] for name in names if not name.startswith("gausscse-")} == {"gausscse"}
+    assert "gausscse/evaluation/evaluate_modules/binary_nli/binary_nli.py" in names
+    for requirement in ("torch", "transformers", "datasets", "evaluate", "accelerate", "peft", "scipy"):
+        assert f"Requires-Dist: {requirement}" in metadata
+    for command in ("gausscse-train = gausscse.cli.train:run", "gausscse-evaluate = gausscse.cli.evaluate:run"):
+        assert command in entry_points
+
+    site = tmp_path / "site"
+    install = [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)]
+    subprocess.run(install, check=True, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1"}
+    code = "import gausscse, gausscse.cli.train, gausscse.cli.evaluate; print(gausscse.__file__)"
+    where = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert where.returncode == 0, where.stderr[-2000:]
+    assert where.stdout.strip().startswith(str(site))
+    for command in ("gausscse-train", "gausscse-evaluate"):
+        done = subprocess.run(
+            [str(site / "bin" / command), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0 and f"usage: {command}" in done.stdout, done.stderr[-2000:]
