@@ -16,7 +16,7 @@ precision=$(.venv/bin/python -m gausscse.training.precision "$backbone")
 bf16=$([ "$precision" = bf16 ] && echo true || echo false)
 echo "quickstart: precision $precision" >&2
 .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" --output_dir "$output" \
-  --bf16 "$bf16" "$@"
+  --bf16 "$bf16" --overwrite_output_dir "$@"
 .venv/bin/gausscse-evaluate --model "$output" --tasks nli,direction --output "$output/eval" \
   --max_length 64 --no_plots $([ "$bf16" = true ] && echo --bf16)
 cat "$output/eval/report.md"

@@ -29,7 +29,8 @@ for seed in $seeds; do
     if [ ! -f "$runs/$name/train_results.json" ]; then
       .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" \
         --output_dir "$runs/$name" --loss "$loss" --similarity_reduction "$reduction" --seed "$seed" \
-        --max_steps "$steps" --bf16 "$bf16" --eval_strategy steps --eval_steps 1000000 --save_strategy no
+        --max_steps "$steps" --bf16 "$bf16" --eval_strategy steps --eval_steps 1000000 --save_strategy no \
+        --overwrite_output_dir  # a run cut short is trained again from scratch
     fi
     if [ "${loss}_$reduction" = "$reference" ]; then models+=("$runs/$name"); else baselines+=("$runs/$name"); fi
   done
