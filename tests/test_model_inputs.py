@@ -13,6 +13,7 @@ from gausscse import GaussCSEConfig, GaussianEmbeddings, similarity, similarity_
 from .helpers import tiny_encoder_config
 
 D = 768
+TINY_BERT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 
 
 def reference_similarity_matrix(mu_a, logvar_a, mu_b, logvar_b) -> torch.Tensor:
@@ -141,3 +142,21 @@ def test_encode_tokenises_each_sentence_once_and_keeps_input_order(batch_size, m
     assert encoded.mu.device == torch.device("cpu")
     on_model_device = model.encode(sentences, tokenizer=minilm_tokenizer, output_device=None)
     assert on_model_device.mu.device == model.device
+
+
+def test_backbone_encoding_tokenises_once_and_matches_one_sentence_at_a_time(minilm_tokenizer):
+    from transformers import BertConfig, BertModel
+
+    from gausscse.data.features import encode_hidden
+
+    torch.manual_seed(0)
+    backbone = BertModel(BertConfig(vocab_size=minilm_tokenizer.vocab_size, **TINY_BERT)).eval()
+    sentences = ["a dog", "a man is playing a red guitar on a stage", "two kids", "a dog"]
+    counting = CallCountingTokenizer(minilm_tokenizer)
+    pooled = encode_hidden(backbone, counting, sentences, poolings=("cls", "mean"), batch_size=2)
+    assert counting.counts == {"a dog": 2, sentences[1]: 1, "two kids": 1}
+    for row, sentence in enumerate(sentences):
+        with torch.no_grad():
+            hidden = backbone(**minilm_tokenizer([sentence], return_tensors="pt")).last_hidden_state[0]
+        torch.testing.assert_close(pooled["cls"][row], hidden[0], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(pooled["mean"][row], hidden.mean(dim=0), atol=1e-5, rtol=1e-4)
