@@ -558,8 +558,12 @@ def benchmarks_report(bench: Path) -> str:
         "measured side by side in one run. Rerun: `bash bench/run_benchmarks.sh` (on a GPU machine it writes "
         "`bench_*_cuda.json`, which then appear here too).",
     ]
-    if not list(bench.glob("bench_*_cuda.json")):
-        sections.append("No GPU measurement yet: no GPU was available where these ran (CPU rows only).")
+    if not list(bench.glob("bench_*_cuda*.json")):
+        sections.append(
+            "No GPU measurement yet: no GPU was lent where these ran (CPU rows only). On a GPU machine: "
+            "`source .offline-gpu/env.sh && bash bench/run_gpu.sh` (see the script), then "
+            "`python -m studies.write_reports`."
+        )
     for pattern, render in BENCH_SECTIONS:
         for path in sorted(bench.glob(pattern)):
             title, text, headers, rows = render(json.loads(path.read_text()), path.as_posix())
