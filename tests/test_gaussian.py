@@ -142,3 +142,28 @@ def test_gaussian_embeddings_helpers_and_checks():
         GaussianEmbeddings(mu, logvar).check("queries")
     with pytest.raises(ValueError, match=r"^x holds NaN or inf"):
         check_finite("x", torch.tensor([1.0, float("inf")]))
+
+
+def test_kl_is_an_inner_product_of_feature_maps_in_both_directions():
+    from torch.distributions import Independent, Normal, kl_divergence
+
+    from gausscse import kl_feature_map
+
+    mu_q, logvar_q = random_gaussians(5, 16, seed=21, dtype=torch.float32)
+    mu_x, logvar_x = random_gaussians(7, 16, seed=22, dtype=torch.float32)
+
+    def reference(mu_a, logvar_a, mu_b, logvar_b):  # KL(a_i‖b_j) from torch.distributions, float64
+        a = Independent(Normal(mu_a.double()[:, None], torch.exp(0.5 * logvar_a.double())[:, None]), 1)
+        b = Independent(Normal(mu_b.double()[None], torch.exp(0.5 * logvar_b.double())[None]), 1)
+        return kl_divergence(a, b)
+
+    query_left, item_right = kl_feature_map(mu_q, logvar_q, "left"), kl_feature_map(mu_x, logvar_x, "right")
+    assert query_left.shape == (5, 2 * 16 + 2) and query_left.dtype == torch.float64
+    torch.testing.assert_close(query_left @ item_right.T, reference(mu_q, logvar_q, mu_x, logvar_x))  # KL(q‖x)
+    item_left, query_right = kl_feature_map(mu_x, logvar_x, "left"), kl_feature_map(mu_q, logvar_q, "right")
+    torch.testing.assert_close(query_right @ item_left.T, reference(mu_x, logvar_x, mu_q, logvar_q).T)  # KL(x‖q)
+    # the top-k by the sum similarity is the bottom-k by inner product
+    by_similarity = similarity_matrix(mu_q, logvar_q, mu_x, logvar_x, "sum").argsort(dim=1, descending=True)
+    assert torch.equal((query_left @ item_right.T).argsort(dim=1), by_similarity)
+    with pytest.raises(ValueError, match=r"side must be one of \('left', 'right'\), got 'up'"):
+        kl_feature_map(mu_q, logvar_q, "up")

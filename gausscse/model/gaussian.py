@@ -120,6 +120,34 @@ def kl_divergence_matrix(
         return kl.clamp_min(0.0).to(output_dtype)
 
 
+KL_SIDES = ("left", "right")
+
+
+def kl_feature_map(mu: torch.Tensor, logvar: torch.Tensor, side: str) -> torch.Tensor:
+    """Vectors of 2d + 2 dimensions whose inner products are KL divergences: KL(a‖b) = ⟨A(a), B(b)⟩ with
+
+        A(a) = ½ [ σ_a² + μ_a²,  −2 μ_a,  1,  −Σ_k logσ_a,k² − d ]                 (``side="left"``, a ∈ first slot)
+        B(b) = [ 1/σ_b²,  μ_b/σ_b²,  Σ_k logσ_b,k² + Σ_k μ_b,k²/σ_b,k²,  1 ]       (``side="right"``, b ∈ second slot)
+
+    the expansion of KL(a‖b) = ½[Σlogσ_b² − Σlogσ_a² + Σσ_a²/σ_b² + Σ(μ_a − μ_b)²/σ_b² − d]. Since
+    sim = 1/(1 + KL) decreases with KL, the top-k by the ``sum`` similarity is the bottom-k by this inner product:
+    exact search on any inner-product index. Searching the sentences x that entail a query q (scored sim(q‖x))
+    stores B(x) and queries with A(q); searching what q entails (sim(x‖q)) stores A(x) and queries with B(q).
+    Computed and returned in float64: the expanded square cancels in float32 at small variances.
+    ``mu, logvar``: ``(N, d)`` → ``(N, 2d + 2)``.
+    """
+    if side not in KL_SIDES:
+        raise ValueError(f"side must be one of {KL_SIDES}, got {side!r}")
+    mu, logvar = mu.double(), logvar.double()
+    ones = torch.ones_like(logvar[..., :1])
+    if side == "left":
+        constant = -logvar.sum(dim=-1, keepdim=True) - mu.shape[-1]
+        return 0.5 * torch.cat([torch.exp(logvar) + mu**2, -2.0 * mu, ones, constant], dim=-1)
+    inverse_variance = torch.exp(-logvar)
+    constant = logvar.sum(dim=-1, keepdim=True) + (mu**2 * inverse_variance).sum(dim=-1, keepdim=True)
+    return torch.cat([inverse_variance, mu * inverse_variance, constant, ones], dim=-1)
+
+
 def similarity_matrix(
     mu_a: torch.Tensor,
     logvar_a: torch.Tensor,
