@@ -7,6 +7,7 @@ The package, by layer (each imports only the ones above it):
   frozen-backbone feature cache;
 * ``gausscse.training`` — arguments, batch layout and packing, losses, the Trainer, LoRA, output;
 * ``gausscse.evaluation`` — the paper's NLI and direction protocol, STS, baselines, significance, reports;
+* ``gausscse.search`` — ``GaussianIndex``: exact top-k entailment search in both directions;
 * ``gausscse.cli`` — the ``gausscse-train`` / ``gausscse-evaluate`` commands, which compose the layers.
 
 Importing this package registers ``GaussCSEConfig``/``GaussCSEModel`` with ``AutoConfig``/``AutoModel``.
