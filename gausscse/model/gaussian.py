@@ -93,33 +93,6 @@ def similarity(
     return similarity_from_kl(per_dim).mean(dim=-1)
 
 
-def kl_divergence_matrix(
-    mu_a: torch.Tensor, logvar_a: torch.Tensor, mu_b: torch.Tensor, logvar_b: torch.Tensor
-) -> torch.Tensor:
-    """All-pairs KL(N_{a_i} ‖ N_{b_j}), shape ``(N, M)``, from matrix products only.
-
-    KL_ij = ½ [ Σ_k logσ_b,jk² − Σ_k logσ_a,ik² + (σ_a,i² + μ_a,i²) · (1/σ_b,j²)
-               − 2 μ_a,i · (μ_b,j / σ_b,j²) + Σ_k μ_b,jk² / σ_b,jk² − d ]
-
-    Memory is O(N·M + (N+M)·d): no N×M×d tensor is ever built. The expanded square cancels catastrophically in
-    float32 when the variances are small (with log σ² = −10 and d = 768 its terms reach ~10⁸ while KL(a‖a) = 0), so
-    the products and sums run in float64 and the result is returned in the inputs' float dtype (float32 for
-    half-precision inputs): exact to float32 rounding over the whole log σ² clamp range.
-    ``mu_a, logvar_a``: ``(N, d)``; ``mu_b, logvar_b``: ``(M, d)``.
-    """
-    with torch.autocast(device_type=mu_a.device.type, enabled=False):
-        output_dtype = as_float32(mu_a).dtype
-        mu_a, logvar_a, mu_b, logvar_b = (tensor.double() for tensor in (mu_a, logvar_a, mu_b, logvar_b))
-        inv_var_b = torch.exp(-logvar_b)
-        second_moment_a = torch.exp(logvar_a) + mu_a**2
-        row_terms = -logvar_a.sum(dim=-1)  # (N,)
-        col_terms = logvar_b.sum(dim=-1) + (mu_b**2 * inv_var_b).sum(dim=-1) - mu_a.shape[-1]  # (M,)
-        cross = second_moment_a @ inv_var_b.T - 2.0 * (mu_a @ (mu_b * inv_var_b).T)  # (N, M)
-        kl = 0.5 * (cross + row_terms[:, None] + col_terms[None, :])
-        # Rounding in the expanded square can dip a hair below zero when a ≈ b.
-        return kl.clamp_min(0.0).to(output_dtype)
-
-
 KL_SIDES = ("left", "right")
 
 
@@ -146,6 +119,24 @@ def kl_feature_map(mu: torch.Tensor, logvar: torch.Tensor, side: str) -> torch.T
     inverse_variance = torch.exp(-logvar)
     constant = logvar.sum(dim=-1, keepdim=True) + (mu**2 * inverse_variance).sum(dim=-1, keepdim=True)
     return torch.cat([inverse_variance, mu * inverse_variance, constant, ones], dim=-1)
+
+
+def kl_divergence_matrix(
+    mu_a: torch.Tensor, logvar_a: torch.Tensor, mu_b: torch.Tensor, logvar_b: torch.Tensor
+) -> torch.Tensor:
+    """All-pairs KL(N_{a_i} ‖ N_{b_j}), shape ``(N, M)``, from one matrix product: KL_ij = ⟨A(a_i), B(b_j)⟩ with the
+    (2d + 2)-dimensional maps of [`kl_feature_map`].
+
+    Memory is O(N·M + (N+M)·d): no N×M×d tensor is ever built. The expanded square cancels catastrophically in
+    float32 when the variances are small (with log σ² = −10 and d = 768 its terms reach ~10⁸ while KL(a‖a) = 0), so
+    the product runs in float64 and the result is returned in the inputs' float dtype (float32 for half-precision
+    inputs): exact to float32 rounding over the whole log σ² clamp range.
+    ``mu_a, logvar_a``: ``(N, d)``; ``mu_b, logvar_b``: ``(M, d)``.
+    """
+    with torch.autocast(device_type=mu_a.device.type, enabled=False):
+        kl = kl_feature_map(mu_a, logvar_a, "left") @ kl_feature_map(mu_b, logvar_b, "right").T
+        # Rounding in the expanded square can dip a hair below zero when a ≈ b.
+        return kl.clamp_min(0.0).to(as_float32(mu_a).dtype)
 
 
 def similarity_matrix(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from gausscse.io import atomic_path
 from gausscse.model.gaussian import GaussianEmbeddings, check_reduction, similarity_matrix
@@ -86,13 +87,11 @@ class GaussianIndex:
     @classmethod
     def load(cls, path: str | Path) -> GaussianIndex:
         """An index saved by [`save`]."""
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(path), framework="pt") as handle:  # one read: metadata and tensors
             metadata = handle.metadata()
-        tensors = load_file(str(path))
+            embeddings = GaussianEmbeddings(handle.get_tensor("mu"), handle.get_tensor("logvar"))
         index = cls(int(metadata["dim"]), metadata["reduction"])
-        index.add(GaussianEmbeddings(tensors["mu"], tensors["logvar"]))
+        index.add(embeddings)
         return index
 
 
