@@ -112,7 +112,28 @@ def replace_folder(new: Path, folder: Path) -> bool:
     return True
 
 
+@contextmanager
+def atomic_folder(folder: str | Path, marker: str) -> Iterator[Path]:
+    """Yield an empty staging folder beside ``folder``; on a clean exit it takes ``folder``'s place whole
+    ([`replace_folder`]), on an exception it is deleted and ``folder`` is left as it was. An existing ``folder`` is
+    only replaced when it is empty or holds ``marker`` (a file this kind of folder always has), so a wrong path
+    never wipes someone's data."""
+    folder = Path(folder)
+    if folder.exists() and not (folder / marker).is_file() and (not folder.is_dir() or any(folder.iterdir())):
+        raise FileExistsError(f"{folder} exists and has no {marker}: refusing to replace it")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        yield staging
+        staging.chmod(0o777 & ~_umask())
+        if not replace_folder(staging, folder):
+            raise OSError(f"could not replace {folder} atomically")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 __all__ = [
+    "atomic_folder",
     "atomic_path",
     "exchange_paths",
     "json_safe",

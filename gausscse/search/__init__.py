@@ -1,12 +1,14 @@
 """Entailment search over many Gaussians: which stored sentences entail a query, and which does it entail.
 
-``GaussianIndex`` keeps μ and log σ² of the stored sentences and answers exactly, by chunked matrix products:
-``entailing(q, k)`` ranks the items x by sim(q‖x) (x covers q: evidence that entails the claim q),
-``entailed_by(q, k)`` by sim(x‖q) (what q entails). With the ``sum`` reduction the score is a monotone function of
-the inner product of ``kl_feature_map`` vectors, which is what an inner-product index (FAISS) can serve; that backend
-and approximate search come next.
+``GaussianIndex`` keeps μ and log σ² of the stored sentences and answers ``entailing(q, k)`` (items x ranked by
+sim(q‖x): x covers q, evidence that entails the claim q) and ``entailed_by(q, k)`` (ranked by sim(x‖q): what q
+entails) — exactly by chunked matrix products (``backend="torch"``), or through FAISS on the ``kl_feature_map``
+vectors, whose inner product is −KL (``"faiss"``: flat, ``"faiss-ivf"``: approximate), always re-scored exactly.
+``SentenceIndex`` adds the sentences and the model: ``SentenceIndex.build(model, corpus)``, then
+``.entailing(model, claims, k)``; the command line is ``python -m gausscse.search build|query``.
 """
 
-from .index import GaussianIndex
+from .corpus import Hit, SentenceIndex
+from .index import BACKENDS, GaussianIndex
 
-__all__ = ["GaussianIndex"]
+__all__ = ["BACKENDS", "GaussianIndex", "Hit", "SentenceIndex"]

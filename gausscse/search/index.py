@@ -1,98 +1,280 @@
-"""``GaussianIndex``: exact top-k entailment search over stored diagonal Gaussians (torch, chunked)."""
+"""``GaussianIndex``: top-k entailment search over stored diagonal Gaussians, exact (torch) or through FAISS."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from gausscse.io import atomic_path
-from gausscse.model.gaussian import GaussianEmbeddings, check_reduction, similarity_matrix
+from gausscse.io import atomic_folder, write_json
+from gausscse.model.gaussian import GaussianEmbeddings, check_reduction, similarity, similarity_matrix
+from gausscse.search.faiss_backend import DIRECTIONS, HNSW, IVF, FaissDirection
 
-CHUNK_ROWS = 4096  # stored items scored per matrix product
+BACKENDS = ("torch", "faiss", HNSW, IVF)
+CHUNK_ROWS = 4096  # stored items scored per matrix product (torch backend)
+QUERY_CHUNK = 256  # queries re-scored at a time (FAISS backends)
+GAUSSIANS_FILE = "gaussians.safetensors"
+SETTINGS_FILE = "index_config.json"
+
+
+def sort_by_score_then_id(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort each row by descending score; equal scores keep ascending id order (deterministic ties)."""
+    by_id = ids.argsort(dim=1, stable=True)
+    scores, ids = scores.gather(1, by_id), ids.gather(1, by_id)
+    order = scores.argsort(dim=1, descending=True, stable=True)
+    return scores.gather(1, order), ids.gather(1, order)
 
 
 class GaussianIndex:
-    """Stored Gaussians and exact top-k search in both entailment directions.
+    """Stored Gaussians and top-k search in both entailment directions.
+
+    ``entailing(q, k)`` ranks the stored items x by sim(q‖x) — the items that entail the query (evidence for a claim);
+    ``entailed_by(q, k)`` ranks them by sim(x‖q) — what the query entails. The returned scores are always the exact
+    similarities of the model's reduction, highest first, ties in id order.
+
+    Backends:
+
+    * ``"torch"`` — exact for both reductions: every stored item is scored by chunked matrix products (on ``device``:
+      CPU or GPU).
+    * ``"faiss"`` — a FAISS ``IndexFlatIP`` over the (2d + 2)-dimensional ``kl_feature_map`` vectors: their inner
+      product is −KL(q‖x) (or −KL(x‖q)), so its top hits are the top ``sum`` similarities. FAISS computes in float32,
+      where the expanded KL loses digits at small variances, so a shortlist of ``candidates_per_result × k`` hits is
+      re-scored exactly (float32 per-dimension KL) and re-sorted.
+    * ``"faiss-hnsw"`` / ``"faiss-ivf"`` — approximate: an HNSW graph (``ef_search`` candidates explored per query)
+      or an inverted file (``nlist`` k-means cells, ``nprobe`` visited) over the same vectors turned into a
+      nearest-neighbour problem (``gausscse.search.faiss_backend``); the shortlist is re-scored exactly as above.
+
+    ``mean_dim`` models through FAISS: the shortlist comes from the ``sum`` form and is re-ranked by the exact
+    ``mean_dim`` similarity, so results are approximate even with ``"faiss"`` (recall measured in
+    ``bench/bench_search.py``); ``"torch"`` is exact for them.
+
+    A FAISS index is built per direction when that direction is first searched and grows with later ``add`` calls
+    (an approximate one is rebuilt if a new item falls outside its transform).
 
     Args:
         dim: the dimension d of the Gaussians.
         reduction: the model's ``config.similarity_reduction`` (``"sum"`` or ``"mean_dim"``).
+        backend: one of ``BACKENDS``: ``"torch"``, ``"faiss"``, ``"faiss-hnsw"``, ``"faiss-ivf"``.
+        device: where the torch backend keeps the Gaussians and scores (default CPU; FAISS backends: CPU only).
+        candidates_per_result: shortlist size per requested hit for the FAISS backends.
+        ef_search: HNSW candidates explored per query.
+        nlist: IVF cells (default √N, at most N/39).
+        nprobe: IVF cells visited per query.
+
+    Example::
+
+        index = GaussianIndex(model.config.embedding_size, model.config.similarity_reduction)
+        index.add(model.encode(corpus))
+        scores, ids = index.entailing(model.encode(["A man is playing music."]), k=5)
     """
 
-    def __init__(self, dim: int, reduction: str):
+    def __init__(
+        self,
+        dim: int,
+        reduction: str,
+        backend: str = "torch",
+        *,
+        device: str | torch.device | None = None,
+        candidates_per_result: int = 10,
+        ef_search: int = 64,
+        nlist: int | None = None,
+        nprobe: int = 32,
+    ):
         if dim < 1:
             raise ValueError(f"dim must be a positive integer, got {dim}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        numbers = {"candidates_per_result": candidates_per_result, "ef_search": ef_search, "nprobe": nprobe}
+        for name, value in {**numbers, "nlist": nlist}.items():
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value}")
+        if backend != "torch" and device is not None and torch.device(device).type != "cpu":
+            raise ValueError(f"backend {backend!r} runs on the CPU (faiss-cpu); device={device!r} needs 'torch'")
         self.dim = dim
         self.reduction = check_reduction(reduction)
-        self.mu = torch.empty(0, dim)
-        self.logvar = torch.empty(0, dim)
+        self.backend = backend
+        self.device = torch.device(device or "cpu")
+        self.candidates_per_result = candidates_per_result
+        self.ef_search = ef_search
+        self.nlist = nlist
+        self.nprobe = nprobe
+        self.mu = torch.empty(0, dim, device=self.device)
+        self.logvar = torch.empty(0, dim, device=self.device)
+        self._faiss: dict[str, FaissDirection] = {}
 
     def __len__(self) -> int:
         return self.mu.shape[0]
 
+    def __repr__(self) -> str:
+        return (
+            f"GaussianIndex(dim={self.dim}, reduction={self.reduction!r}, backend={self.backend!r}, size={len(self)})"
+        )
+
+    @property
+    def search_width(self) -> int:
+        """How widely an approximate FAISS index looks: HNSW's ``ef_search`` or IVF's ``nprobe``."""
+        return self.ef_search if self.backend == HNSW else self.nprobe
+
+    @property
+    def embeddings(self) -> GaussianEmbeddings:
+        """The stored Gaussians, in id order."""
+        return GaussianEmbeddings(self.mu, self.logvar)
+
     def _checked(self, embeddings: GaussianEmbeddings, argument: str) -> GaussianEmbeddings:
+        if not isinstance(embeddings, GaussianEmbeddings):
+            raise TypeError(
+                f"{argument} must be GaussianEmbeddings (model.encode(...)), got {type(embeddings).__name__}"
+            )
         if embeddings.mu.ndim == 1:
             embeddings = GaussianEmbeddings(embeddings.mu[None], embeddings.logvar[None])
         if embeddings.dim != self.dim:
             raise ValueError(f"{argument} have dimension {embeddings.dim}, the index {self.dim}")
         embeddings.check(argument)
-        return GaussianEmbeddings(embeddings.mu.float().cpu(), embeddings.logvar.float().cpu())
+        return embeddings.to(device=self.device, dtype=torch.float32)
 
     def add(self, embeddings: GaussianEmbeddings) -> None:
         """Append Gaussians; their ids continue from ``len(self)``."""
         embeddings = self._checked(embeddings, "embeddings")
+        for direction, built in list(self._faiss.items()):
+            if built.fits(embeddings):
+                built.add(embeddings)
+            else:  # outside the approximate index's transform: rebuilt at the next query
+                del self._faiss[direction]
         self.mu = torch.cat([self.mu, embeddings.mu])
         self.logvar = torch.cat([self.logvar, embeddings.logvar])
 
-    def _top_k(self, queries: GaussianEmbeddings, k: int, queries_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def entailing(self, queries: GaussianEmbeddings, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The k stored items that best entail each query: highest sim(query‖item) first; ``(Q, k)`` scores, ids."""
+        return self._search(queries, k, "entailing")
+
+    def entailed_by(self, queries: GaussianEmbeddings, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The k stored items each query best entails: highest sim(item‖query) first; ``(Q, k)`` scores, ids."""
+        return self._search(queries, k, "entailed_by")
+
+    def _search(self, queries: GaussianEmbeddings, k: int, direction: str) -> tuple[torch.Tensor, torch.Tensor]:
         queries = self._checked(queries, "queries")
         if len(self) == 0:
             raise ValueError("the index is empty: add() Gaussians first")
         if not 1 <= k <= len(self):
             raise ValueError(f"k must be between 1 and len(index) = {len(self)}, got {k}")
-        best_scores = torch.full((len(queries), 0), float("-inf"))
-        best_ids = torch.empty((len(queries), 0), dtype=torch.long)
+        if self.backend == "torch":
+            return self._exact_top_k(queries, k, direction)
+        candidate_ids = self.faiss_direction(direction).candidates(
+            queries, min(len(self), self.candidates_per_result * k)
+        )
+        scores, ids = self.rescore(queries, candidate_ids, direction)
+        return scores[:, :k], ids[:, :k]
+
+    def faiss_direction(self, direction: str) -> FaissDirection:
+        """The FAISS index of ``direction`` (built from the stored items on first use)."""
+        if direction not in self._faiss:
+            self._faiss[direction] = FaissDirection.build(
+                self.backend, direction, self.embeddings, self.nlist, self.search_width
+            )
+        return self._faiss[direction]
+
+    def _exact_top_k(self, queries: GaussianEmbeddings, k: int, direction: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every stored item scored, chunk by chunk; the running top k merged with each chunk."""
+        best_scores = torch.full((len(queries), 0), float("-inf"), device=self.device)
+        best_ids = torch.empty((len(queries), 0), dtype=torch.long, device=self.device)
         for start in range(0, len(self), CHUNK_ROWS):
             mu, logvar = self.mu[start : start + CHUNK_ROWS], self.logvar[start : start + CHUNK_ROWS]
-            if queries_first:  # sim(q‖x)
+            if direction == "entailing":  # sim(q‖x)
                 scores = similarity_matrix(queries.mu, queries.logvar, mu, logvar, self.reduction)
             else:  # sim(x‖q)
                 scores = similarity_matrix(mu, logvar, queries.mu, queries.logvar, self.reduction).T
-            ids = torch.arange(start, start + scores.shape[1]).expand_as(scores)
+            ids = torch.arange(start, start + scores.shape[1], device=self.device).expand_as(scores)
+            # the running best holds lower ids than this chunk, so a stable sort keeps ties in id order
             merged_scores, merged_ids = torch.cat([best_scores, scores], 1), torch.cat([best_ids, ids], 1)
-            keep = merged_scores.topk(min(k, merged_scores.shape[1]), dim=1).indices
-            best_scores, best_ids = merged_scores.gather(1, keep), merged_ids.gather(1, keep)
-        return best_scores, best_ids
+            order = merged_scores.argsort(dim=1, descending=True, stable=True)[:, :k]
+            best_scores, best_ids = merged_scores.gather(1, order), merged_ids.gather(1, order)
+        return best_scores.cpu(), best_ids.cpu()
 
-    def entailing(self, queries: GaussianEmbeddings, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The k stored items that best entail each query: highest sim(query‖item) first; ``(Q, k)`` scores, ids."""
-        return self._top_k(queries, k, queries_first=True)
+    def rescore(
+        self, queries: GaussianEmbeddings, candidate_ids: torch.Tensor, direction: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exact similarities of each query with its candidates ``(Q, C)`` (id −1 = none: score −inf), sorted by
+        descending score, ties in id order."""
+        scores = torch.full(candidate_ids.shape, float("-inf"))
+        for start in range(0, len(queries), QUERY_CHUNK):
+            ids = candidate_ids[start : start + QUERY_CHUNK]
+            found = ids >= 0
+            item_mu, item_logvar = self.mu[ids.clamp_min(0)].cpu(), self.logvar[ids.clamp_min(0)].cpu()
+            query_mu = queries.mu[start : start + QUERY_CHUNK, None, :].cpu()
+            query_logvar = queries.logvar[start : start + QUERY_CHUNK, None, :].cpu()
+            if direction == "entailing":
+                chunk = similarity(query_mu, query_logvar, item_mu, item_logvar, self.reduction)
+            else:
+                chunk = similarity(item_mu, item_logvar, query_mu, query_logvar, self.reduction)
+            scores[start : start + QUERY_CHUNK] = torch.where(found, chunk, float("-inf"))
+        return sort_by_score_then_id(scores, candidate_ids)
 
-    def entailed_by(self, queries: GaussianEmbeddings, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The k stored items each query best entails: highest sim(item‖query) first; ``(Q, k)`` scores, ids."""
-        return self._top_k(queries, k, queries_first=False)
+    def settings(self) -> dict[str, Any]:
+        """What [`load`] needs to rebuild this index (``index_config.json``)."""
+        return {
+            "dim": self.dim,
+            "reduction": self.reduction,
+            "backend": self.backend,
+            "candidates_per_result": self.candidates_per_result,
+            "ef_search": self.ef_search,
+            "nlist": self.nlist,
+            "nprobe": self.nprobe,
+            "size": len(self),
+        }
 
-    def save(self, path: str | Path) -> None:
-        """One safetensors file (no pickle), written atomically."""
-        with atomic_path(path) as temporary:
-            save_file(
-                {"mu": self.mu.contiguous(), "logvar": self.logvar.contiguous()},
-                str(temporary),
-                metadata={"dim": str(self.dim), "reduction": self.reduction},
-            )
+    def save(self, folder: str | Path) -> None:
+        """A folder: ``gaussians.safetensors`` (μ, log σ²), ``index_config.json`` and, for each FAISS index built, a
+        FAISS file ``<direction>.faiss`` (no pickle anywhere). Built beside ``folder`` and swapped in whole; an
+        existing folder that is not a saved index is refused."""
+        with atomic_folder(folder, SETTINGS_FILE) as staging:
+            self.write_files(staging)
+
+    def write_files(self, folder: Path) -> None:
+        """Write the index's files into the existing ``folder`` (see [`save`])."""
+        save_file(
+            {"mu": self.mu.cpu().contiguous(), "logvar": self.logvar.cpu().contiguous()}, str(folder / GAUSSIANS_FILE)
+        )
+        for built in self._faiss.values():
+            built.save(folder)
+        write_json(folder / SETTINGS_FILE, self.settings())
 
     @classmethod
-    def load(cls, path: str | Path) -> GaussianIndex:
-        """An index saved by [`save`]."""
-        with safe_open(str(path), framework="pt") as handle:  # one read: metadata and tensors
-            metadata = handle.metadata()
-            embeddings = GaussianEmbeddings(handle.get_tensor("mu"), handle.get_tensor("logvar"))
-        index = cls(int(metadata["dim"]), metadata["reduction"])
-        index.add(embeddings)
+    def load(cls, folder: str | Path, device: str | torch.device | None = None) -> GaussianIndex:
+        """An index saved by [`save`] (its FAISS files are read back, not rebuilt)."""
+        folder = Path(folder)
+        settings_path = folder / SETTINGS_FILE
+        if not settings_path.is_file():
+            raise FileNotFoundError(f"{folder} is not a saved GaussianIndex: {SETTINGS_FILE} is missing")
+        settings = json.loads(settings_path.read_text())
+        index = cls(
+            settings["dim"],
+            settings["reduction"],
+            settings["backend"],
+            device=device,
+            candidates_per_result=settings["candidates_per_result"],
+            ef_search=settings["ef_search"],
+            nlist=settings["nlist"],
+            nprobe=settings["nprobe"],
+        )
+        with safe_open(str(folder / GAUSSIANS_FILE), framework="pt") as handle:
+            index.add(GaussianEmbeddings(handle.get_tensor("mu"), handle.get_tensor("logvar")))
+        if len(index) != settings["size"]:
+            raise ValueError(
+                f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {settings['size']}"
+            )
+        for direction in DIRECTIONS:
+            built = FaissDirection.load(index.backend, direction, index.dim, folder, index.search_width)
+            if built is not None:
+                if built.faiss_index.ntotal != len(index):
+                    raise ValueError(
+                        f"{folder}/{direction}.faiss holds {built.faiss_index.ntotal} vectors, the index {len(index)}"
+                    )
+                index._faiss[direction] = built
         return index
 
 
-__all__ = ["GaussianIndex"]
+__all__ = ["BACKENDS", "GaussianIndex"]

@@ -1,0 +1,221 @@
+"""Entailment search at scale: ``GaussianIndex`` against a plain FAISS inner-product search and a brute force.
+
+For each size N (default 100k and 1M Gaussians, d = 384) and Q queries (default 1,000, k = 10), side by side, each
+method in its own worker process (build time, search time per 1,000 queries, peak extra resident memory):
+
+* ``plain_flat_ip`` — a FAISS ``IndexFlatIP`` over N random (2d + 2)-dimensional vectors searched with k: the cost
+  of any inner-product search of that width, the floor for the exact FAISS backend (target: ours ≤ 1.2×);
+* ``faiss`` — ``GaussianIndex(backend="faiss")``, the exact ``sum`` search (feature maps, ``IndexFlatIP``, a shortlist
+  of 10·k re-scored exactly);
+* ``torch`` — ``GaussianIndex(backend="torch")``, exact by chunked float64 matrix products; its ids are the truth for
+  every recall@10 below;
+* ``brute_force`` — ``gausscse.model.gaussian.similarity_matrix`` of all queries against all items, then top-k (the
+  all-pairs matrix in memory), run on ``--brute_force_queries`` queries and reported per 1,000;
+* ``faiss-hnsw`` / ``faiss-ivf`` — the approximate backends with their defaults (``ef_search`` 64; ``nlist`` √N,
+  ``nprobe`` 32), recall@10 against ``torch`` (target ≥ 0.95 at ≥ 10× the exact search's speed).
+
+The Gaussians are synthetic with the ranges of a trained model (the quickstart's on SNLI: μ within ±0.97, log σ²
+mostly in −4.6…1.9 around −1.8, Σ log σ² from about −1,090 to −90): a 32-dimensional latent drives μ and log σ²
+(sentence embeddings have a low intrinsic dimension), plus a per-item offset of log σ² (general and specific
+sentences) and per-item noise. ``--real_model`` adds recall@10 measured on real sentences: the model
+encodes ``--real_items`` distinct SNLI-train sentences and 1,000 SNLI-test hypotheses as queries; there the
+``mean_dim`` reduction (the model's) is measured too: its FAISS shortlist comes from the ``sum`` form.
+
+    python -m bench.bench_search --json results/bench_search_cpu.json --real_model outputs/quickstart
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.common import ResidentPeak, json_payload, run_worker
+from gausscse.data.registry import default_data_dir
+from gausscse.io import write_json
+from gausscse.model.gaussian import GaussianEmbeddings, similarity_matrix
+from gausscse.search import GaussianIndex
+
+METHODS = ("torch", "plain_flat_ip", "faiss", "brute_force", "faiss-hnsw", "faiss-ivf")
+LATENT = 32
+
+
+def synthetic_gaussians(count: int, dim: int, seed: int) -> GaussianEmbeddings:
+    """Gaussians from a shared 32-dimensional latent map plus per-item noise, in a trained model's ranges."""
+    maps = torch.Generator().manual_seed(1234)
+    to_mu = torch.randn(LATENT, dim, generator=maps) / LATENT**0.5
+    to_logvar = torch.randn(LATENT, dim, generator=maps) / LATENT**0.5
+    generator = torch.Generator().manual_seed(seed)
+    mu, logvar = torch.empty(count, dim), torch.empty(count, dim)
+    for start in range(0, count, 65536):  # bounded temporaries at 1M
+        rows = min(65536, count - start)
+        latent = torch.randn(rows, LATENT, generator=generator)
+        mu[start : start + rows] = torch.tanh(1.2 * latent @ to_mu + 0.3 * torch.randn(rows, dim, generator=generator))
+        generality = 0.5 * torch.randn(rows, 1, generator=generator)  # broad and narrow sentences
+        noise = 0.4 * torch.randn(rows, dim, generator=generator)
+        logvar[start : start + rows] = (-1.8 + generality + 0.8 * latent @ to_logvar + noise).clamp(-10, 10)
+    return GaussianEmbeddings(mu, logvar)
+
+
+def recall_at_k(truth: np.ndarray, found: np.ndarray) -> float:
+    """Mean over queries of |found ∩ truth| / k."""
+    return float(np.mean([len(set(a) & set(b)) / truth.shape[1] for a, b in zip(truth, found, strict=True)]))
+
+
+def run_method(method: str, size: int, dim: int, queries: int, k: int, truth_path: Path, brute_queries: int) -> dict:
+    """Build and search with ``method`` in this (fresh) process; the ``torch`` run saves the true ids."""
+    items = synthetic_gaussians(size, dim, seed=0)
+    query_gaussians = synthetic_gaussians(queries, dim, seed=1)
+    result: dict = {"method": method, "size": size}
+    with ResidentPeak() as peak:
+        start = time.perf_counter()
+        if method == "plain_flat_ip":
+            import faiss
+
+            generator = np.random.default_rng(0)
+            vectors = generator.standard_normal((size, 2 * dim + 2), dtype=np.float32)
+            plain = faiss.IndexFlatIP(vectors.shape[1])
+            plain.add(vectors)
+            query_vectors = generator.standard_normal((queries, 2 * dim + 2), dtype=np.float32)
+            result["build_seconds"] = time.perf_counter() - start
+            start = time.perf_counter()
+            plain.search(query_vectors, k)
+            ids = None
+        elif method == "brute_force":
+            subset = query_gaussians[:brute_queries]
+            scores = similarity_matrix(subset.mu, subset.logvar, items.mu, items.logvar, "sum")  # sim(q‖x), Q×N
+            ids = scores.topk(k, dim=1).indices.numpy()
+            result["build_seconds"] = 0.0
+            result["queries_timed"] = brute_queries
+        else:
+            index = GaussianIndex(dim, "sum", method)
+            index.add(items)
+            if method != "torch":
+                index.faiss_direction("entailing")  # build now, so the search is timed alone
+            result["build_seconds"] = time.perf_counter() - start
+            start = time.perf_counter()
+            _, found = index.entailing(query_gaussians, k)
+            ids = found.numpy()
+        search_seconds = time.perf_counter() - start
+    result["seconds_per_1000_queries"] = search_seconds * 1000 / result.get("queries_timed", queries)
+    result["peak_extra_mib"] = peak.extra_bytes / 2**20
+    if method == "torch":
+        np.save(truth_path, ids)
+    elif ids is not None:
+        result["recall_at_k"] = recall_at_k(np.load(truth_path)[: len(ids)], ids)
+    return result
+
+
+def read_sentences(path: Path, fields: tuple[str, ...]) -> list[str]:
+    """The distinct texts of ``fields`` in a gzip JSON Lines file, in file order."""
+    texts = []
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line)
+            texts.extend(row[field] for field in fields if row.get(field))
+    return list(dict.fromkeys(texts))
+
+
+def real_recall(model_path: str, item_count: int, k: int) -> list[dict]:
+    """Recall@k of each FAISS backend on real sentences, both directions, both reductions (exact: ``torch``)."""
+    from gausscse import GaussCSEModel
+
+    data_dir = default_data_dir()
+    if data_dir is None:
+        raise SystemExit("--real_model needs the data folder (../shared/data or $GAUSSCSE_DATA_DIR)")
+    items_text = read_sentences(data_dir / "snli/train_100k.jsonl.gz", ("premise", "hypothesis"))[:item_count]
+    queries_text = [text for text in read_sentences(data_dir / "snli/test.jsonl.gz", ("hypothesis",))][:1000]
+    model = GaussCSEModel.from_pretrained(model_path).eval()
+    items = model.encode(items_text, batch_size=64, max_length=64, show_progress_bar=True)
+    queries = model.encode(queries_text, batch_size=64, max_length=64)
+    rows = []
+    for reduction in ("sum", "mean_dim"):
+        for direction in ("entailing", "entailed_by"):
+            exact = GaussianIndex(items.dim, reduction)
+            exact.add(items)
+            _, truth = getattr(exact, direction)(queries, k)
+            for backend in ("faiss", "faiss-hnsw", "faiss-ivf"):
+                index = GaussianIndex(items.dim, reduction, backend)
+                index.add(items)
+                _, found = getattr(index, direction)(queries, k)
+                rows.append(
+                    {
+                        "reduction": reduction,
+                        "direction": direction,
+                        "backend": backend,
+                        "recall_at_k": recall_at_k(truth.numpy(), found.numpy()),
+                    }
+                )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--brute_force_queries", type=int, default=100)
+    parser.add_argument("-k", type=int, default=10)
+    parser.add_argument("--real_model", default=None, help="also measure recall on real SNLI sentences")
+    parser.add_argument("--real_items", type=int, default=20000)
+    parser.add_argument("--json", type=Path, help="also write the results here (atomically)")
+    parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--truth", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        row = run_method(args.worker, args.size, args.dim, args.queries, args.k, args.truth, args.brute_force_queries)
+        print(json.dumps(row))
+        return
+
+    device_name = platform.processor() or "cpu"
+    print(f"entailment search, d={args.dim}, {args.queries} queries, k={args.k}, {os.cpu_count()} CPU cores")
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for size in args.sizes:
+            truth = Path(scratch) / f"truth_{size}.npy"
+            for method in METHODS:
+                row = run_worker(
+                    __spec__.name,
+                    ["--worker", method, "--size", str(size), "--truth", str(truth), "--dim", str(args.dim),
+                     "--queries", str(args.queries), "-k", str(args.k),
+                     "--brute_force_queries", str(args.brute_force_queries)],
+                )  # fmt: skip
+                rows.append(row)
+                recall = f", recall@{args.k} {row['recall_at_k']:.3f}" if "recall_at_k" in row else ""
+                print(
+                    f"N={size:>9,} {method:14s} build {row['build_seconds']:7.1f} s, "
+                    f"{row['seconds_per_1000_queries']:8.2f} s per 1,000 queries, "
+                    f"peak +{row['peak_extra_mib']:,.0f} MiB{recall}",
+                    flush=True,
+                )
+            by_method = {row["method"]: row for row in rows if row["size"] == size}
+            faiss_ratio = (
+                by_method["faiss"]["seconds_per_1000_queries"] / by_method["plain_flat_ip"]["seconds_per_1000_queries"]
+            )
+            print(f"N={size:,}: exact FAISS backend / plain IndexFlatIP search = {faiss_ratio:.2f}x")
+            for method in ("faiss-hnsw", "faiss-ivf"):
+                speedup = by_method["torch"]["seconds_per_1000_queries"] / by_method[method]["seconds_per_1000_queries"]
+                over_faiss = (
+                    by_method["faiss"]["seconds_per_1000_queries"] / by_method[method]["seconds_per_1000_queries"]
+                )
+                print(f"N={size:,}: {method} is {speedup:.1f}x faster than exact torch, {over_faiss:.1f}x than faiss")
+    real = real_recall(args.real_model, args.real_items, args.k) if args.real_model else []
+    for row in real:
+        where = f"real SNLI, {row['reduction']:8s} {row['direction']:11s} {row['backend']:10s}"
+        print(f"{where} recall@{args.k} {row['recall_at_k']:.3f}")
+    if args.json:
+        write_json(args.json, json_payload(args, device_name, rows=rows, real=real))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Command line: entailment search over a corpus (``python -m gausscse.search`` or ``gausscse-search``).
+
+    gausscse-search build --model M --corpus sentences.txt --index DIR
+    gausscse-search query --index DIR --entailing "A man is playing music." -k 5
+    gausscse-search query --index DIR --entailed_by "A man plays a guitar on stage." -k 5
+
+``build`` encodes every distinct sentence of the corpus (a ``.txt`` file, one sentence per line, or ``.jsonl`` /
+``.csv`` / ``.tsv`` / ``.parquet`` with ``--column``; gzip accepted) with a progress bar and saves a
+``SentenceIndex`` folder. ``query`` loads it with the model it was built with (or ``--model``) and prints, for each
+query, the stored sentences that entail it (``--entailing``: highest sim(query‖sentence)) or that it entails
+(``--entailed_by``: highest sim(sentence‖query)); ``--json`` prints the hits as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from gausscse.model import GaussCSEModel
+from gausscse.search.index import BACKENDS
+from gausscse.training.lora import is_adapter_folder, load_adapter_model
+
+TABLE_SUFFIXES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The two subcommands and their arguments."""
+    parser = argparse.ArgumentParser(prog="gausscse-search", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="encode a corpus and save its index")
+    build.add_argument("--model", required=True, help="GaussCSE model folder or Hub id")
+    build.add_argument("--corpus", required=True, help=".txt (one sentence per line) or a table file with --column")
+    build.add_argument("--column", default=None, help="the text column of a table corpus (.jsonl/.csv/.tsv/.parquet)")
+    build.add_argument("--index", required=True, help="folder to write (replaced whole if it holds an index)")
+    build.add_argument("--backend", choices=BACKENDS, default="torch")
+    build.add_argument("--batch_size", type=int, default=64)
+    build.add_argument("--max_length", type=int, default=None, help="truncation in tokens (default: the encoder's)")
+    build.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    query = commands.add_parser("query", help="search a saved index")
+    query.add_argument("--index", required=True, help="a folder written by `build`")
+    query.add_argument("--model", default=None, help="default: the model the index was built with")
+    direction = query.add_mutually_exclusive_group(required=True)
+    direction.add_argument("--entailing", nargs="+", metavar="CLAIM", help="find the stored sentences entailing these")
+    direction.add_argument("--entailed_by", nargs="+", metavar="PREMISE", help="find what these entail")
+    query.add_argument("-k", type=int, default=5, help="hits per query")
+    query.add_argument("--json", action="store_true", help="print the hits as JSON")
+    query.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    return parser
+
+
+def read_corpus(path: Path, column: str | None) -> list[str]:
+    """The distinct non-empty sentences of ``path`` in first-seen order; errors name the file and line or column."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--corpus {path}: no such file")
+    suffixes = path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]
+    kind = suffixes[0] if suffixes else ""
+    if kind in TABLE_SUFFIXES:
+        if column is None:
+            raise ValueError(f"--corpus {path} is a table: name its text column with --column")
+        import datasets
+
+        data_files = str(path)
+        options = {"delimiter": "\t"} if kind == ".tsv" else {}
+        table = datasets.load_dataset(TABLE_SUFFIXES[kind], data_files=data_files, split="train", **options)
+        if column not in table.column_names:
+            raise ValueError(f"--corpus {path} has no column {column!r} (columns: {table.column_names})")
+        sentences = table[column]
+    elif column is not None:
+        raise ValueError(f"--column needs a table corpus (.jsonl/.csv/.tsv/.parquet), got {path}")
+    else:
+        opener = gzip.open if path.suffix == ".gz" else open
+        try:
+            with opener(path, "rt", encoding="utf-8") as handle:
+                sentences = handle.read().splitlines()
+        except UnicodeDecodeError as error:
+            raise ValueError(f"--corpus {path}: not UTF-8 text ({error})") from error
+    for row, sentence in enumerate(sentences, start=1):
+        if sentence is not None and not isinstance(sentence, str):
+            raise ValueError(f"--corpus {path}: row {row} of {column!r} is not text: {sentence!r}")
+    distinct = list(dict.fromkeys(sentence.strip() for sentence in sentences if sentence and sentence.strip()))
+    if not distinct:
+        raise ValueError(f"--corpus {path} holds no sentences")
+    return distinct
+
+
+def load_model(name_or_path: str, device: str) -> GaussCSEModel:
+    """A GaussCSE model folder or Hub id (a LoRA adapter folder too), in eval mode on ``device``."""
+    if is_adapter_folder(name_or_path):
+        model = load_adapter_model(name_or_path)
+    else:
+        try:
+            model = GaussCSEModel.from_pretrained(name_or_path)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"--model {name_or_path!r}: not a loadable GaussCSE model ({error})") from error
+    return model.to(device).eval()
+
+
+def main(argv: list[str] | None = None) -> list[list[dict]] | None:
+    """Run a subcommand; ``query`` returns the hits (a list per query of ``{"id", "sentence", "score"}``)."""
+    from gausscse.search.corpus import SentenceIndex
+
+    args = build_parser().parse_args(argv)
+    if args.command == "build":
+        sentences = read_corpus(Path(args.corpus), args.column)
+        model = load_model(args.model, args.device)
+        corpus = SentenceIndex.build(
+            model, sentences, backend=args.backend, batch_size=args.batch_size, max_length=args.max_length
+        )
+        corpus.save(args.index)
+        print(f"indexed {len(corpus)} distinct sentences of {args.corpus} into {args.index} ({corpus.index})")
+        return None
+    if args.k < 1:
+        raise ValueError(f"-k must be a positive integer, got {args.k}")
+    corpus = SentenceIndex.load(args.index)
+    model_name = args.model or corpus.model_name
+    if model_name is None:
+        raise ValueError(f"--index {args.index} does not record its model: pass --model")
+    model = load_model(model_name, args.device)
+    queries = args.entailing or args.entailed_by
+    search = corpus.entailing if args.entailing else corpus.entailed_by
+    hits = [[vars(hit) for hit in row] for row in search(model, queries, min(args.k, len(corpus)))]
+    if args.json:
+        print(json.dumps(hits, ensure_ascii=False, indent=2))
+    else:
+        relation = "entail" if args.entailing else "are entailed by"
+        for query, row in zip(queries, hits, strict=True):
+            print(f"\nSentences that {relation}: {query}")
+            for rank, hit in enumerate(row, start=1):
+                print(f"{rank:3d}. {hit['score']:.4f}  {hit['sentence']}")
+    return hits
+
+
+def run() -> None:
+    """Console entry point: errors in the input are printed as one line, without a traceback."""
+    try:
+        main()
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
+        print(f"gausscse-search: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from error
+
+
+if __name__ == "__main__":
+    run()

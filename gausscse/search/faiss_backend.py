@@ -1,0 +1,162 @@
+"""The FAISS side of ``GaussianIndex``: one FAISS index per search direction over ``kl_feature_map`` vectors.
+
+Exact (``"faiss"``): ``IndexFlatIP`` over the stored maps; a query's map is negated so that the inner product is
+−KL and the largest inner products are the highest ``sum`` similarities.
+
+Approximate (``"faiss-hnsw"``, ``"faiss-ivf"``): graph and inverted-file indexes do poorly on raw inner products
+whose vectors differ wildly in norm (1/σ² spans e^±10), so the maximum-inner-product search is turned into a
+nearest-neighbour search (Bachrach et al., 2014) before it is handed to an L2 index:
+
+1. the stored column that is the same for every item (the ``1`` of B, the ``½`` of A) only adds a per-query
+   constant: dropped, the ranking is unchanged;
+2. each column j is divided by its spread s_j over the stored items and the query's multiplied by it
+   (⟨q·s, x/s⟩ = ⟨q, x⟩), so no column dominates the geometry;
+3. stored vectors get one more coordinate √(R² − ‖x‖²) (R² the largest ‖x‖² at build time), queries a 0:
+   ‖q − x‖² = ‖q‖² + R² − 2⟨q, x⟩, so the nearest stored vectors are those with the largest inner product.
+
+An item added later with ‖x‖² > R² would break step 3: the approximate index is then rebuilt at the next query.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+
+from gausscse.model.gaussian import GaussianEmbeddings, kl_feature_map
+
+EXACT, HNSW, IVF = "faiss", "faiss-hnsw", "faiss-ivf"
+# direction -> (side of kl_feature_map for the stored items, side for the queries); see ``kl_feature_map``
+DIRECTIONS = {"entailing": ("right", "left"), "entailed_by": ("left", "right")}
+HNSW_NEIGHBOURS = 32  # graph degree M
+HNSW_EF_CONSTRUCTION = 64
+FEATURE_CHUNK = 65536  # rows of float64 feature maps computed at a time
+IVF_TRAINING_POINTS_PER_CELL = 64  # k-means of the IVF cells runs on at most this many points per cell
+
+
+def faiss_module():
+    """FAISS, imported where a FAISS backend is used (``pip install faiss-cpu``)."""
+    try:
+        import faiss
+    except ImportError as error:  # pragma: no cover - faiss-cpu is in the requirements
+        raise ImportError("the FAISS backends need faiss: pip install faiss-cpu") from error
+    return faiss
+
+
+def feature_vectors(embeddings: GaussianEmbeddings, side: str, negate: bool = False) -> np.ndarray:
+    """``kl_feature_map`` vectors as a float32 C-contiguous array ``(N, 2d + 2)``; ``negate`` for queries, so that
+    ⟨query, stored⟩ = −KL. The float64 maps are computed ``FEATURE_CHUNK`` rows at a time."""
+    mu, logvar = embeddings.mu.cpu(), embeddings.logvar.cpu()
+    vectors = np.empty((len(mu), 2 * mu.shape[1] + 2), dtype=np.float32)
+    for start in range(0, len(mu), FEATURE_CHUNK):
+        chunk = kl_feature_map(mu[start : start + FEATURE_CHUNK], logvar[start : start + FEATURE_CHUNK], side)
+        vectors[start : start + FEATURE_CHUNK] = (-chunk if negate else chunk).float().numpy()
+    return vectors
+
+
+def constant_column(direction: str, dim: int) -> int:
+    """The stored map's column that is the same for every item: B's trailing 1 or A's ½ at position 2d."""
+    return 2 * dim + 1 if DIRECTIONS[direction][0] == "right" else 2 * dim
+
+
+class FaissDirection:
+    """The FAISS index of one direction (``"entailing"`` or ``"entailed_by"``) and, for the approximate backends,
+    the inner-product-to-L2 transform fitted on the vectors it was built from."""
+
+    def __init__(self, backend: str, direction: str, dim: int, faiss_index: Any, transform: dict[str, np.ndarray]):
+        self.backend, self.direction, self.dim = backend, direction, dim
+        self.faiss_index = faiss_index
+        self.transform = transform  # {"keep": columns, "scale": s_j, "radius2": R²}; empty for the exact backend
+
+    @classmethod
+    def build(
+        cls, backend: str, direction: str, embeddings: GaussianEmbeddings, nlist: int | None, search_width: int
+    ) -> FaissDirection:
+        """Index ``embeddings`` (the stored Gaussians) for ``direction``; ``search_width``: HNSW efSearch or IVF
+        nprobe; ``nlist``: IVF cells (default √N, at most N/39 so every cell trains on 39 points; k-means on at most
+        64 points per cell)."""
+        faiss = faiss_module()
+        dim = embeddings.dim
+        vectors = feature_vectors(embeddings, DIRECTIONS[direction][0])
+        if backend == EXACT:
+            faiss_index = faiss.IndexFlatIP(vectors.shape[1])
+            faiss_index.add(vectors)
+            return cls(backend, direction, dim, faiss_index, {})
+        keep = np.array([column for column in range(vectors.shape[1]) if column != constant_column(direction, dim)])
+        scale = vectors[:, keep].std(axis=0).astype(np.float32) + np.float32(1e-6)
+        radius2 = np.array([((vectors[:, keep] / scale) ** 2).sum(axis=1).max()], dtype=np.float32)
+        transform = {"keep": keep, "scale": scale, "radius2": radius2}
+        stored = cls.stored_vectors(vectors, transform)
+        if backend == HNSW:
+            faiss_index = faiss.IndexHNSWFlat(stored.shape[1], HNSW_NEIGHBOURS)
+            faiss_index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+        else:
+            nlist = nlist or max(1, min(round(math.sqrt(len(stored))), len(stored) // 39))
+            faiss_index = faiss.IndexIVFFlat(faiss.IndexFlatL2(stored.shape[1]), stored.shape[1], nlist)
+            sample = np.random.default_rng(0).permutation(len(stored))[: IVF_TRAINING_POINTS_PER_CELL * nlist]
+            faiss_index.train(stored[np.sort(sample)])
+        faiss_index.add(stored)
+        built = cls(backend, direction, dim, faiss_index, transform)
+        built.set_search_width(search_width)
+        return built
+
+    def set_search_width(self, search_width: int) -> None:
+        """HNSW efSearch or IVF nprobe (capped at the number of cells)."""
+        if self.backend == HNSW:
+            self.faiss_index.hnsw.efSearch = search_width
+        elif self.backend == IVF:
+            self.faiss_index.nprobe = min(search_width, self.faiss_index.nlist)
+
+    @staticmethod
+    def stored_vectors(vectors: np.ndarray, transform: dict[str, np.ndarray]) -> np.ndarray:
+        """Steps 1–3 of the module docstring for stored vectors: drop, scale, append √(R² − ‖x‖²) (clamped at 0)."""
+        scaled = vectors[:, transform["keep"]] / transform["scale"]
+        lift = np.sqrt(np.maximum(transform["radius2"] - (scaled**2).sum(axis=1), 0.0))
+        return np.ascontiguousarray(np.hstack([scaled, lift[:, None]]), dtype=np.float32)
+
+    def fits(self, embeddings: GaussianEmbeddings) -> bool:
+        """Whether new stored items keep the transform exact (always for the exact backend)."""
+        if not self.transform:
+            return True
+        vectors = feature_vectors(embeddings, DIRECTIONS[self.direction][0])
+        norms = ((vectors[:, self.transform["keep"]] / self.transform["scale"]) ** 2).sum(axis=1)
+        return bool((norms <= self.transform["radius2"][0]).all())
+
+    def add(self, embeddings: GaussianEmbeddings) -> None:
+        """Append stored items (call [`fits`] first for the approximate backends)."""
+        vectors = feature_vectors(embeddings, DIRECTIONS[self.direction][0])
+        self.faiss_index.add(self.stored_vectors(vectors, self.transform) if self.transform else vectors)
+
+    def candidates(self, queries: GaussianEmbeddings, count: int) -> torch.Tensor:
+        """``(Q, count)`` ids of the stored items FAISS ranks first for each query (−1 where it found fewer)."""
+        vectors = feature_vectors(queries, DIRECTIONS[self.direction][1], negate=True)
+        if self.transform:
+            scaled = vectors[:, self.transform["keep"]] * self.transform["scale"]
+            vectors = np.ascontiguousarray(np.hstack([scaled, np.zeros((len(scaled), 1), np.float32)]))
+        _, ids = self.faiss_index.search(vectors, count)
+        return torch.from_numpy(ids)
+
+    def save(self, folder: Path) -> None:
+        """``<direction>.faiss`` (FAISS's own format) and, if any, ``<direction>.transform.safetensors``."""
+        faiss_module().write_index(self.faiss_index, str(folder / f"{self.direction}.faiss"))
+        if self.transform:
+            save_file(self.transform, str(folder / f"{self.direction}.transform.safetensors"))
+
+    @classmethod
+    def load(cls, backend: str, direction: str, dim: int, folder: Path, search_width: int) -> FaissDirection | None:
+        """The direction saved in ``folder`` by [`save`], or ``None`` if it was never built."""
+        path = folder / f"{direction}.faiss"
+        if not path.is_file():
+            return None
+        transform_path = folder / f"{direction}.transform.safetensors"
+        transform = load_file(str(transform_path)) if backend != EXACT else {}
+        loaded = cls(backend, direction, dim, faiss_module().read_index(str(path)), transform)
+        loaded.set_search_width(search_width)
+        return loaded
+
+
+__all__ = ["DIRECTIONS", "EXACT", "HNSW", "IVF", "FaissDirection", "feature_vectors"]
