@@ -20,6 +20,7 @@ import argparse
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +31,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
 
+from gausscse import GaussCSEModel
 from gausscse.data.registry import load_split
 from gausscse.io import write_atomic, write_json
 from gausscse.model.gaussian import kl_divergence_matrix, similarity_matrix
@@ -104,12 +106,26 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def run(model_path: str, max_queries: int, data_dir: str | None, batch_size: int) -> dict:
+def sentence_transformers_folder(model_path: str, workdir: Path) -> tuple[str, bool]:
+    """``(folder to load, re-saved?)``: ``model_path`` itself if it has ``modules.json`` (or is a Hub id); a folder
+    saved before the sentence-transformers files existed is written again by this checkout's ``save_pretrained`` (same
+    weights, config and tokenizer) into ``workdir``."""
+    if not Path(model_path).is_dir() or (Path(model_path) / "modules.json").is_file():
+        return model_path, False
+    model = GaussCSEModel.from_pretrained(model_path)
+    model.save_pretrained(workdir)
+    model.get_tokenizer().save_pretrained(workdir)
+    return str(workdir), True
+
+
+def run(model_path: str, max_queries: int, data_dir: str | None, batch_size: int, workdir: Path) -> dict:
     rows = list(load_split("snli", "test", data_dir))
+    loaded_from, resaved = sentence_transformers_folder(model_path, workdir / "model")
     queries, corpus, relevant = retrieval_set(rows, max_queries)
     evaluator_options = {"batch_size": batch_size, "write_csv": False}
     results: dict = {
         "model": model_path,
+        "resaved_with_sentence_transformers_files": resaved,
         "queries": len(queries),
         "corpus": len(corpus),
         "relevant_per_query": float(np.mean([len(ids) for ids in relevant.values()])),
@@ -118,14 +134,14 @@ def run(model_path: str, max_queries: int, data_dir: str | None, batch_size: int
     }
 
     started = time.perf_counter()
-    routes = SentenceTransformer(model_path, trust_remote_code=True)
+    routes = SentenceTransformer(loaded_from, trust_remote_code=True)
     metrics = InformationRetrievalEvaluator(queries, corpus, relevant, name="routes", **evaluator_options)(routes)
     results["seconds"]["routes"] = time.perf_counter() - started
     results["scores"]["routes_dot"] = evaluated(metrics, "routes_dot_")
     results["similarity_reduction"] = routes[0].model.config.similarity_reduction
 
     started = time.perf_counter()
-    point = SentenceTransformer(model_path, trust_remote_code=True, similarity_fn_name="cosine")
+    point = SentenceTransformer(loaded_from, trust_remote_code=True, similarity_fn_name="cosine")
     point[0].direction = "none"  # μ on every route
     metrics = InformationRetrievalEvaluator(queries, corpus, relevant, name="mu", **evaluator_options)(point)
     results["seconds"]["mu_cosine"] = time.perf_counter() - started
@@ -167,7 +183,13 @@ def report(results: dict, command: str) -> str:
         "",
         f"- Command: `{command}`",
         f"- Hardware: {results['hardware']}",
-        f"- Model: `{results['model']}` (similarity_reduction `{results['similarity_reduction']}`)",
+        f"- Model: `{results['model']}` (similarity_reduction `{results['similarity_reduction']}`)"
+        + (
+            "; the folder predates `modules.json`, so the study wrote it again with this checkout's `save_pretrained` "
+            "(same weights) and loaded that copy"
+            if results["resaved_with_sentence_transformers_files"]
+            else ""
+        ),
         f"- Set: {results['queries']} claims (SNLI-test entailment hypotheses, file order), a corpus of "
         f"{results['corpus']} SNLI-test premises, {results['relevant_per_query']:.3f} relevant premises per claim "
         "(the premises SNLI labels as entailing it).",
@@ -210,7 +232,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.max_queries < 1:
         parser.error(f"--max_queries must be a positive integer, got {args.max_queries}")
-    results = run(args.model, args.max_queries, args.data_dir, args.batch_size)
+    with tempfile.TemporaryDirectory() as workdir:
+        results = run(args.model, args.max_queries, args.data_dir, args.batch_size, Path(workdir))
     results["hardware"] = f"{cpu_name()}, {os.cpu_count()} CPU cores, " + (
         torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     )

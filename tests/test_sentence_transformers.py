@@ -5,14 +5,18 @@ between sentence-transformers and transformers."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import scipy.stats
 import torch
 from transformers.utils import logging as transformers_logging
 
 from gausscse import GaussCSEConfig, GaussCSEModel
+from gausscse.model.configuration_gausscse import SENTENCE_TRANSFORMERS_FILES
+from studies import retrieval
 
-from .helpers import tiny_encoder_config
+from .helpers import nli_rows, tiny_encoder_config, write_jsonl_gz
 
 CLAIMS = ["A man is outside.", "Children are playing.", "A person cooks food.", "An animal sleeps."]
 PASSAGES = [
@@ -185,3 +189,23 @@ def test_bad_input_is_named(minilm_tokenizer):
         st.encode(["a sentence", 3])
     with pytest.raises(ValueError, match="task must be 'query', 'document' or None, got 'passage'"):
         st.encode(["a sentence"], task="passage")
+
+
+def test_the_retrieval_study_ranks_the_routes_as_the_sum_form_and_reports(minilm_tokenizer, tmp_path):
+    """studies/retrieval.py on a tiny SNLI test file, with a folder saved before modules.json existed: the
+    evaluator's encode_query/encode_document flow gives the same metrics as the model API's −KL ranking."""
+    write_jsonl_gz(tmp_path / "data/snli/test.jsonl.gz", nli_rows(10))
+    folder = tmp_path / "old-folder"
+    spread_model("mean_dim").save_pretrained(folder)
+    minilm_tokenizer.save_pretrained(folder)
+    for name in SENTENCE_TRANSFORMERS_FILES:  # as a folder written before issue 13
+        (folder / name).unlink()
+    argv = ["--model", str(folder), "--data_dir", str(tmp_path / "data"), "--output", str(tmp_path / "out")]
+    results = retrieval.main([*argv, "--max_queries", "8"])
+    # 8 subjects: the 10 premises entail 8 distinct claims "<subject> is outside", two of them twice
+    assert (results["queries"], results["corpus"], results["relevant_per_query"]) == (8, 10, 10 / 8)
+    assert results["resaved_with_sentence_transformers_files"] and not (folder / "modules.json").exists()
+    assert results["scores"]["routes_dot"] == pytest.approx(results["scores"]["sum_api"], abs=1e-12)
+    assert json.loads((tmp_path / "out/retrieval.json").read_text())["scores"] == results["scores"]
+    report = (tmp_path / "out/RETRIEVAL.md").read_text()
+    assert f"{100 * results['scores']['mu_cosine']['MRR@10']:.2f}" in report and "predates `modules.json`" in report
