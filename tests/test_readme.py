@@ -12,9 +12,22 @@ from .helpers import entropy, heads_by_hand, reference_similarity
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def usage_example() -> str:
+def usage_example(index: int = 0) -> str:
+    """The ``index``-th Python block of the README's Usage section (0: transformers, 1: sentence-transformers)."""
     section = README.read_text().split("## Usage", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return re.findall(r"```python\n(.*?)```", section, re.S)[index]
+
+
+def run_example(code: str, loader: str, names: tuple[str, str], model, fresh_python, tmp_path: Path):
+    """Save ``model`` where the example's ``loader("folder"`` call looks, run the example unchanged in a fresh process
+    printing every digit float32 holds; return the values of its two sentence lists ``names`` and its printed
+    tensors."""
+    folder = re.search(loader + r'\("([^"]+)"', code).group(1)
+    lists = [ast.literal_eval(re.search(rf"^{name} = (\[.*\])$", code, re.M).group(1)) for name in names]
+    model.save_pretrained(tmp_path / folder)
+    model.get_tokenizer().save_pretrained(tmp_path / folder)
+    output = fresh_python("import torch\ntorch.set_printoptions(precision=10)\n" + code, cwd=tmp_path)
+    return *lists, printed_tensors(output)
 
 
 def printed_tensors(output: str) -> list[list]:
@@ -33,14 +46,10 @@ def printed_tensors(output: str) -> list[list]:
 def test_readme_usage_example_prints_the_kl_scores_of_a_saved_model(minilm_gausscse, fresh_python, tmp_path):
     code = usage_example()
     assert len(code.strip().splitlines()) <= 12
-    folder = re.search(r'AutoModel\.from_pretrained\("([^"]+)"', code).group(1)
-    premises = ast.literal_eval(re.search(r"^premises = (\[.*\])$", code, re.M).group(1))
-    hypotheses = ast.literal_eval(re.search(r"^hypotheses = (\[.*\])$", code, re.M).group(1))
-    minilm_gausscse.save_pretrained(tmp_path / folder)
-    minilm_gausscse.get_tokenizer().save_pretrained(tmp_path / folder)
-    # print every digit float32 holds; the example itself runs unchanged
-    output = fresh_python("import torch\ntorch.set_printoptions(precision=10)\n" + code, cwd=tmp_path)
-    shape, generality, entailment, matrix, by_similarity, by_variance = printed_tensors(output)
+    premises, hypotheses, printed = run_example(
+        code, r"AutoModel\.from_pretrained", ("premises", "hypotheses"), minilm_gausscse, fresh_python, tmp_path
+    )
+    shape, generality, entailment, matrix, by_similarity, by_variance = printed
 
     # the same numbers from the weights by hand and torch.distributions' KL (the saved model uses "sum")
     raw_mu, logvar = heads_by_hand(minilm_gausscse, minilm_gausscse.get_tokenizer(), premises + hypotheses)
@@ -63,3 +72,18 @@ def test_readme_usage_example_prints_the_kl_scores_of_a_saved_model(minilm_gauss
     assert by_similarity == (hyp_given_pre.diagonal() > pre_given_hyp.diagonal()).tolist()
     assert by_variance == (entropy(logvar[pre]) > entropy(logvar[hyp])).tolist()
     assert by_variance == [generality[i] > generality[len(premises) + i] for i in range(len(premises))]
+
+
+def test_readme_sentence_transformers_example_prints_the_kl_scores(minilm_gausscse, fresh_python, tmp_path):
+    code = usage_example(1)
+    assert "trust_remote_code=True" in code
+    claims, passages, (best, similarity) = run_example(
+        code, "SentenceTransformer", ("claims", "passages"), minilm_gausscse, fresh_python, tmp_path
+    )
+
+    raw_mu, logvar = heads_by_hand(minilm_gausscse, minilm_gausscse.get_tokenizer(), claims + passages)
+    mu = torch.tanh(raw_mu)
+    claim, passage = slice(0, len(claims)), slice(len(claims), None)
+    expected = reference_similarity(mu[claim], logvar[claim], mu[passage], logvar[passage], "sum")  # sim(claim‖passage)
+    torch.testing.assert_close(torch.tensor(similarity, dtype=torch.float64), expected, rtol=1e-5, atol=0)
+    assert best == expected.argmax(dim=1).tolist()

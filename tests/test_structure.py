@@ -46,14 +46,42 @@ def test_data_and_training_do_not_import_evaluation_or_its_heavy_dependencies(st
     assert not {"scipy", "matplotlib", "sklearn", "evaluate"} & extra
 
 
+MODEL_DIR = REPO_ROOT / "gausscse" / "model"
+SHIPPED_FILES = {
+    "modeling_gausscse.py",
+    "configuration_gausscse.py",
+    "gaussian.py",
+    "sentence_transformer_gausscse.py",  # the sentence-transformers module
+}
+
+
 def test_the_model_files_import_only_torch_transformers_and_each_other():
-    model_dir = REPO_ROOT / "gausscse" / "model"
     allowed = {"torch", "transformers", "tqdm", "__future__", "inspect", "collections", "dataclasses", "typing"}
-    for path in model_dir.glob("*.py"):
+    allowed |= {"json", "os", "pathlib"}  # the config writes the sentence-transformers files
+    for path in MODEL_DIR.glob("*.py"):
         for line in path.read_text().splitlines():
             words = line.split()
-            if line.startswith(("import ", "from ")) and not words[1].startswith("."):
-                assert words[1].split(".")[0] in allowed, f"{path.name}: {line}"
+            if line.lstrip().startswith(("import ", "from ")) and not words[1].startswith("."):
+                module = words[1].split(".")[0]
+                assert module in allowed | (
+                    {"sentence_transformers"} if path.name == "sentence_transformer_gausscse.py" else set()
+                ), f"{path.name}: {line}"
+
+
+def test_the_shipped_files_are_the_model_code_and_need_no_sentence_transformers_to_load_with_automodel():
+    """What save_pretrained copies beside the weights (the modeling file and its relative imports, recursively) is
+    the four files; transformers' import check of each (run for Hub repos) passes without sentence-transformers."""
+    modeling = MODEL_DIR / "modeling_gausscse.py"
+    code = (
+        "import sys, json\nsys.modules['sentence_transformers'] = None\n"
+        "from transformers.dynamic_module_utils import check_imports, get_relative_import_files\n"
+        f"files = [{str(modeling)!r}, *get_relative_import_files({str(modeling)!r})]\n"
+        "for name in files:\n    check_imports(name)\n"
+        "print(json.dumps(sorted(name.rsplit('/', 1)[-1] for name in files)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert set(json.loads(done.stdout.strip().splitlines()[-1])) == SHIPPED_FILES
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean", "max"])

@@ -147,6 +147,7 @@ def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process
     files = {path.name for path in model_dir.iterdir()}
     expected = {"config.json", "model.safetensors", "modeling_gausscse.py", "configuration_gausscse.py"}
     assert expected | {"gaussian.py", "tokenizer.json", "README.md", "train_results.json"} <= files
+    assert {"modules.json", "config_sentence_transformers.json", "sentence_transformer_gausscse.py"} <= files
     card = (model_dir / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: transformers") and "model-index" in card and "trust_remote_code" in card
     results = json.loads((model_dir / "train_results.json").read_text())
@@ -160,15 +161,18 @@ def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process
     sentences = ["a man is playing a red guitar", "a man is outside"]
     local = GaussCSEModel.from_pretrained(model_dir).encode(sentences)
     script = (
-        "import sys, torch\nfrom transformers import AutoModel\n"
+        "import sys, torch\nfrom transformers import AutoModel\nfrom sentence_transformers import SentenceTransformer\n"
         "model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
         "print(type(model).__module__.startswith('transformers_modules'))\n"
         "torch.save(model.encode(sys.argv[2:]).mu, sys.argv[1] + '/../mu.pt')\n"
+        "st = SentenceTransformer(sys.argv[1], trust_remote_code=True)\n"
+        "torch.save(st.encode(sys.argv[2:], convert_to_tensor=True), sys.argv[1] + '/../st_mu.pt')\n"
     )
     done = subprocess.run([sys.executable, "-c", script, str(model_dir), *sentences], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("True")
     torch.testing.assert_close(torch.load(model_dir.parent / "mu.pt"), local.mu)
+    torch.testing.assert_close(torch.load(model_dir.parent / "st_mu.pt"), local.mu)  # and as a SentenceTransformer
 
 
 def fresh_process_mu(model_dir: Path, sentences: list[str]) -> torch.Tensor:

@@ -1,7 +1,9 @@
 """The model: ``GaussCSEConfig``, ``GaussCSEModel`` and the Gaussian math.
 
-These three files (``configuration_gausscse.py``, ``modeling_gausscse.py``, ``gaussian.py``) ship with the weights as
-Hub custom code: they import only torch, transformers and tqdm, and each other.
+These four files (``configuration_gausscse.py``, ``modeling_gausscse.py``, ``gaussian.py``,
+``sentence_transformer_gausscse.py``) ship with the weights as Hub custom code: they import only torch, transformers
+and tqdm, and each other; the sentence-transformers module also imports sentence-transformers (and nothing here
+imports it).
 """
 
 from transformers import AutoConfig, AutoModel

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 from transformers import AutoConfig, PreTrainedConfig
@@ -10,6 +13,23 @@ from transformers.configuration_utils import SubConfigSpec
 from .gaussian import LOGVAR_BOUND, check_reduction
 
 POOLINGS = ("cls", "mean")
+# The files that make a GaussCSE folder a sentence-transformers model, written beside config.json: one module, the
+# whole model (sentence_transformer_gausscse.py ships with the code), scored by dot product (its routes give −KL).
+SENTENCE_TRANSFORMERS_FILES = {
+    "modules.json": [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformer_gausscse.GaussCSETransformer"},
+    ],
+    "config_sentence_transformers.json": {
+        "model_type": "SentenceTransformer",
+        "similarity_fn_name": "dot",
+        "requirements": {
+            "sentence-transformers": {
+                "specifier": ">=6",
+                "reason": "custom module API (InputModule.preprocess, forward_kwargs) of version 6",
+            }
+        },
+    },
+}
 MEAN_ACTIVATIONS = ("tanh", "none")
 
 
@@ -75,5 +95,17 @@ class GaussCSEConfig(PreTrainedConfig):
         if self.embedding_size < 1:
             raise ValueError(f"embedding_size must be a positive integer, got {self.embedding_size}")
 
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs) -> None:
+        """Write ``config.json`` and beside it ``modules.json`` and ``config_sentence_transformers.json``, so the
+        folder also loads with ``SentenceTransformer(folder, trust_remote_code=True)``. Written with the config, they
+        come with every save of the model (``save_pretrained``, ``push_to_hub``, Trainer checkpoints); each file
+        appears whole (temporary file + ``os.replace``)."""
+        super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
+        for name, content in SENTENCE_TRANSFORMERS_FILES.items():
+            target = Path(save_directory) / name
+            partial = target.with_name(f".{name}.tmp")
+            partial.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+            os.replace(partial, target)
 
-__all__ = ["MEAN_ACTIVATIONS", "POOLINGS", "GaussCSEConfig"]
+
+__all__ = ["MEAN_ACTIVATIONS", "POOLINGS", "SENTENCE_TRANSFORMERS_FILES", "GaussCSEConfig"]

@@ -413,6 +413,16 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             sim_ab=sim_ab,
         )
 
+    def as_sentence_transformer(self, tokenizer=None, direction: str = "entailing"):
+        """This model as a sentence-transformers ``SentenceTransformer`` (needs ``sentence-transformers`` ≥ 6), the
+        object ``SentenceTransformer(folder, trust_remote_code=True)`` gives for a saved folder: ``encode`` → μ,
+        ``encode_query`` / ``encode_document`` → vectors with dot = −KL(query‖document) (``direction``:
+        ``sentence_transformer_gausscse.py``). To share it, save with ``save_pretrained``: sentence-transformers'
+        own ``save`` names the module by the Python path it was imported from (here the installed package)."""
+        from .sentence_transformer_gausscse import to_sentence_transformer  # the one file that needs it
+
+        return to_sentence_transformer(self, tokenizer, direction=direction)
+
 
 GaussCSEConfig.register_for_auto_class()
 GaussCSEModel.register_for_auto_class("AutoModel")

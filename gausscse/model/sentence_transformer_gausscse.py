@@ -1,0 +1,162 @@
+"""GaussCSE as a sentence-transformers model: ``SentenceTransformer(folder_or_hub_id, trust_remote_code=True)``.
+
+Ships with the weights as custom code beside ``modeling_gausscse.py`` (``modules.json`` names this file's
+[`GaussCSETransformer`]); the only file of the folder that needs ``sentence-transformers`` (≥ 6).
+
+The routes (``direction="entailing"``, the default), with A and B the maps of ``kl_feature_map``,
+KL(q‖x) = ⟨A(q), B(x)⟩:
+
+* ``encode(texts)`` → μ (d values): a point embedding for cosine similarity (STS, clustering), as for any model;
+* ``encode_query(claims)`` → −A(q) and ``encode_document(passages)`` → B(x) (2d + 2 values each, float64), so that
+  ``dot(encode_query(q), encode_document(x)) = −KL(N_q‖N_x)`` and the ``sum`` similarity is
+  sim(q‖x) = 1 / (1 − dot): sentence-transformers' ``dot`` ranks first the passages that entail the claim;
+* ``encode(texts, output_value=None)`` → per sentence a dict with ``mu`` and ``logvar`` (and the token features).
+
+``direction="entailed_by"`` swaps the sides (−B(q), A(x): dot = −KL(x‖q), what the query entails);
+``direction="none"`` gives μ on every route (use cosine). The dot product is the ``sum`` form of the paper's
+similarity; a ``mean_dim`` model (mean_k 1/(1 + KL_k)) is ranked by that ``sum`` form on these routes, which is
+logged when it loads; ``GaussCSEModel.similarity`` computes its own reduction exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer
+from transformers.utils import logging
+
+from .gaussian import kl_feature_map
+from .modeling_gausscse import GaussCSEModel, _check_sentences, resolve_max_length
+
+try:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import InputModule
+except ImportError as error:  # in a try block, so transformers' import check lets AutoModel users load without it
+    raise ImportError("GaussCSE's sentence-transformers face needs `pip install 'sentence-transformers>=6'`") from error
+
+logger = logging.get_logger(__name__)
+
+# direction → (side of kl_feature_map for the query, for the document); the query's map is negated
+DIRECTIONS = {"entailing": ("left", "right"), "entailed_by": ("right", "left"), "none": None}
+
+
+class GaussCSETransformer(InputModule):
+    """The whole GaussCSE model (encoder, pooling, μ and log σ² heads) as one sentence-transformers input module.
+
+    Args:
+        model: the [`GaussCSEModel`].
+        tokenizer: its tokenizer.
+        max_seq_length: truncation length in tokens; default (and cap): the encoder's limit ([`resolve_max_length`]).
+        direction: what ``encode_query``/``encode_document`` retrieve (module docstring): ``"entailing"`` (documents
+            x that entail the query q, dot = −KL(q‖x)), ``"entailed_by"`` (dot = −KL(x‖q)) or ``"none"`` (μ).
+    """
+
+    config_file_name = "sentence_bert_config.json"
+    config_keys = ["max_seq_length", "direction"]  # noqa: RUF012 — sentence-transformers' class attribute
+    forward_kwargs = {"task"}  # noqa: RUF012 — encode_query / encode_document pass task="query" / "document"
+    save_in_root = True
+
+    def __init__(
+        self, model: GaussCSEModel, tokenizer, max_seq_length: int | None = None, direction: str = "entailing"
+    ):
+        super().__init__()
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {tuple(DIRECTIONS)}, got {direction!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_seq_length = max_seq_length
+        self.direction = direction
+        reduction = model.config.similarity_reduction
+        if direction != "none" and reduction != "sum":
+            logger.warning(
+                f"This GaussCSE model's similarity_reduction is {reduction!r}; encode_query/encode_document give "
+                "vectors whose dot product is −KL, the paper's 'sum' form, so sentence-transformers ranks by "
+                "1/(1 + Σ_k KL_k), not by mean_k 1/(1 + KL_k). GaussCSEModel.similarity computes the model's own form."
+            )
+
+    @classmethod
+    def load(
+        cls,
+        model_name_or_path: str,
+        subfolder: str = "",
+        token: bool | str | None = None,
+        cache_folder: str | None = None,
+        revision: str | None = None,
+        local_files_only: bool = False,
+        model_kwargs: dict[str, Any] | None = None,
+        processor_kwargs: dict[str, Any] | None = None,
+        config_kwargs: dict[str, Any] | None = None,
+        **kwargs,
+    ) -> GaussCSETransformer:
+        """Load the model, its tokenizer and ``sentence_bert_config.json`` (if any) from a folder or Hub repo."""
+        hub = {"subfolder": subfolder, "token": token, "cache_dir": cache_folder, "revision": revision}
+        hub["local_files_only"] = local_files_only
+        config = cls.load_config(
+            model_name_or_path,
+            subfolder=subfolder,
+            token=token,
+            cache_folder=cache_folder,
+            revision=revision,
+            local_files_only=local_files_only,
+        )
+        model = GaussCSEModel.from_pretrained(
+            model_name_or_path, **hub, **(config_kwargs or {}), **(model_kwargs or {})
+        )
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_name_or_path, config=model.config, **hub, **(processor_kwargs or {})
+        )
+        return cls(model, tokenizer, **config)
+
+    def preprocess(self, inputs: Sequence[str], prompt: str | None = None, **kwargs) -> dict[str, torch.Tensor]:
+        """Tokenise ``inputs`` (strings; ``prompt`` is prepended) into one padded, truncated batch."""
+        texts = _check_sentences("inputs", inputs)
+        if prompt:
+            texts = self._prepend_prompt(texts, prompt)
+        max_length = resolve_max_length(self.tokenizer, self.model.config.encoder_config, self.max_seq_length)
+        return self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+
+    def forward(self, features: dict[str, Any], task: str | None = None, **kwargs) -> dict[str, Any]:
+        """Add ``mu``, ``logvar`` (float32), ``token_embeddings`` and the route's ``sentence_embedding``: μ without a
+        task, −A(q) for ``task="query"`` and B(x) for ``task="document"`` (``direction="entailing"``)."""
+        inputs = {
+            name: features[name] for name in ("input_ids", "attention_mask", "token_type_ids") if name in features
+        }
+        output = self.model(**inputs)
+        mu, logvar = output.mu.float(), output.logvar.float()
+        features.update(mu=mu, logvar=logvar, token_embeddings=output.last_hidden_state)
+        features["sentence_embedding"] = self.route(mu, logvar, task)
+        return features
+
+    def route(self, mu: torch.Tensor, logvar: torch.Tensor, task: str | None) -> torch.Tensor:
+        """The vector of a route: μ (no task, or ``direction="none"``); for ``direction="entailing"`` −A(q)
+        (``task="query"``) and B(x) (``task="document"``), so ⟨−A(q), B(x)⟩ = −KL(q‖x) ([`kl_feature_map`])."""
+        sides = DIRECTIONS[self.direction]
+        if task is None or sides is None:
+            return mu
+        if task == "query":
+            return -kl_feature_map(mu, logvar, sides[0])
+        if task == "document":
+            return kl_feature_map(mu, logvar, sides[1])
+        raise ValueError(f"task must be 'query', 'document' or None, got {task!r}")
+
+    def get_embedding_dimension(self) -> int:
+        """d, the dimension of μ (what ``encode`` returns; the query and document routes have 2d + 2)."""
+        return self.model.config.embedding_size
+
+    def save(self, output_path: str, *args, **kwargs) -> None:
+        """Write the GaussCSE folder (``save_pretrained``: weights, config, code, the sentence-transformers files),
+        the tokenizer and ``sentence_bert_config.json``."""
+        self.model.save_pretrained(output_path)
+        self.save_tokenizer(output_path)
+        self.save_config(output_path)
+
+
+def to_sentence_transformer(model: GaussCSEModel, tokenizer=None, direction: str = "entailing") -> SentenceTransformer:
+    """``model`` as a ``SentenceTransformer`` with ``dot`` similarity; ``tokenizer`` defaults to the model's own."""
+    module = GaussCSETransformer(model, model.get_tokenizer(tokenizer), direction=direction)
+    return SentenceTransformer(modules=[module], similarity_fn_name="dot", device=str(model.device))
+
+
+__all__ = ["DIRECTIONS", "GaussCSETransformer", "to_sentence_transformer"]
