@@ -94,6 +94,9 @@ def similarity(
 
 
 KL_SIDES = ("left", "right")
+# The two ways to search by entailment, as the kl_feature_map sides of (query, stored item): "entailing" scores
+# sim(q‖x), KL(q‖x) = ⟨A(q), B(x)⟩ (the items that entail q); "entailed_by" scores sim(x‖q), KL(x‖q) = ⟨A(x), B(q)⟩.
+SEARCH_DIRECTIONS = {"entailing": ("left", "right"), "entailed_by": ("right", "left")}
 
 
 def kl_feature_map(mu: torch.Tensor, logvar: torch.Tensor, side: str) -> torch.Tensor:

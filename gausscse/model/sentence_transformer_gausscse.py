@@ -27,7 +27,7 @@ import torch
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
-from .gaussian import kl_feature_map
+from .gaussian import SEARCH_DIRECTIONS, kl_feature_map
 from .modeling_gausscse import GaussCSEModel, _check_sentences, resolve_max_length
 
 try:
@@ -39,7 +39,7 @@ except ImportError as error:  # in a try block, so transformers' import check le
 logger = logging.get_logger(__name__)
 
 # direction → (side of kl_feature_map for the query, for the document); the query's map is negated
-DIRECTIONS = {"entailing": ("left", "right"), "entailed_by": ("right", "left"), "none": None}
+DIRECTIONS = {**SEARCH_DIRECTIONS, "none": None}
 
 
 class GaussCSETransformer(InputModule):

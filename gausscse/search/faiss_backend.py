@@ -27,11 +27,9 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
-from gausscse.model.gaussian import GaussianEmbeddings, kl_feature_map
+from gausscse.model.gaussian import SEARCH_DIRECTIONS, GaussianEmbeddings, kl_feature_map
 
 EXACT, HNSW, IVF = "faiss", "faiss-hnsw", "faiss-ivf"
-# direction -> (side of kl_feature_map for the stored items, side for the queries); see ``kl_feature_map``
-DIRECTIONS = {"entailing": ("right", "left"), "entailed_by": ("left", "right")}
 HNSW_NEIGHBOURS = 32  # graph degree M
 HNSW_EF_CONSTRUCTION = 64
 FEATURE_CHUNK = 65536  # rows of float64 feature maps computed at a time
@@ -60,7 +58,7 @@ def feature_vectors(embeddings: GaussianEmbeddings, side: str, negate: bool = Fa
 
 def constant_column(direction: str, dim: int) -> int:
     """The stored map's column that is the same for every item: B's trailing 1 or A's ½ at position 2d."""
-    return 2 * dim + 1 if DIRECTIONS[direction][0] == "right" else 2 * dim
+    return 2 * dim + 1 if SEARCH_DIRECTIONS[direction][1] == "right" else 2 * dim
 
 
 class FaissDirection:
@@ -81,7 +79,7 @@ class FaissDirection:
         64 points per cell)."""
         faiss = faiss_module()
         dim = embeddings.dim
-        vectors = feature_vectors(embeddings, DIRECTIONS[direction][0])
+        vectors = feature_vectors(embeddings, SEARCH_DIRECTIONS[direction][1])
         if backend == EXACT:
             faiss_index = faiss.IndexFlatIP(vectors.shape[1])
             faiss_index.add(vectors)
@@ -122,18 +120,18 @@ class FaissDirection:
         """Whether new stored items keep the transform exact (always for the exact backend)."""
         if not self.transform:
             return True
-        vectors = feature_vectors(embeddings, DIRECTIONS[self.direction][0])
+        vectors = feature_vectors(embeddings, SEARCH_DIRECTIONS[self.direction][1])
         norms = ((vectors[:, self.transform["keep"]] / self.transform["scale"]) ** 2).sum(axis=1)
         return bool((norms <= self.transform["radius2"][0]).all())
 
     def add(self, embeddings: GaussianEmbeddings) -> None:
         """Append stored items (call [`fits`] first for the approximate backends)."""
-        vectors = feature_vectors(embeddings, DIRECTIONS[self.direction][0])
+        vectors = feature_vectors(embeddings, SEARCH_DIRECTIONS[self.direction][1])
         self.faiss_index.add(self.stored_vectors(vectors, self.transform) if self.transform else vectors)
 
     def candidates(self, queries: GaussianEmbeddings, count: int) -> torch.Tensor:
         """``(Q, count)`` ids of the stored items FAISS ranks first for each query (−1 where it found fewer)."""
-        vectors = feature_vectors(queries, DIRECTIONS[self.direction][1], negate=True)
+        vectors = feature_vectors(queries, SEARCH_DIRECTIONS[self.direction][0], negate=True)
         if self.transform:
             scaled = vectors[:, self.transform["keep"]] * self.transform["scale"]
             vectors = np.ascontiguousarray(np.hstack([scaled, np.zeros((len(scaled), 1), np.float32)]))
@@ -159,4 +157,4 @@ class FaissDirection:
         return loaded
 
 
-__all__ = ["DIRECTIONS", "EXACT", "HNSW", "IVF", "FaissDirection", "feature_vectors"]
+__all__ = ["EXACT", "HNSW", "IVF", "FaissDirection", "feature_vectors"]

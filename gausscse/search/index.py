@@ -11,8 +11,14 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from gausscse.io import atomic_folder, write_json
-from gausscse.model.gaussian import GaussianEmbeddings, check_reduction, similarity, similarity_matrix
-from gausscse.search.faiss_backend import DIRECTIONS, HNSW, IVF, FaissDirection
+from gausscse.model.gaussian import (
+    SEARCH_DIRECTIONS,
+    GaussianEmbeddings,
+    check_reduction,
+    similarity,
+    similarity_matrix,
+)
+from gausscse.search.faiss_backend import HNSW, IVF, FaissDirection
 
 BACKENDS = ("torch", "faiss", HNSW, IVF)
 CHUNK_ROWS = 4096  # stored items scored per matrix product (torch backend)
@@ -266,7 +272,7 @@ class GaussianIndex:
             raise ValueError(
                 f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {settings['size']}"
             )
-        for direction in DIRECTIONS:
+        for direction in SEARCH_DIRECTIONS:
             built = FaissDirection.load(index.backend, direction, index.dim, folder, index.search_width)
             if built is not None:
                 if built.faiss_index.ntotal != len(index):
