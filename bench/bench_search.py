@@ -11,8 +11,8 @@ method in its own worker process (build time, search time per 1,000 queries, pea
   every recall@10 below;
 * ``brute_force`` — ``gausscse.model.gaussian.similarity_matrix`` of all queries against all items, then top-k (the
   all-pairs matrix in memory), run on ``--brute_force_queries`` queries and reported per 1,000;
-* ``faiss-hnsw`` / ``faiss-ivf`` — the approximate backends with their defaults (``ef_search`` 64; ``nlist`` √N,
-  ``nprobe`` 32), recall@10 against ``torch`` (target ≥ 0.95 at ≥ 10× the exact search's speed).
+* ``faiss-hnsw`` — the approximate backend at each ``--ef_search`` (default 128, and 256), a shortlist of 2·k,
+  recall@10 against ``torch`` (target ≥ 0.95 at ≥ 10× the exact search's speed).
 
 The Gaussians are synthetic with the ranges of a trained model (the quickstart's on SNLI: μ within ±0.97, log σ²
 mostly in −4.6…1.9 around −1.8, Σ log σ² from about −1,090 to −90): a 32-dimensional latent drives μ and log σ²
@@ -44,7 +44,7 @@ from gausscse.io import write_json
 from gausscse.model.gaussian import GaussianEmbeddings, similarity_matrix
 from gausscse.search import GaussianIndex
 
-METHODS = ("torch", "plain_flat_ip", "faiss", "brute_force", "faiss-hnsw", "faiss-ivf")
+METHODS = ("torch", "plain_flat_ip", "faiss", "brute_force", "faiss-hnsw")
 LATENT = 32
 
 
@@ -65,16 +65,38 @@ def synthetic_gaussians(count: int, dim: int, seed: int) -> GaussianEmbeddings:
     return GaussianEmbeddings(mu, logvar)
 
 
+def size_summary(size: int, rows: list[dict]) -> dict:
+    """The ratios of one size: exact FAISS backend over a plain IndexFlatIP search; each approximate row's speed-up
+    over the exact searches, with its recall."""
+    seconds = {row["method"]: row["seconds_per_1000_queries"] for row in rows}
+    return {
+        "size": size,
+        "faiss_over_plain_flat_ip": seconds["faiss"] / seconds["plain_flat_ip"],
+        "approximate": [
+            {
+                "method": row["method"],
+                "recall_at_k": row["recall_at_k"],
+                "speedup_vs_torch": seconds["torch"] / row["seconds_per_1000_queries"],
+                "speedup_vs_faiss": seconds["faiss"] / row["seconds_per_1000_queries"],
+            }
+            for row in rows
+            if row["method"].startswith("faiss-hnsw")
+        ],
+    }
+
+
 def recall_at_k(truth: np.ndarray, found: np.ndarray) -> float:
     """Mean over queries of |found ∩ truth| / k."""
     return float(np.mean([len(set(a) & set(b)) / truth.shape[1] for a, b in zip(truth, found, strict=True)]))
 
 
-def run_method(method: str, size: int, dim: int, queries: int, k: int, truth_path: Path, brute_queries: int) -> dict:
+def run_method(
+    method: str, size: int, dim: int, queries: int, k: int, truth_path: Path, brute_queries: int, ef_search: int
+) -> dict:
     """Build and search with ``method`` in this (fresh) process; the ``torch`` run saves the true ids."""
     items = synthetic_gaussians(size, dim, seed=0)
     query_gaussians = synthetic_gaussians(queries, dim, seed=1)
-    result: dict = {"method": method, "size": size}
+    result: dict = {"method": f"{method} (ef {ef_search})" if method == "faiss-hnsw" else method, "size": size}
     with ResidentPeak() as peak:
         start = time.perf_counter()
         if method == "plain_flat_ip":
@@ -96,7 +118,7 @@ def run_method(method: str, size: int, dim: int, queries: int, k: int, truth_pat
             result["build_seconds"] = 0.0
             result["queries_timed"] = brute_queries
         else:
-            index = GaussianIndex(dim, "sum", method)
+            index = GaussianIndex(dim, "sum", method, ef_search=ef_search)
             index.add(items)
             if method != "torch":
                 index.faiss_direction("entailing")  # build now, so the search is timed alone
@@ -142,7 +164,7 @@ def real_recall(model_path: str, item_count: int, k: int) -> list[dict]:
             exact = GaussianIndex(items.dim, reduction)
             exact.add(items)
             _, truth = getattr(exact, direction)(queries, k)
-            for backend in ("faiss", "faiss-hnsw", "faiss-ivf"):
+            for backend in ("faiss", "faiss-hnsw"):
                 index = GaussianIndex(items.dim, reduction, backend)
                 index.add(items)
                 _, found = getattr(index, direction)(queries, k)
@@ -166,55 +188,58 @@ def main() -> None:
     parser.add_argument("-k", type=int, default=10)
     parser.add_argument("--real_model", default=None, help="also measure recall on real SNLI sentences")
     parser.add_argument("--real_items", type=int, default=20000)
+    parser.add_argument("--ef_search", type=int, nargs="+", default=[128, 256], help="HNSW widths to measure")
     parser.add_argument("--json", type=Path, help="also write the results here (atomically)")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ef", type=int, default=128, help=argparse.SUPPRESS)
     parser.add_argument("--truth", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:
-        row = run_method(args.worker, args.size, args.dim, args.queries, args.k, args.truth, args.brute_force_queries)
+        row = run_method(
+            args.worker, args.size, args.dim, args.queries, args.k, args.truth, args.brute_force_queries, args.ef
+        )
         print(json.dumps(row))
         return
 
     device_name = platform.processor() or "cpu"
     print(f"entailment search, d={args.dim}, {args.queries} queries, k={args.k}, {os.cpu_count()} CPU cores")
-    rows = []
+    rows, summary = [], []
     with tempfile.TemporaryDirectory() as scratch:
         for size in args.sizes:
             truth = Path(scratch) / f"truth_{size}.npy"
-            for method in METHODS:
+            for method, ef_search in [(name, 128) for name in METHODS if name != "faiss-hnsw"] + [
+                ("faiss-hnsw", ef) for ef in args.ef_search
+            ]:
                 row = run_worker(
                     __spec__.name,
                     ["--worker", method, "--size", str(size), "--truth", str(truth), "--dim", str(args.dim),
-                     "--queries", str(args.queries), "-k", str(args.k),
+                     "--queries", str(args.queries), "-k", str(args.k), "--ef", str(ef_search),
                      "--brute_force_queries", str(args.brute_force_queries)],
                 )  # fmt: skip
                 rows.append(row)
                 recall = f", recall@{args.k} {row['recall_at_k']:.3f}" if "recall_at_k" in row else ""
                 print(
-                    f"N={size:>9,} {method:14s} build {row['build_seconds']:7.1f} s, "
+                    f"N={size:>9,} {row['method']:20s} build {row['build_seconds']:7.1f} s, "
                     f"{row['seconds_per_1000_queries']:8.2f} s per 1,000 queries, "
                     f"peak +{row['peak_extra_mib']:,.0f} MiB{recall}",
                     flush=True,
                 )
-            by_method = {row["method"]: row for row in rows if row["size"] == size}
-            faiss_ratio = (
-                by_method["faiss"]["seconds_per_1000_queries"] / by_method["plain_flat_ip"]["seconds_per_1000_queries"]
-            )
-            print(f"N={size:,}: exact FAISS backend / plain IndexFlatIP search = {faiss_ratio:.2f}x")
-            for method in ("faiss-hnsw", "faiss-ivf"):
-                speedup = by_method["torch"]["seconds_per_1000_queries"] / by_method[method]["seconds_per_1000_queries"]
-                over_faiss = (
-                    by_method["faiss"]["seconds_per_1000_queries"] / by_method[method]["seconds_per_1000_queries"]
+            summary.append(size_summary(size, [row for row in rows if row["size"] == size]))
+            print(f"N={size:,}: exact FAISS / plain IndexFlatIP = {summary[-1]['faiss_over_plain_flat_ip']:.2f}x")
+            for row in summary[-1]["approximate"]:
+                print(
+                    f"N={size:,}: {row['method']} {row['speedup_vs_torch']:.1f}x faster than exact torch, "
+                    f"{row['speedup_vs_faiss']:.1f}x than exact faiss, recall@{args.k} {row['recall_at_k']:.3f}",
+                    flush=True,
                 )
-                print(f"N={size:,}: {method} is {speedup:.1f}x faster than exact torch, {over_faiss:.1f}x than faiss")
     real = real_recall(args.real_model, args.real_items, args.k) if args.real_model else []
     for row in real:
         where = f"real SNLI, {row['reduction']:8s} {row['direction']:11s} {row['backend']:10s}"
         print(f"{where} recall@{args.k} {row['recall_at_k']:.3f}")
     if args.json:
-        write_json(args.json, json_payload(args, device_name, rows=rows, real=real))
+        write_json(args.json, json_payload(args, device_name, rows=rows, summary=summary, real=real))
 
 
 if __name__ == "__main__":

@@ -541,12 +541,59 @@ def data_scale_section(data: dict, path: str) -> tuple[str, str, list[str], list
     return title, text, ["stage", "seconds"], rows
 
 
+def search_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """Entailment search at scale: GaussianIndex backends against plain FAISS and a brute force."""
+    rows = [
+        [
+            f"{row['size']:,}",
+            row["method"],
+            f"{row['build_seconds']:.1f}",
+            f"{row['seconds_per_1000_queries']:.2f}",
+            f"{row['peak_extra_mib']:,.0f} MiB",
+            f"{row['recall_at_k']:.3f}" if "recall_at_k" in row else "truth" if row["method"] == "torch" else "—",
+        ]
+        for row in data["rows"]
+    ]
+    ratios = [
+        f"N = {summary['size']:,}: exact `faiss` backend / plain `IndexFlatIP` = "
+        f"**{summary['faiss_over_plain_flat_ip']:.2f}×** the time"
+        + "".join(
+            f"; `{row['method']}` **{row['speedup_vs_torch']:.1f}×** faster than exact `torch` "
+            f"({row['speedup_vs_faiss']:.1f}× than exact `faiss`) at recall@k {row['recall_at_k']:.3f}"
+            for row in summary["approximate"]
+        )
+        for summary in data["summary"]
+    ]
+    real = [
+        f"{row['reduction']} / {row['direction']} / {row['backend']}: {row['recall_at_k']:.3f}" for row in data["real"]
+    ]
+    title = f"## Entailment search at scale ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"Synthetic Gaussians in a trained model's ranges, d = {data['dim']}, {data['queries']:,} queries, "
+        f"k = {data['k']}, `entailing` direction, `sum` reduction; search time per 1,000 queries (the brute force: "
+        f"measured on {data['brute_force_queries']} queries); peak extra resident memory of each method's process; "
+        "recall@k against the exact `torch` ids.\n\n"
+        + "\n".join(f"- {line}" for line in ratios)
+        + (
+            f"\n- Real sentences ({data['real_model']}: {data['real_items']:,} SNLI-train sentences, 1,000 SNLI-test "
+            "hypotheses as queries), recall@k per reduction / direction / backend: " + "; ".join(real)
+            if real
+            else ""
+        )
+        + f"\n\n`python -m bench.bench_search --json {path}"
+        + (f" --real_model {data['real_model']}`." if real else "`.")
+    )
+    headers = ["N", "method", "build (s)", "s / 1,000 queries", "peak extra memory", "recall@k"]
+    return title, text, headers, rows
+
+
 BENCH_SECTIONS = (
     ("bench_similarity_*.json", similarity_section),
     ("bench_train_step_*.json", train_step_section),
     ("bench_encode_*.json", encode_section),
     ("bench_cpu_bf16*.json", bf16_section),
     ("bench_data_scale_*.json", data_scale_section),
+    ("bench_search_*.json", search_section),
 )
 
 

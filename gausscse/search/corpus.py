@@ -60,7 +60,7 @@ class SentenceIndex:
     ) -> SentenceIndex:
         """Encode ``sentences`` with ``model`` (a ``GaussCSEModel``) and index them with the model's reduction.
 
-        ``index_kwargs`` go to [`GaussianIndex`] (``candidates_per_result``, ``nlist``, ``nprobe``, ``device``).
+        ``index_kwargs`` go to [`GaussianIndex`] (``candidates_per_result``, ``ef_search``, ``device``).
         """
         embeddings = model.encode(
             list(sentences), batch_size=batch_size, max_length=max_length, show_progress_bar=show_progress_bar

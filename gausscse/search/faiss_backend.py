@@ -3,9 +3,9 @@
 Exact (``"faiss"``): ``IndexFlatIP`` over the stored maps; a query's map is negated so that the inner product is
 −KL and the largest inner products are the highest ``sum`` similarities.
 
-Approximate (``"faiss-hnsw"``, ``"faiss-ivf"``): graph and inverted-file indexes do poorly on raw inner products
-whose vectors differ wildly in norm (1/σ² spans e^±10), so the maximum-inner-product search is turned into a
-nearest-neighbour search (Bachrach et al., 2014) before it is handed to an L2 index:
+Approximate (``"faiss-hnsw"``): a graph index does poorly on raw inner products whose vectors differ wildly in norm
+(1/σ² spans e^±10), so the maximum-inner-product search is turned into a nearest-neighbour search (Bachrach et al.,
+2014) before it is handed to an L2 HNSW graph:
 
 1. the stored column that is the same for every item (the ``1`` of B, the ``½`` of A) only adds a per-query
    constant: dropped, the ranking is unchanged;
@@ -19,7 +19,6 @@ An item added later with ‖x‖² > R² would break step 3: the approximate ind
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +28,10 @@ from safetensors.numpy import load_file, save_file
 
 from gausscse.model.gaussian import SEARCH_DIRECTIONS, GaussianEmbeddings, kl_feature_map
 
-EXACT, HNSW, IVF = "faiss", "faiss-hnsw", "faiss-ivf"
+EXACT, HNSW = "faiss", "faiss-hnsw"
 HNSW_NEIGHBOURS = 32  # graph degree M
 HNSW_EF_CONSTRUCTION = 64
 FEATURE_CHUNK = 65536  # rows of float64 feature maps computed at a time
-IVF_TRAINING_POINTS_PER_CELL = 64  # k-means of the IVF cells runs on at most this many points per cell
 
 
 def faiss_module():
@@ -71,12 +69,9 @@ class FaissDirection:
         self.transform = transform  # {"keep": columns, "scale": s_j, "radius2": R²}; empty for the exact backend
 
     @classmethod
-    def build(
-        cls, backend: str, direction: str, embeddings: GaussianEmbeddings, nlist: int | None, search_width: int
-    ) -> FaissDirection:
-        """Index ``embeddings`` (the stored Gaussians) for ``direction``; ``search_width``: HNSW efSearch or IVF
-        nprobe; ``nlist``: IVF cells (default √N, at most N/39 so every cell trains on 39 points; k-means on at most
-        64 points per cell)."""
+    def build(cls, backend: str, direction: str, embeddings: GaussianEmbeddings, ef_search: int) -> FaissDirection:
+        """Index ``embeddings`` (the stored Gaussians) for ``direction``; ``ef_search``: HNSW candidates explored
+        per query."""
         faiss = faiss_module()
         dim = embeddings.dim
         vectors = feature_vectors(embeddings, SEARCH_DIRECTIONS[direction][1])
@@ -89,25 +84,12 @@ class FaissDirection:
         radius2 = np.array([((vectors[:, keep] / scale) ** 2).sum(axis=1).max()], dtype=np.float32)
         transform = {"keep": keep, "scale": scale, "radius2": radius2}
         stored = cls.stored_vectors(vectors, transform)
-        if backend == HNSW:
-            faiss_index = faiss.IndexHNSWFlat(stored.shape[1], HNSW_NEIGHBOURS)
-            faiss_index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-        else:
-            nlist = nlist or max(1, min(round(math.sqrt(len(stored))), len(stored) // 39))
-            faiss_index = faiss.IndexIVFFlat(faiss.IndexFlatL2(stored.shape[1]), stored.shape[1], nlist)
-            sample = np.random.default_rng(0).permutation(len(stored))[: IVF_TRAINING_POINTS_PER_CELL * nlist]
-            faiss_index.train(stored[np.sort(sample)])
+        faiss_index = faiss.IndexHNSWFlat(stored.shape[1], HNSW_NEIGHBOURS)
+        faiss_index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
         faiss_index.add(stored)
         built = cls(backend, direction, dim, faiss_index, transform)
-        built.set_search_width(search_width)
+        built.faiss_index.hnsw.efSearch = ef_search
         return built
-
-    def set_search_width(self, search_width: int) -> None:
-        """HNSW efSearch or IVF nprobe (capped at the number of cells)."""
-        if self.backend == HNSW:
-            self.faiss_index.hnsw.efSearch = search_width
-        elif self.backend == IVF:
-            self.faiss_index.nprobe = min(search_width, self.faiss_index.nlist)
 
     @staticmethod
     def stored_vectors(vectors: np.ndarray, transform: dict[str, np.ndarray]) -> np.ndarray:
@@ -145,7 +127,7 @@ class FaissDirection:
             save_file(self.transform, str(folder / f"{self.direction}.transform.safetensors"))
 
     @classmethod
-    def load(cls, backend: str, direction: str, dim: int, folder: Path, search_width: int) -> FaissDirection | None:
+    def load(cls, backend: str, direction: str, dim: int, folder: Path, ef_search: int) -> FaissDirection | None:
         """The direction saved in ``folder`` by [`save`], or ``None`` if it was never built."""
         path = folder / f"{direction}.faiss"
         if not path.is_file():
@@ -153,8 +135,9 @@ class FaissDirection:
         transform_path = folder / f"{direction}.transform.safetensors"
         transform = load_file(str(transform_path)) if backend != EXACT else {}
         loaded = cls(backend, direction, dim, faiss_module().read_index(str(path)), transform)
-        loaded.set_search_width(search_width)
+        if backend == HNSW:
+            loaded.faiss_index.hnsw.efSearch = ef_search
         return loaded
 
 
-__all__ = ["EXACT", "HNSW", "IVF", "FaissDirection", "feature_vectors"]
+__all__ = ["EXACT", "HNSW", "FaissDirection", "feature_vectors"]

@@ -18,9 +18,9 @@ from gausscse.model.gaussian import (
     similarity,
     similarity_matrix,
 )
-from gausscse.search.faiss_backend import HNSW, IVF, FaissDirection
+from gausscse.search.faiss_backend import HNSW, FaissDirection
 
-BACKENDS = ("torch", "faiss", HNSW, IVF)
+BACKENDS = ("torch", "faiss", HNSW)
 CHUNK_ROWS = 4096  # stored items scored per matrix product (torch backend)
 QUERY_CHUNK = 256  # queries re-scored at a time (FAISS backends)
 GAUSSIANS_FILE = "gaussians.safetensors"
@@ -50,8 +50,8 @@ class GaussianIndex:
       product is −KL(q‖x) (or −KL(x‖q)), so its top hits are the top ``sum`` similarities. FAISS computes in float32,
       where the expanded KL loses digits at small variances, so a shortlist of ``candidates_per_result × k`` hits is
       re-scored exactly (float32 per-dimension KL) and re-sorted.
-    * ``"faiss-hnsw"`` / ``"faiss-ivf"`` — approximate: an HNSW graph (``ef_search`` candidates explored per query)
-      or an inverted file (``nlist`` k-means cells, ``nprobe`` visited) over the same vectors turned into a
+    * ``"faiss-hnsw"`` — approximate: an HNSW graph (``ef_search`` candidates explored per query) over the same
+      vectors turned into a
       nearest-neighbour problem (``gausscse.search.faiss_backend``); the shortlist is re-scored exactly as above.
 
     ``mean_dim`` models through FAISS: the shortlist comes from the ``sum`` form and is re-ranked by the exact
@@ -64,12 +64,13 @@ class GaussianIndex:
     Args:
         dim: the dimension d of the Gaussians.
         reduction: the model's ``config.similarity_reduction`` (``"sum"`` or ``"mean_dim"``).
-        backend: one of ``BACKENDS``: ``"torch"``, ``"faiss"``, ``"faiss-hnsw"``, ``"faiss-ivf"``.
+        backend: one of ``BACKENDS``: ``"torch"``, ``"faiss"``, ``"faiss-hnsw"``.
         device: where the torch backend keeps the Gaussians and scores (default CPU; FAISS backends: CPU only).
-        candidates_per_result: shortlist size per requested hit for the FAISS backends.
+        candidates_per_result: shortlist size per requested hit for the FAISS backends (``"faiss"``: float32
+            misorders only near-ties; ``"faiss-hnsw"``: recall is set by ``ef_search``, a longer shortlist adds
+            nothing — both measured in ``bench/bench_search.py``). Default: 2 for ``sum`` models, 10 for ``mean_dim``
+            (their shortlist comes from the ``sum`` form and needs room).
         ef_search: HNSW candidates explored per query.
-        nlist: IVF cells (default √N, at most N/39).
-        nprobe: IVF cells visited per query.
 
     Example::
 
@@ -85,17 +86,14 @@ class GaussianIndex:
         backend: str = "torch",
         *,
         device: str | torch.device | None = None,
-        candidates_per_result: int = 10,
-        ef_search: int = 64,
-        nlist: int | None = None,
-        nprobe: int = 32,
+        candidates_per_result: int | None = None,
+        ef_search: int = 128,
     ):
         if dim < 1:
             raise ValueError(f"dim must be a positive integer, got {dim}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        numbers = {"candidates_per_result": candidates_per_result, "ef_search": ef_search, "nprobe": nprobe}
-        for name, value in {**numbers, "nlist": nlist}.items():
+        for name, value in (("candidates_per_result", candidates_per_result), ("ef_search", ef_search)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value}")
         if backend != "torch" and device is not None and torch.device(device).type != "cpu":
@@ -104,10 +102,8 @@ class GaussianIndex:
         self.reduction = check_reduction(reduction)
         self.backend = backend
         self.device = torch.device(device or "cpu")
-        self.candidates_per_result = candidates_per_result
+        self.candidates_per_result = candidates_per_result or (2 if reduction == "sum" else 10)
         self.ef_search = ef_search
-        self.nlist = nlist
-        self.nprobe = nprobe
         self.mu = torch.empty(0, dim, device=self.device)
         self.logvar = torch.empty(0, dim, device=self.device)
         self._faiss: dict[str, FaissDirection] = {}
@@ -119,11 +115,6 @@ class GaussianIndex:
         return (
             f"GaussianIndex(dim={self.dim}, reduction={self.reduction!r}, backend={self.backend!r}, size={len(self)})"
         )
-
-    @property
-    def search_width(self) -> int:
-        """How widely an approximate FAISS index looks: HNSW's ``ef_search`` or IVF's ``nprobe``."""
-        return self.ef_search if self.backend == HNSW else self.nprobe
 
     @property
     def embeddings(self) -> GaussianEmbeddings:
@@ -178,9 +169,7 @@ class GaussianIndex:
     def faiss_direction(self, direction: str) -> FaissDirection:
         """The FAISS index of ``direction`` (built from the stored items on first use)."""
         if direction not in self._faiss:
-            self._faiss[direction] = FaissDirection.build(
-                self.backend, direction, self.embeddings, self.nlist, self.search_width
-            )
+            self._faiss[direction] = FaissDirection.build(self.backend, direction, self.embeddings, self.ef_search)
         return self._faiss[direction]
 
     def _exact_top_k(self, queries: GaussianEmbeddings, k: int, direction: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,8 +216,6 @@ class GaussianIndex:
             "backend": self.backend,
             "candidates_per_result": self.candidates_per_result,
             "ef_search": self.ef_search,
-            "nlist": self.nlist,
-            "nprobe": self.nprobe,
             "size": len(self),
         }
 
@@ -263,8 +250,6 @@ class GaussianIndex:
             device=device,
             candidates_per_result=settings["candidates_per_result"],
             ef_search=settings["ef_search"],
-            nlist=settings["nlist"],
-            nprobe=settings["nprobe"],
         )
         with safe_open(str(folder / GAUSSIANS_FILE), framework="pt") as handle:
             index.add(GaussianEmbeddings(handle.get_tensor("mu"), handle.get_tensor("logvar")))
@@ -273,7 +258,7 @@ class GaussianIndex:
                 f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {settings['size']}"
             )
         for direction in SEARCH_DIRECTIONS:
-            built = FaissDirection.load(index.backend, direction, index.dim, folder, index.search_width)
+            built = FaissDirection.load(index.backend, direction, index.dim, folder, index.ef_search)
             if built is not None:
                 if built.faiss_index.ntotal != len(index):
                     raise ValueError(
