@@ -8,7 +8,8 @@ The package, by layer (each imports only the ones above it):
 * ``gausscse.training`` — arguments, batch layout and packing, losses, the Trainer, LoRA, output;
 * ``gausscse.evaluation`` — the paper's NLI and direction protocol, STS, baselines, significance, reports;
 * ``gausscse.search`` — ``GaussianIndex``: exact top-k entailment search in both directions;
-* ``gausscse.cli`` — the ``gausscse-train`` / ``gausscse-evaluate`` commands, which compose the layers.
+* ``gausscse.cli`` — the ``gausscse-train`` / ``gausscse-evaluate`` commands, which compose the layers;
+* ``gausscse.demo`` — the Gradio demo app (``app.py`` at the repository root launches it).
 
 Importing this package registers ``GaussCSEConfig``/``GaussCSEModel`` with ``AutoConfig``/``AutoModel``.
 """

@@ -46,6 +46,11 @@ def test_data_and_training_do_not_import_evaluation_or_its_heavy_dependencies(st
     assert not {"scipy", "matplotlib", "sklearn", "evaluate"} & extra
 
 
+def test_the_demo_builds_on_model_data_and_search_only():
+    loaded = imported_modules("import gausscse.demo.core")
+    assert not {name for name in loaded if name.startswith(("gausscse.evaluation", "gausscse.training", "gradio"))}
+
+
 MODEL_DIR = REPO_ROOT / "gausscse" / "model"
 SHIPPED_FILES = {
     "modeling_gausscse.py",

@@ -14,6 +14,8 @@ from unittest import mock
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
+from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
@@ -151,6 +153,16 @@ def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process
     card = (model_dir / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: transformers") and "model-index" in card and "trust_remote_code" in card
     results = json.loads((model_dir / "train_results.json").read_text())
+    # the card's model-index, as huggingface_hub reads it, is the final evaluation; its figure is in the folder
+    card_data = ModelCard(card).data
+    assert {(r.metric_type, r.metric_value) for r in card_data.eval_results} == {
+        ("auprc", round(results["eval_snli_dev_auprc"], 4)),
+        ("accuracy", round(results["eval_snli_dev_accuracy"], 4)),
+        ("direction_accuracy", round(results["eval_snli_dev_direction_accuracy"], 4)),
+    }
+    assert "](evaluation.png)" in card and "evaluation.png" in upload["allow_patterns"]
+    with Image.open(model_dir / "evaluation.png") as figure:
+        assert figure.format == "PNG" and figure.width > 500
     assert results["data"]["complete_triplets"] == 24 and "eval_snli_dev_auprc" in results
 
     torch.manual_seed(7)  # main() seeds the fresh heads with --seed 7

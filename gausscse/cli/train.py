@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+import tempfile
 from pathlib import Path
 
 import datasets
@@ -152,6 +153,17 @@ def check_output_dir(training_args: GaussCSETrainingArguments) -> None:
         )
 
 
+def final_evaluation_figure(evaluator, model_name: str, folder: Path) -> Path | None:
+    """The model card's figure (precision–recall and generality gap) from the final evaluation's encoded sentences,
+    written into ``folder``; ``None`` when no evaluation ran."""
+    if evaluator is None or evaluator.last_encoded is None:
+        return None
+    from gausscse.evaluation.plots import plot_dev_summary
+
+    title = f"{model_name}: final evaluation on {evaluator.name} ({len(evaluator.pairs)} pairs)"
+    return plot_dev_summary(evaluator.last_encoded, evaluator.pairs, title, folder / "evaluation.png")
+
+
 def main(argv: list[str] | None = None) -> Path:
     """Parse → build → train → evaluate → save (+ card) → optional push. Returns the final model folder."""
     model_args, data_args, training_args = parse_arguments(argv)
@@ -224,7 +236,9 @@ def main(argv: list[str] | None = None) -> Path:
             },
             "data_stats": data_stats.as_dict(),
         }
-        save_model_folder(model, tokenizer, model_dir, card, results, merge=model_args.merge_lora)
+        with tempfile.TemporaryDirectory() as scratch:
+            figure = final_evaluation_figure(trainer.evaluator, card["model_name"], Path(scratch))
+            save_model_folder(model, tokenizer, model_dir, card, results, merge=model_args.merge_lora, figure=figure)
         logger.info("Final model saved to %s", model_dir)
         if push:
             url = push_model_folder(

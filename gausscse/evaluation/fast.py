@@ -46,6 +46,7 @@ class SNLIDevEvaluator:
         self.point = point
         self.batch_size = batch_size
         self.max_length = max_length
+        self.last_encoded: EncodedSentences | None = None  # the sentences of the latest call, for its figures
 
     def __call__(self, model, tokenizer=None) -> dict[str, float]:
         """Evaluate a GaussCSE model (or a ``DistributedDataParallel`` wrapping one).
@@ -59,7 +60,8 @@ class SNLIDevEvaluator:
         encoder = GaussianEncoder(
             model, tokenizer=tokenizer, batch_size=self.batch_size, max_length=self.max_length, point=self.point
         )
-        return dev_metrics(encoder.encode_unique(self.pairs.sentences), self.pairs, self.name)
+        self.last_encoded = encoder.encode_unique(self.pairs.sentences)
+        return dev_metrics(self.last_encoded, self.pairs, self.name)
 
 
 def dev_metrics(encoded: EncodedSentences, pairs: NLIPairs, name: str = "snli_dev") -> dict[str, float]:

@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from gausscse.io import write_atomic
 
 DATASET_IDS = {"snli": "stanfordnlp/snli", "mnli": "nyu-mll/multi_nli", "sick": "RobZamp/sick"}
 
@@ -27,6 +31,39 @@ CITATION = """@inproceedings{yoda-etal-2024-sentence,
 }"""
 
 
+FIGURE_FILE = "evaluation.png"  # the final evaluation's figure, saved beside the weights and shown in the card
+
+# The sentence-transformers usage (SentenceTransformer loading of a GaussCSE folder comes with issue 13); one constant,
+# so it can be adjusted in one place.
+SENTENCE_TRANSFORMERS_USAGE = """from sentence_transformers import SentenceTransformer
+
+st = SentenceTransformer("{name}", trust_remote_code=True)
+claims = ["A man is playing music."]
+passages = ["A man is playing a guitar on stage.", "A woman is slicing a tomato."]
+q = st.encode_query(claims)
+d = st.encode_document(passages)
+st.similarity(q, d)  # ranks passages that entail each claim first"""
+
+SEARCH_USAGE = """from gausscse.search import GaussianIndex  # pip install gausscse
+
+passages = ["A man is playing a guitar on stage.", "A woman is slicing a tomato.", "Two dogs run in the snow."]
+index = GaussianIndex(model.config.embedding_size, model.config.similarity_reduction)
+index.add(model.encode(passages))
+scores, ids = index.entailing(model.encode(["A man is playing music."]), k=2)  # sim(claim‖passage), best first
+print([passages[i] for i in ids[0]], scores[0])"""
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether ``name`` can be a Hub repository id (a local folder's path is not one)."""
+    if Path(name).exists():
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
 def card_metadata(
     model_name: str, base_model: str, datasets: list[str], metrics: Mapping[str, float]
 ) -> dict[str, Any]:
@@ -44,10 +81,11 @@ def card_metadata(
         "library_name": "transformers",
         "pipeline_tag": "sentence-similarity",
         "tags": ["gausscse", "sentence-embeddings", "gaussian-embeddings", "natural-language-inference"],
-        "base_model": base_model,
         "datasets": [DATASET_IDS.get(name, name) for name in datasets],
         "license": "apache-2.0",
     }
+    if is_hub_id(base_model):  # the Hub accepts repository ids only here
+        metadata["base_model"] = base_model
     if results:
         metadata["model-index"] = [{"name": model_name, "results": results}]
     return metadata
@@ -69,12 +107,26 @@ def render_model_card(
     training_arguments: Mapping[str, Any],
     data_stats: Mapping[str, Any],
     adapter: bool = False,
+    figure: str | None = None,
 ) -> str:
-    """The full ``README.md`` text; ``adapter``: the folder holds a LoRA adapter + heads, not full weights."""
+    """The full ``README.md`` text; ``adapter``: the folder holds a LoRA adapter + heads, not full weights;
+    ``figure``: the file name of the final evaluation's figure in the folder (shown under the metrics)."""
     front_matter = yaml.safe_dump(card_metadata(model_name, base_model, datasets, metrics), sort_keys=False)
     metric_rows = "\n".join(f"| {key} | {value:.4f} |" for key, value in metrics.items())
+    if metric_rows:
+        evaluation = f"| metric | value |\n|---|---:|\n{metric_rows}"
+    else:
+        evaluation = "No evaluation ran inside training (`--eval_strategy no`); `gausscse-evaluate` scores the model."
+    if figure is not None:
+        evaluation += (
+            f"\n\n![Precision–recall of sim(hyp‖pre) and the generality gap]({figure})\n\n"
+            "Left: binary NLI, entailment vs rest, scored by sim(hyp‖pre). Right: Σlog σ²(premise) − "
+            "Σlog σ²(hypothesis) on the entailment pairs; right of 0 the premise is the broader Gaussian, as the "
+            "variance rule expects."
+        )
     arguments = json.dumps(dict(training_arguments), indent=2, sort_keys=True, default=str)
     stats = json.dumps(dict(data_stats), indent=2, default=str)
+    loading = (ADAPTER_LOADING if adapter else FULL_LOADING).format(name=model_name)
     return f"""---
 {front_matter}---
 
@@ -84,10 +136,10 @@ A [GaussCSE](https://aclanthology.org/2024.eacl-short.36/) model fine-tuned from
 becomes a diagonal Gaussian N(μ, σ²) and sim(a‖b) = 1 / (1 + KL(N_a‖N_b)) is asymmetric. An entailed hypothesis
 is scored sim(hyp‖pre); the entailing (more general) sentence has the larger variance.
 
-## Usage
+## Usage with `transformers`
 
 ```python
-{(ADAPTER_LOADING if adapter else FULL_LOADING).format(name=model_name)}
+{loading}
 premises = ["A man is playing a guitar on stage."]
 hypotheses = ["A man is playing music."]
 print(model.entailment_score(premises, hypotheses))      # sim(hyp‖pre)
@@ -95,11 +147,31 @@ print(model.entailment_direction(premises, hypotheses).by_similarity)
 embeddings = model.encode(premises)                      # .mu, .logvar
 ```
 
+## Usage with sentence-transformers
+
+```python
+{SENTENCE_TRANSFORMERS_USAGE.format(name=model_name)}
+```
+
+## Entailment search
+
+The sentences of a collection that entail a claim, exact top-k by sim(claim‖sentence) (with `model` loaded as above):
+
+```python
+{SEARCH_USAGE}
+```
+
+## Demo
+
+The GaussCSE repository's Gradio app shows which of two sentences entails the other (with a picture of both
+Gaussians), the asymmetric similarity matrix of a list of sentences, and entailment search:
+`GAUSSCSE_MODEL={model_name} python app.py` runs it locally, and
+`python scripts/build_space.py --model {model_name} --space_id <user>/<space>` deploys it as a Hugging Face Space
+(`https://huggingface.co/spaces/<user>/<space>`).
+
 ## Evaluation (final model)
 
-| metric | value |
-|---|---:|
-{metric_rows}
+{evaluation}
 
 ## Training data
 
@@ -127,8 +199,16 @@ none), grouped by premise:
 def write_model_card(output_dir: str | Path, **kwargs: Any) -> Path:
     """Write ``README.md`` (see [`render_model_card`] for the arguments) into ``output_dir``; return its path."""
     path = Path(output_dir) / "README.md"
-    path.write_text(render_model_card(**kwargs), encoding="utf-8")
+    write_atomic(path, render_model_card(**kwargs))
     return path
 
 
-__all__ = ["card_metadata", "render_model_card", "write_model_card"]
+__all__ = [
+    "FIGURE_FILE",
+    "SEARCH_USAGE",
+    "SENTENCE_TRANSFORMERS_USAGE",
+    "card_metadata",
+    "is_hub_id",
+    "render_model_card",
+    "write_model_card",
+]

@@ -17,7 +17,7 @@ from gausscse import GaussCSEModel
 from gausscse.io import link_tree, replace_folder
 
 from .lora import has_lora, merge_lora, save_adapter_model
-from .model_card import write_model_card
+from .model_card import FIGURE_FILE, write_model_card
 from .trainer import check_finite_weights
 
 TRAIN_RESULTS_FILE = "train_results.json"
@@ -32,6 +32,7 @@ def save_model_folder(
     card: Mapping[str, Any],
     results: Mapping[str, Any],
     merge: bool = False,
+    figure: str | Path | None = None,
 ) -> Path:
     """Write the final model into ``model_dir`` (the output folder; other entries such as ``checkpoint-N`` stay).
 
@@ -42,7 +43,7 @@ def save_model_folder(
     file is moved into place with its own atomic rename instead. A LoRA model is merged into a plain GaussCSE folder
     when ``merge``, else saved as adapter + heads.
     ``card``: keyword arguments of [`gausscse.training.model_card.render_model_card`]; ``results``:
-    ``train_results.json``.
+    ``train_results.json``; ``figure``: a PNG of the final evaluation, saved as ``FIGURE_FILE`` and shown in the card.
     """
     check_finite_weights(model, "the final model")
     model_dir = Path(model_dir)
@@ -58,7 +59,9 @@ def save_model_folder(
             merge_lora(model)
         model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
-    write_model_card(staging, **card, adapter=adapter)
+    if figure is not None:
+        shutil.copyfile(figure, staging / FIGURE_FILE)
+    write_model_card(staging, **card, adapter=adapter, figure=None if figure is None else FIGURE_FILE)
     (staging / TRAIN_RESULTS_FILE).write_text(json.dumps(dict(results), indent=2, default=str), encoding="utf-8")
     written = sorted(path.name for path in staging.iterdir())
     (staging / MANIFEST_FILE).write_text(json.dumps(written), encoding="utf-8")

@@ -1,0 +1,245 @@
+"""What the demo app computes, without any UI: direction of two sentences, the asymmetric similarity matrix, entailment
+search over a small corpus, and their figures. Bad input raises [`DemoError`] with a message meant for the page."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from transformers import AutoModel
+
+from gausscse.data.registry import default_data_dir, load_split
+from gausscse.figures import draw_gaussians_2d, draw_similarity_matrix
+from gausscse.model.modeling_gausscse import GaussCSEModel
+from gausscse.search import GaussianIndex
+
+DEFAULT_MODEL = "outputs/quickstart"  # the quickstart's output (bash scripts/quickstart.sh)
+MAX_SENTENCES = 12  # rows of the similarity matrix
+MAX_CHARACTERS = 500  # per sentence
+CORPUS_SIZE = 1000  # SNLI-test premises in the search corpus
+MAX_RESULTS = 20
+
+# The search corpus where no data folder is at hand (a Space): sentences written for this demo.
+EXAMPLE_CORPUS = (
+    "A man is playing an electric guitar on a stage in front of a large crowd.",
+    "A woman is playing the violin in a small orchestra.",
+    "Two children are building a sandcastle on a sunny beach.",
+    "A boy in a red jacket is riding his bicycle down a steep hill.",
+    "An old man is reading a newspaper on a park bench.",
+    "A chef is chopping onions in a busy restaurant kitchen.",
+    "Three dogs are chasing a ball across a snowy field.",
+    "A girl is painting a picture of a horse at an easel.",
+    "A group of friends is hiking up a rocky mountain trail.",
+    "A woman in a blue dress is dancing at a wedding.",
+    "A man is repairing the engine of an old truck in a garage.",
+    "Two men are playing chess in a crowded cafe.",
+    "A baby is sleeping in a crib next to a window.",
+    "A fisherman is pulling a net full of fish onto his boat.",
+    "A teenager is skateboarding in an empty parking lot at night.",
+    "A crowd is cheering at a football match in the rain.",
+    "A woman is buying vegetables at an outdoor market.",
+    "A firefighter is spraying water on a burning house.",
+    "A couple is eating pizza at a table by the sea.",
+    "A little girl is feeding ducks at a pond with her grandmother.",
+    "A man in a suit is talking on the phone while crossing the street.",
+    "Students are listening to a lecture in a large hall.",
+    "A cat is sleeping on top of a warm laptop.",
+    "A band is performing jazz music in a dark club.",
+    "A surfer is riding a huge wave in the ocean.",
+    "A man is playing the drums while a woman sings into a microphone.",
+    "Two women are jogging along a river early in the morning.",
+    "A farmer is driving a tractor through a wheat field.",
+    "A doctor is examining a patient in a hospital room.",
+    "Children are playing soccer on a dusty field after school.",
+)
+
+DIRECTION_EXAMPLES = (
+    ("A man is playing an electric guitar on a stage in front of a large crowd.", "A man is playing music."),
+    ("Someone is outside.", "Two children are building a sandcastle on a sunny beach."),
+    ("A chef is chopping onions in a busy restaurant kitchen.", "A person is cooking."),
+)
+SIMILARITY_EXAMPLE = (
+    "A man is playing an electric guitar on a stage.",
+    "A man is playing a guitar.",
+    "A man is playing music.",
+    "Someone is making a sound.",
+    "A woman is slicing a tomato.",
+)
+SEARCH_EXAMPLES = ("A person is playing music.", "Animals are outside.", "Someone is cooking.")
+
+
+class DemoError(ValueError):
+    """An input or set-up problem, with a message to show in the page."""
+
+
+def load_model(name_or_path: str) -> GaussCSEModel:
+    """The GaussCSE model of a folder or Hub id, in eval mode; a clear [`DemoError`] when there is none."""
+    try:
+        model = AutoModel.from_pretrained(name_or_path, trust_remote_code=True)
+    except (OSError, ValueError) as error:
+        raise DemoError(
+            f"No GaussCSE model at {name_or_path!r} (GAUSSCSE_MODEL): set GAUSSCSE_MODEL to a trained model's folder "
+            f"or Hub id, or train one with `bash scripts/quickstart.sh`. ({type(error).__name__}: {error})"
+        ) from error
+    if getattr(model.config, "model_type", None) != "gausscse":
+        raise DemoError(f"{name_or_path!r} (GAUSSCSE_MODEL) is a {model.config.model_type!r} model, not GaussCSE")
+    return model.eval()
+
+
+def check_sentence(argument: str, text: str | None) -> str:
+    """``text`` stripped; [`DemoError`] naming ``argument`` when it is empty or too long."""
+    text = (text or "").strip()
+    if not text:
+        raise DemoError(f"{argument} is empty: type a sentence")
+    if len(text) > MAX_CHARACTERS:
+        raise DemoError(f"{argument} has {len(text)} characters; at most {MAX_CHARACTERS}")
+    return text
+
+
+def split_sentences(text: str | None) -> list[str]:
+    """One sentence per non-empty line, 2 to ``MAX_SENTENCES`` of them, each checked by [`check_sentence`]."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if len(lines) < 2:
+        raise DemoError(f"sentences: give at least 2 sentences, one per line (got {len(lines)})")
+    if len(lines) > MAX_SENTENCES:
+        raise DemoError(f"sentences: at most {MAX_SENTENCES} sentences, got {len(lines)}")
+    return [check_sentence(f"sentence {row + 1}", line) for row, line in enumerate(lines)]
+
+
+@dataclass
+class Direction:
+    """Which of two sentences entails the other, by both rules of the paper."""
+
+    sentence_a: str
+    sentence_b: str
+    sim_ab: float  # sim(a‖b): the score of "b entails a"
+    sim_ba: float  # sim(b‖a): the score of "a entails b"
+    generality_a: float  # Σ log σ²(a)
+    generality_b: float
+    figure: Figure
+
+    @property
+    def a_entails_b(self) -> bool:
+        """The similarity rule: a entails b iff sim(b‖a) > sim(a‖b)."""
+        return self.sim_ba > self.sim_ab
+
+    @property
+    def a_is_more_general(self) -> bool:
+        """The variance rule: a entails b iff Σlog σ²(a) > Σlog σ²(b)."""
+        return self.generality_a > self.generality_b
+
+    def scores(self) -> dict[str, float]:
+        return {
+            "sim(a||b)": self.sim_ab,
+            "sim(b||a)": self.sim_ba,
+            "generality(a)": self.generality_a,
+            "generality(b)": self.generality_b,
+        }
+
+    def verdict(self) -> str:
+        """Markdown: the similarity rule's answer, the variance rule's, and whether they agree."""
+        entailing, entailed = ("A", "B") if self.a_entails_b else ("B", "A")
+        general, specific = ("A", "B") if self.a_is_more_general else ("B", "A")
+        agreement = "agrees" if self.a_entails_b == self.a_is_more_general else "disagrees"
+        high, low = max(self.sim_ab, self.sim_ba), min(self.sim_ab, self.sim_ba)
+        broad, narrow = max(self.generality_a, self.generality_b), min(self.generality_a, self.generality_b)
+        return (
+            f"**{entailing} entails {entailed}** (similarity rule: sim({entailed}‖{entailing}) = {high:.6f} > "
+            f"sim({entailing}‖{entailed}) = {low:.6f})\n\nVariance rule: {general} is the broader Gaussian "
+            f"(Σlog σ² {broad:.1f} vs {narrow:.1f}), so {general} entails {specific}: it {agreement}."
+        )
+
+
+def direction(model: GaussCSEModel, sentence_a: str | None, sentence_b: str | None) -> Direction:
+    """Encode both sentences once; sim(a‖b), sim(b‖a), both generalities and the picture of the two Gaussians."""
+    sentence_a, sentence_b = check_sentence("sentence A", sentence_a), check_sentence("sentence B", sentence_b)
+    gaussians = model.encode([sentence_a, sentence_b])
+    result = model.entailment_direction(gaussians[0:1], gaussians[1:2])
+    figure, axis = plt.subplots(figsize=(6.4, 7), layout="constrained")
+    draw_gaussians_2d(axis, gaussians.mu, gaussians.logvar, [f"A: {sentence_a}", f"B: {sentence_b}"])
+    plt.close(figure)  # gradio renders the figure itself; pyplot keeps no reference
+    return Direction(
+        sentence_a=sentence_a,
+        sentence_b=sentence_b,
+        sim_ab=float(result.sim_ab[0]),
+        sim_ba=float(result.sim_ba[0]),
+        generality_a=float(gaussians.generality[0]),
+        generality_b=float(gaussians.generality[1]),
+        figure=figure,
+    )
+
+
+def similarity_figure(model: GaussCSEModel, text: str | None) -> tuple[list[str], list[list[float]], Figure]:
+    """The sentences (one per line), S_ij = sim(s_i‖s_j) and its heatmap."""
+    sentences = split_sentences(text)
+    matrix = model.similarity(sentences, sentences)
+    labels = [f"{row + 1}. {sentence if len(sentence) <= 40 else sentence[:39] + '…'}" for row, sentence in
+              enumerate(sentences)]
+    size = 2.5 + 0.75 * len(sentences)
+    figure, axis = plt.subplots(figsize=(size + 2.5, size + 1), layout="constrained")
+    draw_similarity_matrix(axis, matrix.numpy(), labels)
+    axis.set_title("sim(row‖column) = 1 / (1 + KL(row‖column)): high where the column entails the row", fontsize=9)
+    plt.close(figure)
+    return sentences, matrix.tolist(), figure
+
+
+def corpus_sentences(data_dir: str | Path | None = None) -> tuple[list[str], str]:
+    """The search corpus and where it comes from: the first ``CORPUS_SIZE`` distinct SNLI-test premises when a data
+    folder is at hand (``data_dir``, else the registry's default), else [`EXAMPLE_CORPUS`]."""
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+    if data_dir is None or not (data_dir / "snli" / "test.jsonl.gz").is_file():
+        return list(EXAMPLE_CORPUS), f"{len(EXAMPLE_CORPUS)} example sentences written for this demo"
+    premises = list(dict.fromkeys(load_split("snli", "test", data_dir)["premise"]))[:CORPUS_SIZE]
+    return premises, f"the first {len(premises)} distinct premises of the SNLI test set"
+
+
+class Corpus:
+    """The search corpus, encoded into a [`GaussianIndex`] on first use (once, also under concurrent requests)."""
+
+    def __init__(self, model: GaussCSEModel, data_dir: str | Path | None = None):
+        self.model = model
+        self.data_dir = data_dir
+        self._lock = threading.Lock()
+        self._index: GaussianIndex | None = None
+        self.sentences: list[str] = []
+        self.description = ""
+
+    def index(self) -> GaussianIndex:
+        with self._lock:
+            if self._index is None:
+                self.sentences, self.description = corpus_sentences(self.data_dir)
+                index = GaussianIndex(self.model.config.embedding_size, self.model.config.similarity_reduction)
+                index.add(self.model.encode(self.sentences, batch_size=64))
+                self._index = index
+            return self._index
+
+    def search(self, claim: str | None, k: int) -> list[tuple[float, str]]:
+        """The ``k`` corpus sentences that best entail ``claim``: highest sim(claim‖sentence) first."""
+        claim = check_sentence("claim", claim)
+        index = self.index()
+        if not 1 <= int(k) <= MAX_RESULTS:
+            raise DemoError(f"k must be between 1 and {MAX_RESULTS}, got {k}")
+        scores, ids = index.entailing(self.model.encode([claim]), k=min(int(k), len(index)))
+        return [(float(score), self.sentences[i]) for score, i in zip(scores[0], ids[0].tolist(), strict=True)]
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DIRECTION_EXAMPLES",
+    "EXAMPLE_CORPUS",
+    "MAX_SENTENCES",
+    "SEARCH_EXAMPLES",
+    "SIMILARITY_EXAMPLE",
+    "Corpus",
+    "DemoError",
+    "Direction",
+    "check_sentence",
+    "corpus_sentences",
+    "direction",
+    "load_model",
+    "similarity_figure",
+    "split_sentences",
+]

@@ -1,0 +1,147 @@
+"""Drive the demo app in a real headless Chromium through its three tabs (and one bad input), and render a model card
+to HTML; save a screenshot of each.
+
+    apt-get install -y chromium                      # Debian's Chromium (Playwright downloads no browser here)
+    .venv/bin/pip install playwright==1.65.2
+    GAUSSCSE_MODEL=outputs/quickstart .venv/bin/python scripts/browser_check.py --card outputs/quickstart/README.md \
+        --readme_image docs/demo.png
+
+Writes ``direction.png``, ``direction_error.png``, ``similarity.png``, ``search.png`` and ``model_card.png`` (with
+``model_card.html``) into ``--output`` (default ``outputs/browser_check``). The app runs as ``python app.py`` on a
+free port, exactly as a user starts it; each step waits for the page to show the answer and fails if it does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+from PIL import Image
+from playwright.sync_api import Page, expect, sync_playwright
+
+from gausscse.io import atomic_path, write_atomic
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_MS = 180_000  # the first search encodes the corpus
+CARD_STYLE = """body { font-family: system-ui, sans-serif; max-width: 900px; margin: 2em auto; line-height: 1.45; }
+pre { background: #f5f5f5; padding: 0.8em; overflow-x: auto; font-size: 12px; }
+table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 0.2em 0.6em; }
+img { max-width: 100%; } .front-matter { color: #555; font-size: 12px; }"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_app(model: str, log: Path) -> tuple[subprocess.Popen, str]:
+    """``python app.py`` on a free port; returns the process and its URL once it answers."""
+    port = free_port()
+    env = {**os.environ, "GAUSSCSE_MODEL": model, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
+           "GRADIO_ANALYTICS_ENABLED": "False"}
+    with log.open("w") as output:
+        server = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=output, stderr=output)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"the app exited with {server.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return server, url
+        except OSError:
+            time.sleep(0.5)
+    server.terminate()
+    raise SystemExit(f"the app did not answer at {url}; see {log}")
+
+
+def check_app(page: Page, url: str, output: Path) -> None:
+    page.goto(url)
+    expect(page.get_by_role("tab", name="Direction")).to_be_visible(timeout=TIMEOUT_MS)
+
+    page.get_by_role("button", name="Which entails which?").click()
+    expect(page.locator("#direction-verdict")).to_contain_text("entails", timeout=TIMEOUT_MS)
+    expect(page.locator("#direction-plot img")).to_be_visible(timeout=TIMEOUT_MS)
+    page.screenshot(path=output / "direction.png", full_page=True)
+
+    page.get_by_label("Sentence A").fill("")
+    page.get_by_role("button", name="Which entails which?").click()
+    expect(page.get_by_text("sentence A is empty: type a sentence")).to_be_visible(timeout=TIMEOUT_MS)
+    page.wait_for_timeout(1000)  # the message's fade-in
+    page.screenshot(path=output / "direction_error.png", full_page=True)
+    page.get_by_role("button", name="Close").first.click()  # the message stays until closed
+
+    page.get_by_role("tab", name="Similarity").click()
+    page.get_by_role("button", name="Similarity matrix").click()
+    expect(page.locator("#similarity-plot img")).to_be_visible(timeout=TIMEOUT_MS)
+    page.screenshot(path=output / "similarity.png", full_page=True)
+
+    page.get_by_role("tab", name="Search").click()
+    page.get_by_role("button", name="Find sentences that entail it").click()
+    expect(page.locator("#search-help")).to_contain_text("Corpus:", timeout=TIMEOUT_MS)
+    page.screenshot(path=output / "search.png", full_page=True)
+
+
+def render_card(card: Path, output: Path) -> Path:
+    """The card's Markdown as HTML (front matter shown as a code block, images relative to the card's folder)."""
+    text = card.read_text(encoding="utf-8")
+    front_matter = ""
+    if text.startswith("---\n"):
+        front_matter, text = text[4:].split("\n---\n", 1)
+    body = MarkdownIt("commonmark").enable("table").render(text)
+    html = (
+        f'<!doctype html><html><head><meta charset="utf-8"><base href="{card.parent.resolve().as_uri()}/">'
+        f"<style>{CARD_STYLE}</style></head><body>"
+        f'<pre class="front-matter">---\n{front_matter}\n---</pre>{body}</body></html>'
+    )
+    page = output / "model_card.html"
+    write_atomic(page, html)
+    return page
+
+
+def save_small_copy(screenshot: Path, target: Path, width: int = 900) -> None:
+    """A small PNG (``width`` pixels, 256-colour palette) of a screenshot, for the README."""
+    with Image.open(screenshot) as image:
+        small = image.convert("RGB").resize((width, round(image.height * width / image.width)), Image.LANCZOS)
+    with atomic_path(target) as temporary:
+        small.quantize(colors=256).save(temporary, format="PNG", optimize=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=os.environ.get("GAUSSCSE_MODEL", "outputs/quickstart"))
+    parser.add_argument("--card", type=Path, help="a model card (README.md) to render; none: skip")
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "outputs" / "browser_check")
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--readme_image", type=Path, help="small copy of direction.png (docs/demo.png)")
+    args = parser.parse_args()
+    args.output.mkdir(parents=True, exist_ok=True)
+    server, url = start_app(args.model, args.output / "app.log")
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=args.chromium, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            check_app(page, url, args.output)
+            if args.card is not None:
+                page.goto(render_card(args.card, args.output).resolve().as_uri())
+                page.wait_for_load_state("load")
+                page.screenshot(path=args.output / "model_card.png", full_page=True)
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    if args.readme_image is not None:
+        save_small_copy(args.output / "direction.png", args.readme_image)
+    print(f"screenshots in {args.output}")
+
+
+if __name__ == "__main__":
+    main()

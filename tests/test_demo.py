@@ -1,0 +1,225 @@
+"""The demo: its computations against torch.distributions, its errors, the 2-D projection, and the app itself started as
+``python app.py`` and called through ``gradio_client`` (tiny random model)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+from huggingface_hub import SpaceCard
+
+from gausscse import GaussCSEConfig, GaussCSEModel
+from gausscse.demo.core import (
+    EXAMPLE_CORPUS,
+    MAX_SENTENCES,
+    Corpus,
+    DemoError,
+    direction,
+    load_model,
+    similarity_figure,
+)
+from gausscse.figures import projection_plane
+
+from .helpers import reference_similarity, tiny_encoder_config, write_jsonl_gz
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SENTENCE_A = "a man is playing a red guitar on a stage in front of a crowd"
+SENTENCE_B = "a man is playing music"
+
+
+def distinct_tiny_model() -> GaussCSEModel:
+    """A tiny random model with weights of std 0.2, so different sentences get clearly different Gaussians."""
+    torch.manual_seed(0)
+    config = GaussCSEConfig(encoder_config=tiny_encoder_config(initializer_range=0.2), similarity_reduction="sum")
+    return GaussCSEModel(config).eval()
+
+
+@pytest.fixture
+def model(minilm_tokenizer):
+    tiny = distinct_tiny_model()
+    tiny.get_tokenizer(minilm_tokenizer)  # encode() uses it
+    return tiny
+
+
+def reference(model, a: list[str], b: list[str]) -> torch.Tensor:
+    """sim(a_i‖b_j) from torch.distributions on the model's own Gaussians."""
+    ga, gb = model.encode(a), model.encode(b)
+    return reference_similarity(ga.mu, ga.logvar, gb.mu, gb.logvar, model.config.similarity_reduction)
+
+
+def test_direction_reports_both_similarities_generalities_and_the_rules(model):
+    result = direction(model, f"  {SENTENCE_A} ", SENTENCE_B)
+    sim_ab = float(reference(model, [SENTENCE_A], [SENTENCE_B])[0, 0])
+    sim_ba = float(reference(model, [SENTENCE_B], [SENTENCE_A])[0, 0])
+    assert abs(sim_ab - sim_ba) > 1e-6  # the orientations are told apart
+    assert result.sim_ab == pytest.approx(sim_ab, rel=1e-5) and result.sim_ba == pytest.approx(sim_ba, rel=1e-5)
+    logvar = model.encode([SENTENCE_A, SENTENCE_B]).logvar.double()
+    assert [result.generality_a, result.generality_b] == pytest.approx(logvar.sum(-1).tolist(), rel=1e-5)
+    assert result.a_entails_b == (sim_ba > sim_ab)
+    assert result.a_is_more_general == bool(logvar[0].sum() > logvar[1].sum())
+    entailing, entailed = ("A", "B") if sim_ba > sim_ab else ("B", "A")
+    assert result.verdict().startswith(f"**{entailing} entails {entailed}**")
+    assert result.sentence_a == SENTENCE_A  # stripped
+    assert len(result.figure.axes[0].patches) == 2  # one ellipse per sentence
+
+
+def test_similarity_matrix_is_sim_row_given_column(model):
+    text = f"{SENTENCE_A}\n\n{SENTENCE_B}\nan old dog sleeps\n"
+    sentences, matrix, figure = similarity_figure(model, text)
+    assert sentences == [SENTENCE_A, SENTENCE_B, "an old dog sleeps"]
+    expected = reference(model, sentences, sentences)
+    torch.testing.assert_close(torch.tensor(matrix, dtype=torch.float64), expected, rtol=1e-4, atol=0)
+    assert not torch.allclose(expected, expected.T, rtol=1e-4, atol=0)  # a transposed matrix would fail
+    labels = [tick.get_text() for tick in figure.axes[0].get_yticklabels()]
+    assert labels[0].startswith("1. a man is playing a red guitar") and labels[1] == f"2. {SENTENCE_B}"
+
+
+def test_search_ranks_the_corpus_by_sim_claim_given_sentence(model, tmp_path):
+    premises = [f"premise number {k} about a dog in a park" for k in range(6)]
+    rows = [{"premise": p, "hypothesis": "h", "label": "entailment"} for p in premises + premises[:2]]  # repeats
+    write_jsonl_gz(tmp_path / "snli" / "test.jsonl.gz", rows)
+    corpus = Corpus(model, data_dir=tmp_path)
+    hits = corpus.search("a dog is outside", 4)
+    assert corpus.sentences == premises and "SNLI test" in corpus.description
+    scores = reference(model, ["a dog is outside"], premises)[0]
+    assert [score for score, _ in hits] == pytest.approx(sorted(scores.tolist(), reverse=True)[:4], rel=1e-5)
+    for score, sentence in hits:
+        assert score == pytest.approx(float(scores[premises.index(sentence)]), rel=1e-5)
+
+    fallback = Corpus(model, data_dir=tmp_path / "no-data")
+    assert len(fallback.search("a dog is outside", 3)) == 3 and fallback.sentences == list(EXAMPLE_CORPUS)
+
+
+def test_bad_input_and_a_missing_model_give_clear_messages(model, tmp_path):
+    with pytest.raises(DemoError, match="sentence A is empty"):
+        direction(model, "   ", SENTENCE_B)
+    with pytest.raises(DemoError, match="sentence B has 501 characters; at most 500"):
+        direction(model, SENTENCE_A, "x" * 501)
+    with pytest.raises(DemoError, match="at least 2 sentences"):
+        similarity_figure(model, f"{SENTENCE_A}\n  \n")
+    with pytest.raises(DemoError, match=f"at most {MAX_SENTENCES} sentences, got {MAX_SENTENCES + 1}"):
+        similarity_figure(model, "\n".join(f"sentence {k}" for k in range(MAX_SENTENCES + 1)))
+    with pytest.raises(DemoError, match="claim is empty"):
+        Corpus(model, data_dir=tmp_path).search("", 3)
+    with pytest.raises(DemoError, match=r"No GaussCSE model at .*missing.* set GAUSSCSE_MODEL"):
+        load_model(str(tmp_path / "missing"))
+
+
+def test_projection_plane_is_orthonormal_and_spans_what_separates_the_gaussians():
+    torch.manual_seed(0)
+    mu, var = torch.randn(5, 16), torch.rand(5, 16) + 0.1
+    plane = projection_plane(mu, var)
+    torch.testing.assert_close(plane @ plane.T, torch.eye(2, dtype=torch.float64))
+    # five sentences: the top-2 principal directions of the centred means (numpy's SVD, up to sign)
+    principal = np.linalg.svd((mu - mu.mean(0)).numpy().astype(np.float64))[2][:2]
+    np.testing.assert_allclose(np.abs(plane.numpy() @ principal.T), np.eye(2), atol=1e-6)
+    # two sentences: the first axis runs along μ_a − μ_b, the second along what separates their variances
+    plane = projection_plane(mu[:2], var[:2])
+    difference = (mu[0] - mu[1]).double()
+    assert abs(float(plane[0] @ difference)) == pytest.approx(float(difference.norm()))
+    spread = (var[0] - var[1]).double()
+    spread = spread - (spread @ plane[0]) * plane[0]
+    assert abs(float(plane[1] @ spread)) == pytest.approx(float(spread.norm()))
+    # identical sentences: the first two coordinate axes
+    torch.testing.assert_close(projection_plane(mu[:1].repeat(2, 1), var[:1].repeat(2, 1)).abs(),
+                               torch.eye(2, 16, dtype=torch.float64))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for(url: str, server: subprocess.Popen, log: Path, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"the app exited with {server.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"the app did not answer at {url} within {timeout} s:\n{log.read_text()[-4000:]}")
+
+
+def test_the_app_serves_direction_as_the_model_computes_it(minilm_tokenizer, tmp_path):
+    folder = tmp_path / "model"
+    tiny = distinct_tiny_model()
+    tiny.save_pretrained(folder)
+    minilm_tokenizer.save_pretrained(folder)
+    port = free_port()
+    env = {
+        **os.environ,
+        "GAUSSCSE_MODEL": str(folder),
+        "GRADIO_SERVER_NAME": "127.0.0.1",
+        "GRADIO_SERVER_PORT": str(port),
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(tmp_path / "hf_modules"),
+    }
+    log = tmp_path / "app.log"
+    with log.open("w") as output:
+        server = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=output, stderr=output)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        wait_for(url, server, log)
+        client = Client(url, verbose=False)
+        verdict, scores, _picture = client.predict(SENTENCE_A, SENTENCE_B, api_name="/direction")
+        tiny.get_tokenizer(minilm_tokenizer)
+        expected = tiny.similarity([SENTENCE_A, SENTENCE_B], [SENTENCE_A, SENTENCE_B])
+        assert scores["sim(a||b)"] == pytest.approx(float(expected[0, 1]), rel=1e-5)
+        assert scores["sim(b||a)"] == pytest.approx(float(expected[1, 0]), rel=1e-5)
+        entailing, entailed = ("A", "B") if expected[1, 0] > expected[0, 1] else ("B", "A")
+        assert verdict.startswith(f"**{entailing} entails {entailed}**")
+        with pytest.raises(AppError, match="sentence A is empty"):
+            client.predict("", SENTENCE_B, api_name="/direction")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_space_folder_deploys_as_is(tmp_path):
+    build_space = load_script("build_space")
+    with mock.patch.object(build_space, "HfApi") as hf_api:
+        build_space.main(["--output", str(tmp_path / "space"), "--space_id", "me/demo", "--model", "me/gausscse"])
+    folder = tmp_path / "space"
+    metadata = SpaceCard((folder / "README.md").read_text()).data
+    gradio_pin = next(line for line in (REPO_ROOT / "requirements.txt").read_text().splitlines()
+                      if line.startswith("gradio=="))
+    assert metadata.sdk == "gradio" and metadata.app_file == "app.py"
+    assert f"gradio=={metadata.sdk_version}" == gradio_pin  # the Space runs the Gradio the tests ran
+    requirements = (folder / "requirements.txt").read_text().splitlines()
+    assert requirements and set(requirements) <= set((REPO_ROOT / "requirements.txt").read_text().splitlines())
+    assert {line.split("==")[0] for line in requirements} >= {"torch", "transformers", "datasets", "matplotlib"}
+    assert (folder / "app.py").read_text() == (REPO_ROOT / "app.py").read_text()
+    api = hf_api.return_value
+    api.create_repo.assert_called_once_with("me/demo", repo_type="space", space_sdk="gradio", exist_ok=True)
+    api.add_space_variable.assert_called_once_with("me/demo", "GAUSSCSE_MODEL", "me/gausscse")
+    assert api.upload_folder.call_args.kwargs["folder_path"] == str(folder)
+    # the copied package is complete for the app: it imports from the folder alone
+    code = "import gausscse.demo.app, gausscse; print(gausscse.__file__)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONSAFEPATH": ""})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == str(folder / "gausscse" / "__init__.py")
