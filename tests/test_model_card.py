@@ -59,7 +59,6 @@ def test_the_cards_usage_and_search_snippets_run_against_a_saved_model(minilm_ga
     minilm_gausscse.save_pretrained(folder)
     minilm_gausscse.get_tokenizer().save_pretrained(folder)
     usage, st_usage, search = python_blocks(card())
-    assert "SentenceTransformer" in st_usage  # not run: SentenceTransformer loading comes with issue 13
     found, scores = run_snippets(usage + search, tmp_path)
     passages = re.search(r"^passages = (\[.*\])$", search, re.M).group(1)
     passages = eval(passages)
@@ -70,11 +69,14 @@ def test_the_cards_usage_and_search_snippets_run_against_a_saved_model(minilm_ga
     best = expected.argsort(descending=True)[:2]
     assert found == [passages[i] for i in best.tolist()]
     torch.testing.assert_close(torch.tensor(scores, dtype=torch.float64), expected[best], rtol=1e-5, atol=0)
+    # the sentence-transformers snippet prints sim(claim‖passage) for every passage
+    last = run_python(st_usage, tmp_path).strip().splitlines()[-1]
+    st_scores = torch.tensor(eval(re.search(r"tensor\((\[\[.*?\]\])", last).group(1)), dtype=torch.float64)[0]
+    torch.testing.assert_close(st_scores, expected, rtol=1e-5, atol=0)
 
 
-def run_snippets(code: str, cwd: Path) -> tuple[list[str], list[float]]:
-    """Run the card's snippets in a fresh interpreter (the search snippet imports the installed gausscse) and read the
-    search's printout: the found passages and their scores."""
+def run_python(code: str, cwd: Path) -> str:
+    """Run ``code`` in a fresh interpreter (tensors printed with 10 digits); return its stdout."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "HF_MODULES_CACHE": str(cwd / "hf_modules")}
     done = subprocess.run(
@@ -82,7 +84,13 @@ def run_snippets(code: str, cwd: Path) -> tuple[list[str], list[float]]:
         cwd=cwd, capture_output=True, text=True, timeout=300, env=env,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    last = done.stdout.strip().splitlines()[-1]
+    return done.stdout
+
+
+def run_snippets(code: str, cwd: Path) -> tuple[list[str], list[float]]:
+    """Run the card's snippets in a fresh interpreter (the search snippet imports the installed gausscse) and read the
+    search's printout: the found passages and their scores."""
+    last = run_python(code, cwd).strip().splitlines()[-1]
     found = eval(last[: last.index("] tensor(") + 1])
     scores = eval(re.search(r"tensor\((\[.*?\])", last).group(1))
     return found, scores

@@ -42,3 +42,11 @@ def test_report_figures_come_from_the_study_and_the_code_default_follows_its_rul
     assert f"| ent+con+rev_mean_dim | {direction:.2f} /" in report
     chosen = report.split("Similarity reduction: **")[1].split("**")[0]
     assert GaussCSEConfig().similarity_reduction == chosen  # the one default, which train_gausscse.py uses
+
+
+def test_benchmarks_md_is_what_the_writer_makes_of_the_committed_json(monkeypatch):
+    """BENCHMARKS.md (speed, memory, search recall) is generated from results/bench_*.json, never edited by hand."""
+    from studies.write_reports import benchmarks_report
+
+    monkeypatch.chdir(REPO_ROOT)  # the report names the JSON files by their paths from the repository root
+    assert benchmarks_report(Path("results")) == (REPO_ROOT / "results" / "BENCHMARKS.md").read_text()

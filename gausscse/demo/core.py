@@ -14,7 +14,7 @@ from transformers import AutoModel
 from gausscse.data.registry import default_data_dir, load_split
 from gausscse.figures import draw_gaussians_2d, draw_similarity_matrix
 from gausscse.model.modeling_gausscse import GaussCSEModel
-from gausscse.search import GaussianIndex
+from gausscse.search import SentenceIndex
 
 DEFAULT_MODEL = "outputs/quickstart"  # the quickstart's output (bash scripts/quickstart.sh)
 MAX_SENTENCES = 12  # rows of the similarity matrix
@@ -197,24 +197,26 @@ def corpus_sentences(data_dir: str | Path | None = None) -> tuple[list[str], str
 
 
 class Corpus:
-    """The search corpus, encoded into a [`GaussianIndex`] on first use (once, also under concurrent requests)."""
+    """The search corpus, encoded into a [`SentenceIndex`] on first use (once, also under concurrent requests)."""
 
     def __init__(self, model: GaussCSEModel, data_dir: str | Path | None = None):
         self.model = model
         self.data_dir = data_dir
         self._lock = threading.Lock()
-        self._index: GaussianIndex | None = None
-        self.sentences: list[str] = []
+        self._index: SentenceIndex | None = None
         self.description = ""
 
-    def index(self) -> GaussianIndex:
+    def index(self) -> SentenceIndex:
         with self._lock:
             if self._index is None:
-                self.sentences, self.description = corpus_sentences(self.data_dir)
-                index = GaussianIndex(self.model.config.embedding_size, self.model.config.similarity_reduction)
-                index.add(self.model.encode(self.sentences, batch_size=64))
-                self._index = index
+                sentences, self.description = corpus_sentences(self.data_dir)
+                self._index = SentenceIndex.build(self.model, sentences, show_progress_bar=False)
             return self._index
+
+    @property
+    def sentences(self) -> list[str]:
+        """The corpus (empty until the first search)."""
+        return self._index.sentences if self._index is not None else []
 
     def search(self, claim: str | None, k: int) -> list[tuple[float, str]]:
         """The ``k`` corpus sentences that best entail ``claim``: highest sim(claim‖sentence) first."""
@@ -222,8 +224,8 @@ class Corpus:
         index = self.index()
         if not 1 <= int(k) <= MAX_RESULTS:
             raise DemoError(f"k must be between 1 and {MAX_RESULTS}, got {k}")
-        scores, ids = index.entailing(self.model.encode([claim]), k=min(int(k), len(index)))
-        return [(float(score), self.sentences[i]) for score, i in zip(scores[0], ids[0].tolist(), strict=True)]
+        hits = index.entailing(self.model, [claim], k=min(int(k), len(index)))[0]
+        return [(hit.score, hit.sentence) for hit in hits]
 
 
 __all__ = [

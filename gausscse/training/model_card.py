@@ -37,12 +37,12 @@ FIGURE_FILE = "evaluation.png"  # the final evaluation's figure, saved beside th
 # so it can be adjusted in one place.
 SENTENCE_TRANSFORMERS_USAGE = """from sentence_transformers import SentenceTransformer
 
-st = SentenceTransformer("{name}", trust_remote_code=True)
+st = SentenceTransformer("{name}", trust_remote_code=True)  # sentence-transformers >= 6
 claims = ["A man is playing music."]
 passages = ["A man is playing a guitar on stage.", "A woman is slicing a tomato."]
-q = st.encode_query(claims)
-d = st.encode_document(passages)
-st.similarity(q, d)  # ranks passages that entail each claim first"""
+scores = st.similarity(st.encode_query(claims), st.encode_document(passages))  # dot = -KL(claim||passage)
+print(1 / (1 - scores))  # sim(claim||passage) = 1 / (1 + KL), the sum form: passages entailing a claim score highest
+points = st.encode(passages)  # mu: compare with cosine similarity (STS, clustering) as for any model"""
 
 SEARCH_USAGE = """from gausscse.search import GaussianIndex  # pip install gausscse
 
@@ -152,6 +152,11 @@ embeddings = model.encode(premises)                      # .mu, .logvar
 ```python
 {SENTENCE_TRANSFORMERS_USAGE.format(name=model_name)}
 ```
+
+`encode_query` / `encode_document` give (2d + 2)-dimensional vectors whose dot product is −KL(claim‖passage), so
+sentence-transformers' `dot` ranks by the paper's `sum` form; a model with the `mean_dim` reduction (GaussCSE's default)
+is ranked by that `sum` form on these routes (a warning says so when it loads), while `model.similarity` above computes
+its own reduction. `encode(..., output_value=None)` gives `mu` and `logvar` per sentence.
 
 ## Entailment search
 
