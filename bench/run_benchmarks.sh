@@ -15,4 +15,8 @@ if [ "$device" = cpu ]; then
   .venv/bin/python -m bench.bench_cpu_bf16 --json results/bench_cpu_bf16.json
 fi
 .venv/bin/python -m bench.bench_data_scale --json "results/bench_data_scale_$device.json"
+# Entailment search at 100k and 1M Gaussians (CPU, FAISS; ~20 min on 2 cores, 18 GB peak); recall on real sentences
+# too when the quickstart model is there.
+real=$([ -d outputs/quickstart ] && echo "--real_model outputs/quickstart" || true)
+.venv/bin/python -m bench.bench_search --json "results/bench_search_cpu.json" $real
 .venv/bin/python -m studies.write_reports

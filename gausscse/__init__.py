@@ -7,12 +7,26 @@ The package, by layer (each imports only the ones above it):
   frozen-backbone feature cache;
 * ``gausscse.training`` — arguments, batch layout and packing, losses, the Trainer, LoRA, output;
 * ``gausscse.evaluation`` — the paper's NLI and direction protocol, STS, baselines, significance, reports;
-* ``gausscse.search`` — ``GaussianIndex``: exact top-k entailment search in both directions;
-* ``gausscse.cli`` — the ``gausscse-train`` / ``gausscse-evaluate`` commands, which compose the layers;
+* ``gausscse.search`` — ``GaussianIndex`` / ``SentenceIndex``: top-k entailment search in both directions, exact or
+  through FAISS (approximate with HNSW);
+* ``gausscse.cli`` — the ``gausscse-train`` / ``gausscse-evaluate`` / ``gausscse-search`` commands, which compose the
+  layers;
 * ``gausscse.demo`` — the Gradio demo app (``app.py`` at the repository root launches it).
 
 Importing this package registers ``GaussCSEConfig``/``GaussCSEModel`` with ``AutoConfig``/``AutoModel``.
 """
 
 from .model import *  # noqa: F403 — the public API is the model's
-from .model import __all__ as __all__
+from .model import __all__ as _model_api
+
+SEARCH_API = ("GaussianIndex", "SentenceIndex")
+__all__ = [*_model_api, *SEARCH_API]
+
+
+def __getattr__(name: str):
+    """``gausscse.GaussianIndex`` / ``gausscse.SentenceIndex``, imported on first use (``gausscse.search``)."""
+    if name in SEARCH_API:
+        from . import search
+
+        return getattr(search, name)
+    raise AttributeError(f"module 'gausscse' has no attribute {name!r}")

@@ -69,10 +69,13 @@ def test_the_cards_usage_and_search_snippets_run_against_a_saved_model(minilm_ga
     best = expected.argsort(descending=True)[:2]
     assert found == [passages[i] for i in best.tolist()]
     torch.testing.assert_close(torch.tensor(scores, dtype=torch.float64), expected[best], rtol=1e-5, atol=0)
-    # the sentence-transformers snippet prints sim(claim‖passage) for every passage
-    last = run_python(st_usage, tmp_path).strip().splitlines()[-1]
-    st_scores = torch.tensor(eval(re.search(r"tensor\((\[\[.*?\]\])", last).group(1)), dtype=torch.float64)[0]
-    torch.testing.assert_close(st_scores, expected, rtol=1e-5, atol=0)
+    # the sentence-transformers snippet prints sim(claim‖passage) for each of its passages
+    st_passages = minilm_gausscse.encode(eval(re.search(r"^passages = (\[.*\])$", st_usage, re.M).group(1)))
+    st_claim = minilm_gausscse.encode([re.search(r'^claims = \["(.*)"\]$', st_usage, re.M).group(1)])
+    st_expected = reference_similarity(st_claim.mu, st_claim.logvar, st_passages.mu, st_passages.logvar, "sum")[0]
+    printed = run_python(st_usage, tmp_path)
+    st_scores = torch.tensor(eval(re.search(r"tensor\((\[\[.*?\]\])", printed, re.S).group(1)), dtype=torch.float64)
+    torch.testing.assert_close(st_scores[0], st_expected, rtol=1e-5, atol=0)
 
 
 def run_python(code: str, cwd: Path) -> str:

@@ -42,7 +42,7 @@ def check_against_brute_force(index, queries, items, k, directions=("entailing",
     for direction in directions:
         scores, ids = getattr(index, direction)(queries, k)
         expected, reference = brute_force(queries, items, index.reduction, direction)
-        assert scores.shape == ids.shape == (len(queries), k)
+        assert scores.shape == ids.shape == (queries.mu.shape[0], k)
         assert ids.tolist() == [row[:k] for row in expected], direction
         torch.testing.assert_close(scores.double(), reference.gather(1, ids), rtol=1e-4, atol=1e-6)
 
@@ -285,3 +285,29 @@ def test_cli_errors_name_the_argument(tiny_model_folder, tmp_path):
     ]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2 and "gausscse-search: error:" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_index_classes_are_exported_from_the_package():
+    import gausscse
+    from gausscse import search
+
+    assert gausscse.GaussianIndex is search.GaussianIndex and gausscse.SentenceIndex is search.SentenceIndex
+    assert {"GaussianIndex", "SentenceIndex"} <= set(gausscse.__all__)
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        gausscse.Nope  # noqa: B018
+
+
+def test_gaussians_of_another_copy_of_the_class_are_accepted():
+    """A model loaded with trust_remote_code in a fresh process runs its folder's own copy of gaussian.py, whose
+    GaussianEmbeddings is another class with the same fields (tests/test_model_card.py runs that case for real)."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class ShippedGaussianEmbeddings:
+        mu: torch.Tensor
+        logvar: torch.Tensor
+
+    items, queries = gaussians(9, seed=14), gaussians(2, seed=15)
+    index = GaussianIndex(12, "sum")
+    index.add(ShippedGaussianEmbeddings(items.mu, items.logvar))
+    check_against_brute_force(index, ShippedGaussianEmbeddings(queries.mu, queries.logvar), items, k=3)

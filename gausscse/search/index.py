@@ -122,10 +122,12 @@ class GaussianIndex:
         return GaussianEmbeddings(self.mu, self.logvar)
 
     def _checked(self, embeddings: GaussianEmbeddings, argument: str) -> GaussianEmbeddings:
-        if not isinstance(embeddings, GaussianEmbeddings):
+        if not (hasattr(embeddings, "mu") and hasattr(embeddings, "logvar")):
             raise TypeError(
                 f"{argument} must be GaussianEmbeddings (model.encode(...)), got {type(embeddings).__name__}"
             )
+        # also the GaussianEmbeddings of a model loaded with trust_remote_code (its own copy of the class)
+        embeddings = GaussianEmbeddings(embeddings.mu, embeddings.logvar)
         if embeddings.mu.ndim == 1:
             embeddings = GaussianEmbeddings(embeddings.mu[None], embeddings.logvar[None])
         if embeddings.dim != self.dim:
