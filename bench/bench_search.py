@@ -29,7 +29,6 @@ encodes ``--real_items`` distinct SNLI-train sentences and 1,000 SNLI-test hypot
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -41,7 +40,7 @@ import numpy as np
 import torch
 
 from bench.common import ResidentPeak, json_payload, run_worker
-from gausscse.data.registry import default_data_dir
+from gausscse.data.registry import load_split
 from gausscse.io import write_json
 from gausscse.model.gaussian import GaussianEmbeddings, similarity_matrix
 from gausscse.search import GaussianIndex
@@ -150,25 +149,20 @@ def run_method(
     return rows
 
 
-def read_sentences(path: Path, fields: tuple[str, ...]) -> list[str]:
-    """The distinct texts of ``fields`` in a gzip JSON Lines file, in file order."""
-    texts = []
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        for line in handle:
-            row = json.loads(line)
-            texts.extend(row[field] for field in fields if row.get(field))
-    return list(dict.fromkeys(texts))
+def distinct_texts(name: str, split: str, fields: tuple[str, ...]) -> list[str]:
+    """The distinct non-empty texts of ``fields`` of a built-in split (``load_split``), row by row, in file order."""
+    rows = load_split(name, split)
+    return list(
+        dict.fromkeys(text for row in zip(*(rows[field] for field in fields), strict=True) for text in row if text)
+    )
 
 
 def real_recall(model_path: str, item_count: int, k: int) -> list[dict]:
     """Recall@k of each FAISS backend on real sentences, both directions, both reductions (exact: ``torch``)."""
     from gausscse import GaussCSEModel
 
-    data_dir = default_data_dir()
-    if data_dir is None:
-        raise SystemExit("--real_model needs the data folder (../shared/data or $GAUSSCSE_DATA_DIR)")
-    items_text = read_sentences(data_dir / "snli/train_100k.jsonl.gz", ("premise", "hypothesis"))[:item_count]
-    queries_text = [text for text in read_sentences(data_dir / "snli/test.jsonl.gz", ("hypothesis",))][:1000]
+    items_text = distinct_texts("snli", "train", ("premise", "hypothesis"))[:item_count]
+    queries_text = distinct_texts("snli", "test", ("hypothesis",))[:1000]
     model = GaussCSEModel.from_pretrained(model_path).eval()
     items = model.encode(items_text, batch_size=64, max_length=64, show_progress_bar=True)
     queries = model.encode(queries_text, batch_size=64, max_length=64)

@@ -21,11 +21,10 @@ from pathlib import Path
 
 import torch
 
+from gausscse.data.sources import read_table
 from gausscse.model import GaussCSEModel
 from gausscse.search.index import BACKENDS
 from gausscse.training.lora import is_adapter_folder, load_adapter_model
-
-TABLE_SUFFIXES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,31 +53,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def read_corpus(path: Path, column: str | None) -> list[str]:
-    """The distinct non-empty sentences of ``path`` in first-seen order; errors name the file and line or column."""
-    if not path.is_file():
-        raise FileNotFoundError(f"--corpus {path}: no such file")
-    suffixes = path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]
-    kind = suffixes[0] if suffixes else ""
-    if kind in TABLE_SUFFIXES:
-        if column is None:
-            raise ValueError(f"--corpus {path} is a table: name its text column with --column")
-        import datasets
-
-        data_files = str(path)
-        options = {"delimiter": "\t"} if kind == ".tsv" else {}
-        table = datasets.load_dataset(TABLE_SUFFIXES[kind], data_files=data_files, split="train", **options)
-        if column not in table.column_names:
-            raise ValueError(f"--corpus {path} has no column {column!r} (columns: {table.column_names})")
-        sentences = table[column]
-    elif column is not None:
-        raise ValueError(f"--column needs a table corpus (.jsonl/.csv/.tsv/.parquet), got {path}")
-    else:
-        opener = gzip.open if path.suffix == ".gz" else open
+    """The distinct non-empty sentences of ``path`` in first-seen order: a ``.txt`` (optionally ``.gz``) file holds one
+    sentence per line, any other file is a table read like training data (``read_table``) with its ``column``."""
+    if path.name.removesuffix(".gz").endswith(".txt"):
+        if column is not None:
+            raise ValueError(f"--column needs a table corpus (.jsonl/.csv/.tsv/.parquet), got {path}")
+        if not path.is_file():
+            raise FileNotFoundError(f"--corpus {path}: no such file")
         try:
-            with opener(path, "rt", encoding="utf-8") as handle:
+            with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as handle:
                 sentences = handle.read().splitlines()
         except UnicodeDecodeError as error:
             raise ValueError(f"--corpus {path}: not UTF-8 text ({error})") from error
+    else:
+        table = read_table(path)
+        if column is None:
+            raise ValueError(f"--corpus {path} is a table: name its text column with --column")
+        if column not in table.column_names:
+            raise ValueError(f"--corpus {path} has no column {column!r} (columns: {table.column_names})")
+        sentences = table[column]
     for row, sentence in enumerate(sentences, start=1):
         if sentence is not None and not isinstance(sentence, str):
             raise ValueError(f"--corpus {path}: row {row} of {column!r} is not text: {sentence!r}")
@@ -139,7 +132,7 @@ def run() -> None:
     """Console entry point: errors in the input are printed as one line, without a traceback."""
     try:
         main()
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError) as error:  # DataError is a ValueError
         print(f"gausscse-search: error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
 

@@ -230,8 +230,9 @@ def check_utf8(path: Path, decoder: codecs.IncrementalDecoder, block: bytes, lin
         ) from None
 
 
-def load_file_source(path: str | Path, shape: str = "auto", columns: Mapping[str, str] | None = None) -> SourceRows:
-    """Read one training file (see [`FILE_FORMATS`]) into a [`SourceRows`]; errors name the file."""
+def read_table(path: str | Path) -> datasets.Dataset:
+    """The rows of one data file (see [`FILE_FORMATS`]); ``DataError`` naming the file when it cannot be read or
+    holds no row."""
     path = Path(path)
     builder, kwargs, compressed = file_format(path)
     check_readable(path, compressed, text=builder != "parquet")
@@ -243,6 +244,13 @@ def load_file_source(path: str | Path, shape: str = "auto", columns: Mapping[str
         raise DataError(f"{path}: could not be read as {builder.upper()} ({type(error).__name__}: {error})") from error
     if len(rows) == 0:
         raise DataError(f"{path}: no rows")
+    return rows
+
+
+def load_file_source(path: str | Path, shape: str = "auto", columns: Mapping[str, str] | None = None) -> SourceRows:
+    """Read one training file (see [`FILE_FORMATS`]) into a [`SourceRows`]; errors name the file."""
+    path = Path(path)
+    rows = read_table(path)
     found_shape, mapping = resolve_shape(rows.column_names, str(path), shape, columns)
     return SourceRows(path.name, str(path), rows, found_shape, mapping, line_numbers=suffix_is_lines(path))
 
@@ -471,5 +479,6 @@ __all__ = [
     "load_training_examples",
     "normalize_label",
     "parse_column_overrides",
+    "read_table",
     "resolve_shape",
 ]

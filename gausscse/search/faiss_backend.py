@@ -59,6 +59,13 @@ def constant_column(direction: str, dim: int) -> int:
     return 2 * dim + 1 if SEARCH_DIRECTIONS[direction][1] == "right" else 2 * dim
 
 
+def lifted(scaled: np.ndarray, norms: np.ndarray, transform: dict[str, np.ndarray]) -> np.ndarray:
+    """Step 3 of the module docstring for stored vectors already scaled (step 2), with their squared norms: append
+    √(R² − ‖x‖²), clamped at 0."""
+    lift = np.sqrt(np.maximum(transform["radius2"] - norms, 0.0))
+    return np.ascontiguousarray(np.hstack([scaled, lift[:, None]]), dtype=np.float32)
+
+
 class FaissDirection:
     """The FAISS index of one direction (``"entailing"`` or ``"entailed_by"``) and, for the approximate backends,
     the inner-product-to-L2 transform fitted on the vectors it was built from."""
@@ -80,10 +87,13 @@ class FaissDirection:
             faiss_index.add(vectors)
             return cls(backend, direction, dim, faiss_index, {})
         keep = np.array([column for column in range(vectors.shape[1]) if column != constant_column(direction, dim)])
-        scale = vectors[:, keep].std(axis=0).astype(np.float32) + np.float32(1e-6)
-        radius2 = np.array([((vectors[:, keep] / scale) ** 2).sum(axis=1).max()], dtype=np.float32)
-        transform = {"keep": keep, "scale": scale, "radius2": radius2}
-        stored = cls.stored_vectors(vectors, transform)
+        kept = vectors[:, keep]  # a copy: the full maps can go
+        del vectors
+        scale = kept.std(axis=0).astype(np.float32) + np.float32(1e-6)
+        scaled = np.divide(kept, scale, out=kept)
+        norms = (scaled**2).sum(axis=1)
+        transform = {"keep": keep, "scale": scale, "radius2": np.array([norms.max()], dtype=np.float32)}
+        stored = lifted(scaled, norms, transform)
         faiss_index = faiss.IndexHNSWFlat(stored.shape[1], HNSW_NEIGHBOURS)
         faiss_index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
         faiss_index.add(stored)
@@ -91,25 +101,18 @@ class FaissDirection:
         built.faiss_index.hnsw.efSearch = ef_search
         return built
 
-    @staticmethod
-    def stored_vectors(vectors: np.ndarray, transform: dict[str, np.ndarray]) -> np.ndarray:
-        """Steps 1–3 of the module docstring for stored vectors: drop, scale, append √(R² − ‖x‖²) (clamped at 0)."""
-        scaled = vectors[:, transform["keep"]] / transform["scale"]
-        lift = np.sqrt(np.maximum(transform["radius2"] - (scaled**2).sum(axis=1), 0.0))
-        return np.ascontiguousarray(np.hstack([scaled, lift[:, None]]), dtype=np.float32)
-
-    def fits(self, embeddings: GaussianEmbeddings) -> bool:
-        """Whether new stored items keep the transform exact (always for the exact backend)."""
-        if not self.transform:
-            return True
+    def try_add(self, embeddings: GaussianEmbeddings) -> bool:
+        """Append stored items; ``False`` (nothing added) when one falls outside the approximate index's transform
+        (‖x‖² > R²): the index must then be rebuilt."""
         vectors = feature_vectors(embeddings, SEARCH_DIRECTIONS[self.direction][1])
-        norms = ((vectors[:, self.transform["keep"]] / self.transform["scale"]) ** 2).sum(axis=1)
-        return bool((norms <= self.transform["radius2"][0]).all())
-
-    def add(self, embeddings: GaussianEmbeddings) -> None:
-        """Append stored items (call [`fits`] first for the approximate backends)."""
-        vectors = feature_vectors(embeddings, SEARCH_DIRECTIONS[self.direction][1])
-        self.faiss_index.add(self.stored_vectors(vectors, self.transform) if self.transform else vectors)
+        if self.transform:
+            scaled = vectors[:, self.transform["keep"]] / self.transform["scale"]
+            norms = (scaled**2).sum(axis=1)
+            if (norms > self.transform["radius2"][0]).any():
+                return False
+            vectors = lifted(scaled, norms, self.transform)
+        self.faiss_index.add(vectors)
+        return True
 
     def candidates(self, queries: GaussianEmbeddings, count: int) -> torch.Tensor:
         """``(Q, count)`` ids of the stored items FAISS ranks first for each query (−1 where it found fewer)."""

@@ -139,9 +139,7 @@ class GaussianIndex:
         """Append Gaussians; their ids continue from ``len(self)``."""
         embeddings = self._checked(embeddings, "embeddings")
         for direction, built in list(self._faiss.items()):
-            if built.fits(embeddings):
-                built.add(embeddings)
-            else:  # outside the approximate index's transform: rebuilt at the next query
+            if not built.try_add(embeddings):  # outside the approximate index's transform: rebuilt at the next query
                 del self._faiss[direction]
         self.mu = torch.cat([self.mu, embeddings.mu])
         self.logvar = torch.cat([self.logvar, embeddings.logvar])
