@@ -14,6 +14,7 @@ import numpy as np
 
 from . import metrics
 from .encoders import SentenceEncoder
+from .fast import dev_metrics
 from .metrics import load_metric
 from .tasks import (
     NLI_DEV,
@@ -24,7 +25,6 @@ from .tasks import (
     NLIResult,
     STSPairs,
     binary_nli,
-    dev_threshold,
     entailment_direction,
     load_nli,
     load_sts,
@@ -106,9 +106,10 @@ def run_encoder(encoder: SentenceEncoder, data: TaskData, show_progress_bar: boo
     run = ModelRun(name=encoder.name, is_gaussian=encoded.is_gaussian)
     run.results["unique_sentences"] = len(encoded.index)
     if "nli" in data.tasks:
-        dev_accuracy, threshold = dev_threshold(encoded, data.nli_dev)
-        run.results["snli_dev"] = {"accuracy": 100.0 * dev_accuracy, "threshold": threshold}
-        run.nli = {name: binary_nli(encoded, pairs, threshold) for name, pairs in data.nli_test.items()}
+        # accuracy at the best grid threshold, that threshold, AUPRC and (Gaussian models) direction on SNLI dev
+        dev = {key.removeprefix("snli_dev_"): value for key, value in dev_metrics(encoded, data.nli_dev).items()}
+        run.results["snli_dev"] = dev
+        run.nli = {name: binary_nli(encoded, pairs, dev["threshold"]) for name, pairs in data.nli_test.items()}
         run.results["nli"] = {name: result.metrics for name, result in run.nli.items()}
     if "direction" in data.tasks:
         run.direction = {name: entailment_direction(encoded, pairs) for name, pairs in data.nli_test.items()}

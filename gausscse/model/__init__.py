@@ -10,12 +10,14 @@ from transformers import AutoConfig, AutoModel
 
 from .configuration_gausscse import MEAN_ACTIVATIONS, POOLINGS, GaussCSEConfig
 from .gaussian import (
+    KL_REDUCTIONS,
     REDUCTIONS,
     GaussianEmbeddings,
     kl_divergence,
     kl_divergence_matrix,
     kl_feature_map,
     kl_per_dim,
+    kl_scale,
     similarity,
     similarity_matrix,
 )
@@ -34,6 +36,7 @@ AutoConfig.register(GaussCSEConfig.model_type, GaussCSEConfig, exist_ok=True)
 AutoModel.register(GaussCSEConfig, GaussCSEModel, exist_ok=True)
 
 __all__ = [
+    "KL_REDUCTIONS",
     "MEAN_ACTIVATIONS",
     "POOLINGS",
     "REDUCTIONS",
@@ -47,6 +50,7 @@ __all__ = [
     "kl_divergence_matrix",
     "kl_feature_map",
     "kl_per_dim",
+    "kl_scale",
     "pool_tokens",
     "position_offset",
     "resolve_max_length",

@@ -53,9 +53,10 @@ class GaussCSEConfig(PreTrainedConfig):
         embedding_size (`int`, *optional*):
             Dimension d of the Gaussians. Defaults to the encoder's hidden size.
         similarity_reduction (`str`, defaults to `"mean_dim"`):
-            `"mean_dim"`: sim(a‖b) = mean_k 1 / (1 + KL_k), as the released code computes it (the default: the better
-            SNLI-dev entailment direction in the project's full fine-tuning study);
-            `"sum"`: sim(a‖b) = 1 / (1 + Σ_k KL_k), the paper's eq. 2.
+            `"sum"`: sim(a‖b) = 1 / (1 + Σ_k KL_k), the paper's eq. 2;
+            `"mean_kl"`: sim(a‖b) = 1 / (1 + KL / d), the full KL scaled by 1/d (monotone in the KL like `"sum"`,
+            so search and sentence-transformers' `dot` rank exactly; not saturated at d in the hundreds);
+            `"mean_dim"`: sim(a‖b) = mean_k 1 / (1 + KL_k), as the released code computes it.
         logvar_min, logvar_max (`float`, defaults to -10 and 10):
             Clamp range of the predicted log σ², so exp(±logvar) and the KL stay finite; within ±30.
 

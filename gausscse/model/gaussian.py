@@ -11,10 +11,16 @@ Conventions (Yoda et al., EACL 2024):
   premise's Gaussian is broad enough to cover the hypothesis's, so the entailing side
   (the premise) ends up with the **larger** variance.
 
-Two reductions over the d dimensions:
+Three reductions over the d dimensions:
 
 * ``"sum"`` — the paper's eq. 2: ``sim = 1 / (1 + Σ_k KL_k)`` with the full KL.
+* ``"mean_kl"`` — ``sim = 1 / (1 + KL / d)``: the full KL scaled by 1/d, so unrelated sentences are not all
+  saturated at sim ≈ 0 (the KL of d = 384 dimensions runs into the hundreds).
 * ``"mean_dim"`` — the released code: ``sim = mean_k 1 / (1 + KL_k)``.
+
+``"sum"`` and ``"mean_kl"`` are decreasing functions of the total KL (``KL_REDUCTIONS``): for a fixed query they
+rank alike, their all-pairs matrix is one matrix product and search on an inner-product index is exact.
+``"mean_dim"`` is not a function of the total KL.
 
 This file ships next to the model weights (Hub custom code): it depends on torch only.
 """
@@ -25,7 +31,9 @@ from dataclasses import dataclass
 
 import torch
 
-REDUCTIONS = ("sum", "mean_dim")
+REDUCTIONS = ("sum", "mean_kl", "mean_dim")
+# The reductions of the form sim = 1 / (1 + KL / scale): monotone in the total KL (see kl_scale).
+KL_REDUCTIONS = ("sum", "mean_kl")
 # |log σ²| above this is refused: exp(±30) and the variance ratios of the KL (up to e^60 per dimension) stay far
 # inside float32's range (e^88), so the similarity is never inf or NaN.
 LOGVAR_BOUND = 30.0
@@ -39,6 +47,20 @@ def check_reduction(reduction: str) -> str:
     if reduction not in REDUCTIONS:
         raise ValueError(f"similarity_reduction must be one of {REDUCTIONS}, got {reduction!r}")
     return reduction
+
+
+def kl_scale(reduction: str, dim: int) -> int:
+    """The divisor c in sim = 1 / (1 + KL / c) of a ``KL_REDUCTIONS`` member: 1 for ``"sum"``, d for ``"mean_kl"``.
+
+    ``ValueError`` for ``"mean_dim"`` (mean_k 1/(1 + KL_k) is no function of the total KL) and unknown names.
+    """
+    if check_reduction(reduction) not in KL_REDUCTIONS:
+        raise ValueError(
+            f"similarity_reduction {reduction!r} is not a function of the total KL (those are {KL_REDUCTIONS})"
+        )
+    if dim < 1:
+        raise ValueError(f"dim must be a positive integer, got {dim}")
+    return 1 if reduction == "sum" else dim
 
 
 def as_float32(tensor: torch.Tensor) -> torch.Tensor:
@@ -76,9 +98,9 @@ def kl_divergence(
     return kl_per_dim(mu_a, logvar_a, mu_b, logvar_b).sum(dim=-1)
 
 
-def similarity_from_kl(kl: torch.Tensor) -> torch.Tensor:
-    """sim = 1 / (1 + KL), mapping KL ∈ [0, ∞) to (0, 1]."""
-    return 1.0 / (1.0 + kl)
+def similarity_from_kl(kl: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """sim = 1 / (1 + KL / scale), mapping KL ∈ [0, ∞) to (0, 1]; ``scale`` is [`kl_scale`] of the reduction."""
+    return 1.0 / (1.0 + kl / scale)
 
 
 def similarity(
@@ -92,12 +114,14 @@ def similarity(
     ``config.similarity_reduction``.
 
     sum:      sim(a‖b) = 1 / (1 + Σ_k KL_k(a‖b))          (paper, eq. 2)
+    mean_kl:  sim(a‖b) = 1 / (1 + (1/d) Σ_k KL_k(a‖b))    (the full KL scaled by 1/d)
     mean_dim: sim(a‖b) = (1/d) Σ_k 1 / (1 + KL_k(a‖b))     (released code)
     """
     per_dim = kl_per_dim(mu_a, logvar_a, mu_b, logvar_b)
-    if check_reduction(reduction) == "sum":
-        return similarity_from_kl(per_dim.sum(dim=-1))
-    return similarity_from_kl(per_dim).mean(dim=-1)
+    reduction = check_reduction(reduction)
+    if reduction == "mean_dim":
+        return similarity_from_kl(per_dim).mean(dim=-1)
+    return similarity_from_kl(per_dim.sum(dim=-1), kl_scale(reduction, per_dim.shape[-1]))
 
 
 KL_SIDES = ("left", "right")
@@ -113,8 +137,8 @@ def kl_feature_map(mu: torch.Tensor, logvar: torch.Tensor, side: str) -> torch.T
         B(b) = [ 1/σ_b²,  μ_b/σ_b²,  Σ_k logσ_b,k² + Σ_k μ_b,k²/σ_b,k²,  1 ]       (``side="right"``, b ∈ second slot)
 
     the expansion of KL(a‖b) = ½[Σlogσ_b² − Σlogσ_a² + Σσ_a²/σ_b² + Σ(μ_a − μ_b)²/σ_b² − d]. Since
-    sim = 1/(1 + KL) decreases with KL, the top-k by the ``sum`` similarity is the bottom-k by this inner product:
-    exact search on any inner-product index. Searching the sentences x that entail a query q (scored sim(q‖x))
+    sim = 1/(1 + KL/c) decreases with KL, the top-k by the ``sum`` or ``mean_kl`` similarity is the bottom-k by this
+    inner product: exact search on any inner-product index. Searching the sentences x that entail a query q (scored sim(q‖x))
     stores B(x) and queries with A(q); searching what q entails (sim(x‖q)) stores A(x) and queries with B(q).
     Computed and returned in float64: the expanded square cancels in float32 at small variances.
     ``mu, logvar``: ``(N, d)`` → ``(N, 2d + 2)``.
@@ -161,11 +185,13 @@ def similarity_matrix(
     ``config.similarity_reduction``.
 
     sum:      S_ij = 1 / (1 + KL(a_i‖b_j)), via :func:`kl_divergence_matrix` (matrix products).
+    mean_kl:  S_ij = 1 / (1 + KL(a_i‖b_j) / d), the same matrix product.
     mean_dim: S_ij = (1/d) Σ_k 1 / (1 + KL_k(a_i‖b_j)); the N×M×d intermediate is built in row
               chunks of at most ``chunk_elements`` elements, so memory stays bounded.
     """
-    if check_reduction(reduction) == "sum":
-        return similarity_from_kl(kl_divergence_matrix(mu_a, logvar_a, mu_b, logvar_b))
+    if check_reduction(reduction) in KL_REDUCTIONS:
+        scale = kl_scale(reduction, mu_a.shape[-1])
+        return similarity_from_kl(kl_divergence_matrix(mu_a, logvar_a, mu_b, logvar_b), scale)
     rows_per_chunk = max(1, chunk_elements // max(1, mu_b.shape[0] * mu_b.shape[-1]))
     chunks = [
         similarity(
