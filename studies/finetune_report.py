@@ -1,8 +1,14 @@
-"""Write ``results/REPRODUCTION.md`` from the full-fine-tuning study that ``studies/run_finetune_study.sh`` ran.
+"""Write ``results/REPRODUCTION.md`` from the two full-fine-tuning studies.
 
-Reads ``<study>/results.json`` (``gausscse-evaluate`` over all runs: full test splits, McNemar's tests) and
-``<study>/train/<run>.json`` (each run's ``train_results.json``: SNLI-dev metrics of its final weights, data counts).
-Every number in the report comes from those files; the defaults are chosen here from SNLI dev only.
+* The similarity-reduction study (``studies/run_reduction_study.sh``, ``--reduction_study``): ``sum``, ``mean_kl`` and
+  ``mean_dim`` with the quickstart recipe, several seeds; per seed ``seed<N>/results.json`` (``gausscse-evaluate``:
+  full SNLI dev and test splits, McNemar's tests of ``mean_kl`` against the others), ``train/<run>.json`` and
+  ``study.json`` (steps, precision, seeds). Its selection rule (:func:`choose_reduction`, SNLI dev only) picks the
+  default reduction.
+* The loss-variant study (``studies/run_finetune_study.sh``, ``--study``): the four GaussCSE variants × two
+  reductions and supervised SimCSE; ``results.json``, ``train/<run>.json`` and ``study.json``.
+
+Every number in the report comes from those files.
 """
 
 from __future__ import annotations
@@ -24,6 +30,14 @@ PAPER = {  # Yoda et al. (EACL 2024), BERT-base, Tables 1-2
 DEV_METRICS = ("eval_snli_dev_auprc", "eval_snli_dev_accuracy", "eval_snli_dev_direction_accuracy")
 AUPRC, DIRECTION = "eval_snli_dev_auprc", "eval_snli_dev_direction_accuracy"
 SEED_SUFFIX = re.compile(r"_seed\d+$")
+TIE_MARGIN = 0.5  # points: SNLI-dev means closer than this are a tie under the reduction rule
+REDUCTION_RULE = (
+    "1. per reduction, the mean over seeds of SNLI-dev entailment direction (similarity rule) and of SNLI-dev AUPRC;",
+    f"2. the reductions whose mean direction is within {TIE_MARGIN} points of the best mean direction are tied on "
+    "direction; among them the highest mean AUPRC wins;",
+    f"3. `mean_kl` becomes the default if it wins, or if it is within {TIE_MARGIN} points of the winner on both mean "
+    "direction and mean AUPRC (a tie: its exact search and sentence-transformers routes decide).",
+)
 
 
 def config_of(run: str) -> str:
@@ -63,7 +77,162 @@ def grouped(runs: dict[str, dict]) -> dict[str, list[str]]:
     return groups
 
 
-def render(folder: Path, precision: str, steps: int) -> str:
+def data_line(data: dict) -> str:
+    """The training data, from a run's ``train_results.json``."""
+    return (
+        f"SNLI train (first 100k lines) + MNLI train (20k sample): {data['examples']:,} examples, "
+        f"{data['complete_triplets']:,} complete triplets, {data['duplicate_rows']} repeated rows counted once"
+    )
+
+
+def choose_reduction(dev: dict[str, dict[str, float]]) -> tuple[str, str]:
+    """``(winner, default)`` by ``REDUCTION_RULE`` from per-reduction SNLI-dev means ``{"direction", "auprc"}``."""
+    best_direction = max(scores["direction"] for scores in dev.values())
+    tied = [name for name, scores in dev.items() if best_direction - scores["direction"] <= TIE_MARGIN]
+    winner = max(tied, key=lambda name: dev[name]["auprc"])
+    candidate = dev.get("mean_kl")
+    close = candidate is not None and all(
+        abs(candidate[metric] - dev[winner][metric]) <= TIE_MARGIN for metric in ("direction", "auprc")
+    )
+    return winner, "mean_kl" if close else winner
+
+
+def reduction_section(folder: Path) -> list[str]:
+    """The similarity-reduction study: setup, rule, SNLI-dev means, test means, per-seed runs, McNemar, decision."""
+    study = json.loads((folder / "study.json").read_text(encoding="utf-8"))
+    reductions, seeds = study["reductions"], study["seeds"]
+    per_seed = {seed: json.loads((folder / f"seed{seed}/results.json").read_text(encoding="utf-8")) for seed in seeds}
+    runs = {
+        (reduction, seed): {**results["models"], **results["baselines"]}[f"{reduction}_seed{seed}"]
+        for seed, results in per_seed.items()
+        for reduction in reductions
+    }
+    train = {
+        (reduction, seed): json.loads((folder / f"train/{reduction}_seed{seed}.json").read_text(encoding="utf-8"))
+        for reduction in reductions
+        for seed in seeds
+    }
+    meta = per_seed[seeds[0]]["meta"]
+
+    def values(reduction: str, pick) -> list[float]:
+        return [pick(runs[reduction, seed]) for seed in seeds]
+
+    lines = [
+        f"## Similarity reduction: {', '.join(f'`{name}`' for name in reductions)} ({len(seeds)} "
+        + ("seed)" if len(seeds) == 1 else "seeds)"),
+        "",
+        f"Rerun: `SEEDS=\"{' '.join(map(str, seeds))}\" bash studies/run_reduction_study.sh`.",
+        "",
+        "- Reductions: `sum` = 1/(1 + KL) (the paper's eq. 2), `mean_kl` = 1/(1 + KL/d), `mean_dim` = "
+        "mean_k 1/(1 + KL_k) (the released code).",
+        f"- Recipe: the quickstart's, unchanged but for the reduction and the seed (`configs/quickstart.yaml`: "
+        f"ent+con+rev, **{study['steps']} packed steps** of batch 64, backbone 1e-4, heads 1e-3, max length 64, the "
+        f"final weights); seeds {', '.join(map(str, seeds))}.",
+        f"- Training data: {data_line(train[reductions[0], seeds[0]]['data'])}.",
+        f"- Precision: {study['precision']} (chosen by `python -m gausscse.training.precision`); evaluation on "
+        f"{meta['device']} with {meta['torch_threads']} threads, platform `{meta['platform']}`. Training wall-clock "
+        "per run (mean over seeds; the machine also ran other work during some runs, so read these as rough): "
+        + ", ".join(
+            f"`{name}` {statistics.mean(train[name, seed]['train_runtime'] for seed in seeds):.0f} s"
+            for name in reductions
+        )
+        + ".",
+        "- Selection data: all of SNLI dev (9,842 pairs; direction on its entailment pairs). Test sets: full SNLI "
+        "test, MNLI mismatched, SICK test.",
+        "",
+        "### Selection rule (written down before the runs, in `studies/run_reduction_study.sh`)",
+        "",
+        *REDUCTION_RULE,
+        "",
+        "### SNLI dev (the selection data): mean ± standard deviation over seeds (%)",
+        "",
+        "| reduction | direction | AUPRC | accuracy | direction per seed |",
+        "|---|---:|---:|---:|---|",
+    ]
+    dev = {}
+    for name in reductions:
+        direction = values(name, lambda run: run["snli_dev"]["direction_accuracy"])
+        auprc = values(name, lambda run: run["snli_dev"]["auprc"])
+        accuracy = values(name, lambda run: run["snli_dev"]["accuracy"])
+        dev[name] = {"direction": statistics.mean(direction), "auprc": statistics.mean(auprc)}
+        lines.append(
+            f"| `{name}` | {summary(direction)} | {summary(auprc)} | {summary(accuracy)} | "
+            + " / ".join(f"{value:.2f}" for value in direction)
+            + " |"
+        )
+    winner, default = choose_reduction(dev)
+    lines += [
+        "",
+        f"By the rule: **{winner}** wins"
+        + (f"; `mean_kl` is within {TIE_MARGIN} points of it on both, a tie" if default != winner else "")
+        + ".",
+        "",
+        f"Similarity reduction: **{default}** (the default of `GaussCSEConfig`, hence of training and the "
+        "quickstart).",
+        "",
+        "### Full test splits: mean ± standard deviation over seeds (%)",
+        "",
+        "| reduction | direction, similarity rule: " + " / ".join(label for _, label in TEST_SETS)
+        + " | direction, variance rule | NLI accuracy at the SNLI-dev threshold | AUPRC |",
+        "|---|---|---|---|---|",
+    ]  # fmt: skip
+    for name in reductions:
+        cells = [
+            " / ".join(
+                summary(values(name, lambda run, task=task, key=key, metric=metric: run[task][key][metric]))
+                for key, _ in TEST_SETS
+            )
+            for task, metric in (
+                ("direction", "similarity_rule"),
+                ("direction", "variance_rule"),
+                ("nli", "accuracy"),
+                ("nli", "auprc"),
+            )
+        ]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    lines += [
+        "| length baseline (characters) | "
+        + " / ".join(
+            f"{runs[reductions[0], seeds[0]]['direction'][key]['length_baseline']:.2f}" for key, _ in TEST_SETS
+        )
+        + " | | | |",
+        "",
+        "### Every run (%): direction (similarity rule) and NLI accuracy, SNLI / MNLI (mm) / SICK test",
+        "",
+        "| run | direction | NLI accuracy | SNLI-dev direction / AUPRC |",
+        "|---|---|---|---|",
+    ]
+    for seed in seeds:
+        for name in reductions:
+            run = runs[name, seed]
+            direction = " / ".join(f"{run['direction'][key]['similarity_rule']:.2f}" for key, _ in TEST_SETS)
+            accuracy = " / ".join(f"{run['nli'][key]['accuracy']:.2f}" for key, _ in TEST_SETS)
+            dev_scores = f"{run['snli_dev']['direction_accuracy']:.2f} / {run['snli_dev']['auprc']:.2f}"
+            lines.append(f"| `{name}` seed {seed} | {direction} | {accuracy} | {dev_scores} |")
+    lines += [
+        "",
+        "### McNemar's tests between reductions, per seed (exact two-sided p; b = only A correct, c = only B correct)",
+        "",
+        "| seed | A vs. B | task / test set | b | c | p |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for seed, results in per_seed.items():
+        for comparison, tests in results["significance"].items():
+            if "length baseline" in comparison:
+                continue
+            for task, test in sorted(tests.items()):
+                if task.split("/")[1] not in dict(TEST_SETS):
+                    continue
+                lines.append(
+                    f"| {seed} | {comparison.replace(f'_seed{seed}', '')} | {task} | {test['only_a_correct']} | "
+                    f"{test['only_b_correct']} | {p_value(test['p_value'])} |"
+                )
+    return [*lines, ""]
+
+
+def variant_section(folder: Path) -> list[str]:
+    study = json.loads((folder / "study.json").read_text(encoding="utf-8"))
+    steps, precision = study["steps"], study["precision"]
     results, runs, train = load_study(folder)
     groups = grouped(runs)
     meta = results["meta"]
@@ -71,24 +240,22 @@ def render(folder: Path, precision: str, steps: int) -> str:
     data = any_train["data"]
     seeds = max(len(members) for members in groups.values())
     lines = [
-        "# Reproduction study: full fine-tuning on the offline data",
+        f"## Loss variants × reductions ({steps} steps, {seeds} seed(s))",
         "",
-        f"Written by `studies/finetune_report.py` from `{folder}` (rerun: `STEPS={steps} "
-        f'SEEDS="{" ".join(str(k) for k in range(seeds))}" bash studies/run_finetune_study.sh`). Nothing here is '
-        "typed in.",
+        f"Rerun: `STEPS={steps} SEEDS=\"{' '.join(str(k) for k in range(seeds))}\" "
+        "bash studies/run_finetune_study.sh`.",
         "",
-        "## Setup",
+        "### Setup",
         "",
         f"- Backbone: the packaged all-MiniLM-L6-v2, fully fine-tuned with the quickstart recipe "
         f"(`configs/quickstart.yaml`) for **{steps} steps** of batch 64 per run; {seeds} seed(s) per configuration.",
-        f"- Training data: SNLI train (first 100k lines) + MNLI train (20k sample): {data['examples']:,} examples, "
-        f"{data['complete_triplets']:,} complete triplets, {data['duplicate_rows']} repeated rows counted once.",
+        f"- Training data: {data_line(data)}.",
         f"- Precision: {precision} (chosen by `python -m gausscse.training.precision`); evaluation on "
         f"{meta['device']} with {meta['torch_threads']} threads, platform `{meta['platform']}`.",
         "- Every run keeps its final weights; SNLI-dev metrics (all 9,842 pairs) of those weights are the only "
         "input to the choice of defaults below. Test sets: full SNLI test, MNLI mismatched, SICK test.",
         "",
-        "## Binary NLI accuracy (%) at the SNLI-dev threshold, and AUPRC (%)",
+        "### Binary NLI accuracy (%) at the SNLI-dev threshold, and AUPRC (%)",
         "",
         "| configuration | " + " | ".join(label for _, label in TEST_SETS) + " | AUPRC " + " / ".join(
             label for _, label in TEST_SETS) + " |",
@@ -103,7 +270,7 @@ def render(folder: Path, precision: str, steps: int) -> str:
     first = runs[next(iter(runs))]["direction"]
     lines += [
         "",
-        "## Entailment direction (%) on entailment pairs: similarity rule / variance rule",
+        "### Entailment direction (%) on entailment pairs: similarity rule / variance rule",
         "",
         "| configuration | " + " | ".join(label for _, label in TEST_SETS) + " |",
         "|---|" + "---:|" * len(TEST_SETS),
@@ -125,7 +292,7 @@ def render(folder: Path, precision: str, steps: int) -> str:
         lines.append(f"| {config} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "## SNLI dev (the selection data): AUPRC, accuracy, direction (%)",
+        "### SNLI dev (the selection data): AUPRC, accuracy, direction (%)",
         "",
         "| configuration | AUPRC | accuracy | direction |",
         "|---|---:|---:|---:|",
@@ -144,7 +311,7 @@ def render(folder: Path, precision: str, steps: int) -> str:
             )
             + " |"
         )
-    lines += ["", "## McNemar's tests (exact two-sided p; b = only A correct, c = only B correct)", ""]
+    lines += ["", "### McNemar's tests (exact two-sided p; b = only A correct, c = only B correct)", ""]
     lines += ["| A vs. B | task / test set | b | c | p |", "|---|---|---:|---:|---:|"]
     for comparison, tests in results["significance"].items():
         for task, test in tests.items():
@@ -155,18 +322,32 @@ def render(folder: Path, precision: str, steps: int) -> str:
                 f"{p_value(test['p_value'])} |"
             )
     lines += ["", *defaults_section(dev)]
+    return lines
+
+
+def render(variant_study: Path, reduction_study: Path) -> str:
+    lines = [
+        "# Reproduction studies: full fine-tuning on the offline data",
+        "",
+        "Written by `studies/finetune_report.py` from the JSON files of the study runs in "
+        f"`{reduction_study}` and `{variant_study}`. Nothing here is typed in.",
+        "",
+    ]
+    if (reduction_study / "study.json").is_file():
+        lines += reduction_section(reduction_study)
+    lines += variant_section(variant_study)
     return "\n".join(lines)
 
 
 def defaults_section(dev: dict[str, dict[str, float]]) -> list[str]:
-    """The rule that picks the defaults, applied to the SNLI-dev means (no test figure enters).
+    """This study's rule between ``sum`` and ``mean_dim``, applied to the SNLI-dev means (no test figure enters).
 
-    Direction is the method's promise, so the similarity reduction is the one with the higher SNLI-dev direction
+    Direction is the method's promise, so the preferred reduction is the one with the higher SNLI-dev direction
     accuracy in more of the loss variants that learn direction (those with the reverse term); its AUPRC cost is
-    reported beside it.
+    reported beside it. (It chose the default before the reduction study, which now does.)
     """
     directional = sorted({c.removesuffix("_sum").removesuffix("_mean_dim") for c in dev if "+rev" in c})
-    lines = ["## Defaults chosen on SNLI dev", ""]
+    lines = ["### The reduction this study preferred on SNLI dev (before the reduction study above)", ""]
     wins = {"mean_dim": 0, "sum": 0}
     for loss in directional:
         mean_dim, total = dev.get(f"{loss}_mean_dim"), dev.get(f"{loss}_sum")
@@ -181,7 +362,7 @@ def defaults_section(dev: dict[str, dict[str, float]]) -> list[str]:
     chosen = max(wins, key=wins.__getitem__)
     lines += [
         "",
-        f"Similarity reduction: **{chosen}** (higher SNLI-dev direction in {wins[chosen]} of "
+        f"Preferred here: **{chosen}** (higher SNLI-dev direction in {wins[chosen]} of "
         f"{sum(wins.values())} direction-learning variants).",
         "",
     ]
@@ -190,12 +371,11 @@ def defaults_section(dev: dict[str, dict[str, float]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--study", type=Path, default=Path("results/finetune_study"))
-    parser.add_argument("--precision", required=True, help="the training precision the study used (bf16/fp32)")
-    parser.add_argument("--steps", type=int, required=True, help="training steps per run")
+    parser.add_argument("--study", type=Path, default=Path("results/finetune_study"), help="the loss-variant study")
+    parser.add_argument("--reduction_study", type=Path, default=Path("results/reduction_study"))
     parser.add_argument("--output", type=Path, default=Path("results/REPRODUCTION.md"))
     args = parser.parse_args(argv)
-    write_atomic(args.output, render(args.study, args.precision, args.steps))
+    write_atomic(args.output, render(args.study, args.reduction_study))
     print(f"Wrote {args.output}", file=sys.stderr)
 
 

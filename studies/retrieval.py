@@ -4,12 +4,14 @@ Queries are SNLI-test entailment hypotheses (claims), the corpus is every SNLI-t
 to a claim when SNLI labels the pair entailment. Scored three ways on the same set:
 
 * GaussCSE routes: ``SentenceTransformer(model, trust_remote_code=True)``, ``encode_query`` / ``encode_document``,
-  ``dot`` = −KL(claim‖premise) — the ``sum`` form sim = 1/(1 + KL);
+  ``dot`` = −KL(claim‖premise): they rank by the total KL;
 * μ cosine: the same model with ``direction="none"`` (every route gives μ) and cosine similarity;
-* the model's own ``mean_dim`` similarity (``GaussCSEModel.similarity``), top-k fed to the evaluator's own metrics;
+* the −KL matrix and the model's own similarity (``similarity_matrix`` with its ``similarity_reduction``) from the
+  model's API, top-k fed to the evaluator's own metrics;
 
-plus how well the ``sum``-form ranking agrees with the ``mean_dim`` ranking per claim (Spearman over the corpus,
-top-1, top-10 overlap). Writes ``<output>/retrieval.json`` and ``<output>/RETRIEVAL.md``.
+plus how well the −KL ranking agrees with the model's own ranking per claim (Spearman over the corpus, top-1,
+top-10 overlap): identical for ``sum`` and ``mean_kl`` models (monotone in the KL), approximate for ``mean_dim``.
+Writes ``<output>/retrieval.json`` and ``<output>/RETRIEVAL.md``.
 
     python -m studies.retrieval --model /work/main/outputs/quickstart
 """
@@ -147,19 +149,21 @@ def run(model_path: str, max_queries: int, data_dir: str | None, batch_size: int
     results["seconds"]["mu_cosine"] = time.perf_counter() - started
     results["scores"]["mu_cosine"] = evaluated(metrics, "mu_cosine_")
 
-    # the model's own API: both reductions on the same Gaussians, ranked by the evaluator's own metric code
+    # the model's own API: −KL and the model's own similarity on the same Gaussians, the evaluator's own metric code
     started = time.perf_counter()
     model = routes[0].model
     claims = model.encode(list(queries.values()), batch_size=batch_size)
     premises = model.encode(list(corpus.values()), batch_size=batch_size)
-    sum_scores = -kl_divergence_matrix(claims.mu, claims.logvar, premises.mu, premises.logvar)  # sum form: −KL
-    mean_dim_scores = similarity_matrix(claims.mu, claims.logvar, premises.mu, premises.logvar, "mean_dim")
+    kl_scores = -kl_divergence_matrix(claims.mu, claims.logvar, premises.mu, premises.logvar)  # what dot ranks by
+    own_scores = similarity_matrix(
+        claims.mu, claims.logvar, premises.mu, premises.logvar, results["similarity_reduction"]
+    )
     evaluator = InformationRetrievalEvaluator(queries, corpus, relevant, name="api", **evaluator_options)
-    for name, scores in (("sum_api", sum_scores), ("mean_dim_api", mean_dim_scores)):
+    for name, scores in (("kl_api", kl_scores), ("model_api", own_scores)):
         metrics = evaluator.compute_metrics(top_hits(scores, list(corpus)))
         results["scores"][name] = {label: metrics[kind][k] for kind, k, label in METRICS}
-    results["agreement_sum_vs_mean_dim"] = rank_agreement(sum_scores, mean_dim_scores)
-    results["seconds"]["api_both_reductions"] = time.perf_counter() - started
+    results["agreement_kl_vs_model"] = rank_agreement(kl_scores, own_scores)
+    results["seconds"]["api_kl_and_model"] = time.perf_counter() - started
     return results
 
 
@@ -170,10 +174,11 @@ def evaluated(metrics: dict[str, float], prefix: str) -> dict[str, float]:
 
 def report(results: dict, command: str) -> str:
     """``RETRIEVAL.md`` from ``results``."""
+    reduction = results["similarity_reduction"]
     rows = (
-        ("routes_dot", "GaussCSE routes: `encode_query` · `encode_document` (dot = −KL, `sum` form)"),
-        ("sum_api", "`sum` form from the model's API (−KL matrix), same metric code"),
-        ("mean_dim_api", "`mean_dim` similarity from the model's API (the model's own form)"),
+        ("routes_dot", "GaussCSE routes: `encode_query` · `encode_document` (dot = −KL)"),
+        ("kl_api", "−KL matrix from the model's API, same metric code"),
+        ("model_api", f"the model's own similarity from its API (`{reduction}`)"),
         ("mu_cosine", 'μ cosine (`direction="none"`, `encode` vectors)'),
     )
     lines = [
@@ -202,11 +207,11 @@ def report(results: dict, command: str) -> str:
     for key, label in rows:
         scores = results["scores"][key]
         lines.append(f"| {label} | " + " | ".join(f"{100 * scores[label]:.2f}" for _, _, label in METRICS) + " |")
-    agreement = results["agreement_sum_vs_mean_dim"]
+    agreement = results["agreement_kl_vs_model"]
     lines += [
         "",
-        "Metrics in %. Agreement of the `sum`-form ranking (what the sentence-transformers routes rank by) with the "
-        "`mean_dim` ranking, per claim over the whole corpus:",
+        "Metrics in %. Agreement of the −KL ranking (what the sentence-transformers routes rank by) with the model's "
+        f"own `{reduction}` ranking, per claim over the whole corpus:",
         "",
         "| Spearman ρ mean | median | 5th percentile | min | same top-1 | top-10 overlap |",
         "|---:|---:|---:|---:|---:|---:|",

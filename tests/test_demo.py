@@ -84,6 +84,15 @@ def test_similarity_matrix_is_sim_row_given_column(model):
     assert not torch.allclose(expected, expected.T, rtol=1e-4, atol=0)  # a transposed matrix would fail
     labels = [tick.get_text() for tick in figure.axes[0].get_yticklabels()]
     assert labels[0].startswith("1. a man is playing a red guitar") and labels[1] == f"2. {SENTENCE_B}"
+    assert figure.axes[0].get_title().startswith("sim(row‖column) = 1 / (1 + KL(row‖column)):")  # the model's sum
+
+
+def test_a_mean_kl_models_matrix_and_title_are_its_own_similarity(model):
+    model.config.similarity_reduction = "mean_kl"  # the fixture's model is built afresh for each test
+    sentences, matrix, figure = similarity_figure(model, f"{SENTENCE_A}\n{SENTENCE_B}")
+    expected = reference(model, sentences, sentences)  # 1 / (1 + KL/d) from torch.distributions
+    torch.testing.assert_close(torch.tensor(matrix, dtype=torch.float64), expected, rtol=1e-4, atol=0)
+    assert figure.axes[0].get_title().startswith("sim(row‖column) = 1 / (1 + KL(row‖column) / d):")
 
 
 def test_search_ranks_the_corpus_by_sim_claim_given_sentence(model, tmp_path):

@@ -6,12 +6,16 @@ from torch.distributions import Normal
 from torch.distributions import kl_divergence as torch_kl
 
 from gausscse.model.gaussian import (
+    KL_REDUCTIONS,
+    REDUCTIONS,
     GaussianEmbeddings,
     check_finite,
     kl_divergence,
     kl_divergence_matrix,
     kl_per_dim,
+    kl_scale,
     similarity,
+    similarity_formula,
     similarity_matrix,
 )
 
@@ -35,6 +39,8 @@ def reference_pairwise_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction: str
     per_dim = reference_kl_per_dim(mu_a[:, None], logvar_a[:, None], mu_b[None], logvar_b[None])
     if reduction == "sum":
         return 1.0 / (1.0 + per_dim.sum(-1))
+    if reduction == "mean_kl":
+        return 1.0 / (1.0 + per_dim.sum(-1) / per_dim.shape[-1])
     return (1.0 / (1.0 + per_dim)).mean(-1)
 
 
@@ -46,7 +52,7 @@ def test_elementwise_kl_matches_torch_distributions():
     torch.testing.assert_close(kl_divergence(mu_a, logvar_a, mu_b, logvar_b), expected.sum(-1), **TOLERANCE)
 
 
-@pytest.mark.parametrize("reduction", ["sum", "mean_dim"])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_elementwise_similarity_matches_torch_distributions(reduction):
     mu_a, logvar_a = random_gaussians(40, 12, seed=2)
     mu_b, logvar_b = random_gaussians(40, 12, seed=3)
@@ -54,7 +60,7 @@ def test_elementwise_similarity_matches_torch_distributions(reduction):
     torch.testing.assert_close(similarity(mu_a, logvar_a, mu_b, logvar_b, reduction), expected, **TOLERANCE)
 
 
-@pytest.mark.parametrize("reduction", ["sum", "mean_dim"])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_pairwise_similarity_matches_torch_distributions(reduction):
     mu_a, logvar_a = random_gaussians(23, 16, seed=4)
     mu_b, logvar_b = random_gaussians(17, 16, seed=5)
@@ -82,7 +88,7 @@ def test_chunked_mean_dim_equals_unchunked():
         torch.testing.assert_close(chunked, whole, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("reduction", ["sum", "mean_dim"])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_pairwise_gradcheck(reduction):
     mu_a, logvar_a = random_gaussians(4, 5, seed=10)
     mu_b, logvar_b = random_gaussians(3, 5, seed=11)
@@ -107,7 +113,7 @@ def test_asymmetry_broader_gaussian_is_the_entailing_side():
     """sim(narrow‖broad) > sim(broad‖narrow): the hypothesis fits inside the broader premise, not the reverse."""
     mu = torch.zeros(1, 16, dtype=torch.float64)
     broad, narrow = torch.full_like(mu, 1.0), torch.full_like(mu, -1.0)
-    for reduction in ("sum", "mean_dim"):
+    for reduction in REDUCTIONS:
         narrow_given_broad = similarity(mu + 0.1, narrow, mu, broad, reduction)
         broad_given_narrow = similarity(mu, broad, mu + 0.1, narrow, reduction)
         assert narrow_given_broad.item() > broad_given_narrow.item()
@@ -117,13 +123,14 @@ def test_asymmetry_broader_gaussian_is_the_entailing_side():
 
 def test_unknown_reduction_names_the_valid_ones():
     mu, logvar = random_gaussians(2, 3, seed=13)
-    with pytest.raises(ValueError, match=r"similarity_reduction must be one of \('sum', 'mean_dim'\), got 'max'"):
+    valid = r"\('sum', 'mean_kl', 'mean_dim'\)"
+    with pytest.raises(ValueError, match=rf"similarity_reduction must be one of {valid}, got 'max'"):
         similarity_matrix(mu, logvar, mu, logvar, reduction="max")
 
 
 def test_empty_inputs_give_empty_matrices():
     mu, logvar = random_gaussians(3, 4, seed=14)
-    for reduction in ("sum", "mean_dim"):
+    for reduction in REDUCTIONS:
         assert similarity_matrix(mu[:0], logvar[:0], mu, logvar, reduction).shape == (0, 3)
         assert similarity_matrix(mu, logvar, mu[:0], logvar[:0], reduction).shape == (3, 0)
 
@@ -167,3 +174,20 @@ def test_kl_is_an_inner_product_of_feature_maps_in_both_directions():
     assert torch.equal((query_left @ item_right.T).argsort(dim=1), by_similarity)
     with pytest.raises(ValueError, match=r"side must be one of \('left', 'right'\), got 'up'"):
         kl_feature_map(mu_q, logvar_q, "up")
+
+
+def test_mean_kl_is_the_sum_form_of_the_kl_scaled_by_the_dimension():
+    """sim_mean_kl = 1/(1 + KL/d) (torch.distributions' KL), the same ranking as sum for any query, and kl_scale
+    refuses the reduction that is no function of the total KL."""
+    mu_q, logvar_q = random_gaussians(6, 24, seed=30)
+    mu_x, logvar_x = random_gaussians(40, 24, seed=31)
+    kl = reference_kl_per_dim(mu_q[:, None], logvar_q[:, None], mu_x[None], logvar_x[None]).sum(-1)
+    mean_kl = similarity_matrix(mu_q, logvar_q, mu_x, logvar_x, "mean_kl")
+    torch.testing.assert_close(mean_kl, 1.0 / (1.0 + kl / 24), **TOLERANCE)
+    summed = similarity_matrix(mu_q, logvar_q, mu_x, logvar_x, "sum")
+    assert torch.equal(mean_kl.argsort(dim=1, descending=True), summed.argsort(dim=1, descending=True))
+    assert (mean_kl >= summed).all()  # the same KL divided by d ≥ 1: less saturated
+    assert KL_REDUCTIONS == ("sum", "mean_kl") and kl_scale("sum", 24) == 1 and kl_scale("mean_kl", 24) == 24
+    with pytest.raises(ValueError, match=r"'mean_dim' is not a function of the total KL"):
+        kl_scale("mean_dim", 24)
+    assert similarity_formula("mean_kl", "row", "column") == "1 / (1 + KL(row‖column) / d)"

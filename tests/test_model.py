@@ -111,10 +111,11 @@ def test_mean_pooling_is_the_masked_mean(make_tiny_model):
     assert torch.equal(make_tiny_model(pooling="cls").pool(hidden, mask), hidden[:, 0])
 
 
-@pytest.mark.parametrize("reduction", ["sum", "mean_dim"])
+@pytest.mark.parametrize("reduction", ["sum", "mean_kl", "mean_dim"])
 def test_similarity_api_matches_the_kl_of_torch_distributions(reduction, make_tiny_model):
     """similarity / similarity_pairwise / entailment_score / entailment_direction against an independent formulation:
-    torch.distributions' KL of the diagonal Gaussians, sim = 1/(1 + KL) ("sum") or mean_k 1/(1 + KL_k) ("mean_dim")."""
+    torch.distributions' KL of the diagonal Gaussians, sim = 1/(1 + KL) ("sum"), 1/(1 + KL/d) ("mean_kl") or
+    mean_k 1/(1 + KL_k) ("mean_dim")."""
     model = make_tiny_model(similarity_reduction=reduction)
     generator = torch.Generator().manual_seed(1)
     # 8-dimensional Gaussians (the API takes any d); premise_i broader (+) or narrower (−) than hypothesis_i
@@ -255,7 +256,11 @@ def test_bad_input_errors_name_the_argument(make_tiny_model, minilm_tokenizer):
     ("field", "value", "message"),
     [
         ("pooling", "max", r"pooling must be one of \('cls', 'mean'\), got 'max'"),
-        ("similarity_reduction", "prod", r"similarity_reduction must be one of \('sum', 'mean_dim'\), got 'prod'"),
+        (
+            "similarity_reduction",
+            "prod",
+            r"similarity_reduction must be one of \('sum', 'mean_kl', 'mean_dim'\), got 'prod'",
+        ),
         ("mean_activation", "relu", r"mean_activation must be one of \('tanh', 'none'\), got 'relu'"),
         ("logvar_min", 20.0, "logvar_min (must be below|<) logvar_max"),
     ],
@@ -271,3 +276,17 @@ def test_safetensors_hold_encoder_and_both_heads(make_tiny_model, tmp_path):
     state = load_file(tmp_path / "model.safetensors")
     assert state["mean_head.weight"].shape == state["logvar_head.weight"].shape == (16, 32)
     assert any(key.startswith("encoder.encoder.layer.1.") for key in state)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean_kl", "mean_dim"])
+def test_a_saved_folder_loads_and_scores_with_its_own_reduction(reduction, make_tiny_model, tmp_path, minilm_tokenizer):
+    """config.json names the reduction, so a folder saved as sum or mean_dim scores as it did whatever the default;
+    its encoded sentences are scored against torch.distributions with that reduction."""
+    make_tiny_model(similarity_reduction=reduction).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["similarity_reduction"] == reduction
+    loaded = GaussCSEModel.from_pretrained(tmp_path)
+    assert loaded.config.similarity_reduction == reduction
+    sentences = ["a dog runs in a park", "an animal is outside", "two people eat"]
+    encoded = loaded.encode(sentences, tokenizer=minilm_tokenizer)
+    expected = reference_similarity(encoded.mu, encoded.logvar, encoded.mu, encoded.logvar, reduction)
+    torch.testing.assert_close(loaded.similarity(encoded, encoded).double(), expected, rtol=1e-4, atol=1e-6)

@@ -3,6 +3,7 @@ and its usage and search snippets run as written against a saved model."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from gausscse.training.model_card import SENTENCE_TRANSFORMERS_USAGE, render_model_card
+from gausscse.training.model_card import render_model_card, sentence_transformers_usage
 
 from .helpers import reference_similarity
 
@@ -22,7 +23,8 @@ METRICS = {"snli_dev_auprc": 61.234567, "snli_dev_accuracy": 70.5, "snli_dev_dir
 
 def card(base_model: str = "sentence-transformers/all-MiniLM-L6-v2", **kwargs) -> str:
     arguments = {"model_name": "me/gausscse-minilm", "base_model": base_model, "datasets": ["snli", "mnli"],
-                 "metrics": METRICS, "training_arguments": {"loss": "ent+con+rev"}, "data_stats": {"examples": 3}}
+                 "metrics": METRICS, "training_arguments": {"loss": "ent+con+rev"}, "data_stats": {"examples": 3},
+                 "reduction": "sum", "embedding_size": 384}
     return render_model_card(**{**arguments, **kwargs})
 
 
@@ -39,7 +41,7 @@ def test_hub_model_card_parses_the_metadata_and_the_final_metrics():
     }
     assert {(r.dataset_type, r.dataset_split) for r in data.eval_results} == {("stanfordnlp/snli", "validation")}
     assert "![" in parsed.text and "](evaluation.png)" in parsed.text
-    assert SENTENCE_TRANSFORMERS_USAGE.format(name="me/gausscse-minilm") in parsed.text
+    assert sentence_transformers_usage("me/gausscse-minilm", "sum", 384) in parsed.text
     assert "python app.py" in parsed.text and "huggingface.co/spaces" in parsed.text
 
 
@@ -54,25 +56,29 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
-def test_the_cards_usage_and_search_snippets_run_against_a_saved_model(minilm_gausscse, tmp_path):
+@pytest.mark.parametrize("reduction", ["sum", "mean_kl"])
+def test_the_cards_usage_and_search_snippets_run_against_a_saved_model(reduction, minilm_gausscse, tmp_path):
+    """Each snippet of a card written for the model's reduction prints the model's own similarities."""
+    model = copy.deepcopy(minilm_gausscse)
+    model.config.similarity_reduction = reduction
     folder = tmp_path / "me" / "gausscse-minilm"  # the card's model name, as a folder
-    minilm_gausscse.save_pretrained(folder)
-    minilm_gausscse.get_tokenizer().save_pretrained(folder)
-    usage, st_usage, search = python_blocks(card())
+    model.save_pretrained(folder)
+    model.get_tokenizer().save_pretrained(folder)
+    usage, st_usage, search = python_blocks(card(reduction=reduction, embedding_size=model.config.embedding_size))
     found, scores = run_snippets(usage + search, tmp_path)
     passages = re.search(r"^passages = (\[.*\])$", search, re.M).group(1)
     passages = eval(passages)
     claim = re.search(r"model\.encode\(\[(\".*?\")\]\)", search).group(1).strip('"')
-    encoded_passages, encoded_claim = minilm_gausscse.encode(passages), minilm_gausscse.encode([claim])
+    encoded_passages, encoded_claim = model.encode(passages), model.encode([claim])
     expected = reference_similarity(encoded_claim.mu, encoded_claim.logvar, encoded_passages.mu,
-                                    encoded_passages.logvar, "sum")[0]
+                                    encoded_passages.logvar, reduction)[0]
     best = expected.argsort(descending=True)[:2]
     assert found == [passages[i] for i in best.tolist()]
     torch.testing.assert_close(torch.tensor(scores, dtype=torch.float64), expected[best], rtol=1e-5, atol=0)
     # the sentence-transformers snippet prints sim(claim‖passage) for each of its passages
-    st_passages = minilm_gausscse.encode(eval(re.search(r"^passages = (\[.*\])$", st_usage, re.M).group(1)))
-    st_claim = minilm_gausscse.encode([re.search(r'^claims = \["(.*)"\]$', st_usage, re.M).group(1)])
-    st_expected = reference_similarity(st_claim.mu, st_claim.logvar, st_passages.mu, st_passages.logvar, "sum")[0]
+    st_passages = model.encode(eval(re.search(r"^passages = (\[.*\])$", st_usage, re.M).group(1)))
+    st_claim = model.encode([re.search(r'^claims = \["(.*)"\]$', st_usage, re.M).group(1)])
+    st_expected = reference_similarity(st_claim.mu, st_claim.logvar, st_passages.mu, st_passages.logvar, reduction)[0]
     printed = run_python(st_usage, tmp_path)
     st_scores = torch.tensor(eval(re.search(r"tensor\((\[\[.*?\]\])", printed, re.S).group(1)), dtype=torch.float64)
     torch.testing.assert_close(st_scores[0], st_expected, rtol=1e-5, atol=0)

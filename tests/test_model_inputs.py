@@ -6,40 +6,31 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch.distributions import Independent, Normal, kl_divergence
 
 from gausscse import GaussCSEConfig, GaussianEmbeddings, similarity, similarity_matrix
 
-from .helpers import tiny_encoder_config
+from .helpers import reference_similarity, tiny_encoder_config
 
 D = 768
 TINY_BERT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 
 
-def reference_similarity_matrix(mu_a, logvar_a, mu_b, logvar_b) -> torch.Tensor:
-    """1 / (1 + KL) of every pair from torch.distributions in float64 (the paper's eq. 2)."""
-
-    def gaussians(mu, logvar):
-        return Independent(Normal(mu.double(), torch.exp(0.5 * logvar.double())), 1)
-
-    kl = kl_divergence(gaussians(mu_a[:, None], logvar_a[:, None]), gaussians(mu_b[None], logvar_b[None]))
-    return 1.0 / (1.0 + kl)
-
-
+@pytest.mark.parametrize("reduction", ["sum", "mean_kl"])
 @pytest.mark.parametrize("logvar_level", [-10.0, -5.0, 0.0, 5.0, 10.0])
-def test_sum_similarity_matrix_is_exact_in_float32_over_the_clamp_range(logvar_level):
+def test_kl_similarity_matrix_is_exact_in_float32_over_the_clamp_range(logvar_level, reduction):
+    """The matrix-product path of the KL reductions, float32 in, against torch.distributions in float64."""
     generator = torch.Generator().manual_seed(0)
     signs = torch.randint(0, 2, (6, D), generator=generator).float() * 2 - 1  # μ = ±1
     mu = torch.cat([signs, signs[:2] + 1e-3 * torch.randn(2, D, generator=generator)])  # near-duplicates too
     logvar = logvar_level + 0.01 * torch.randn(mu.shape, generator=generator)
     logvar[:4] = logvar_level  # identical variances as well
-    matrix = similarity_matrix(mu, logvar, mu, logvar, "sum")  # float32 in, float32 out
+    matrix = similarity_matrix(mu, logvar, mu, logvar, reduction)  # float32 in, float32 out
     assert matrix.dtype == torch.float32
-    expected = reference_similarity_matrix(mu, logvar, mu, logvar)
+    expected = reference_similarity(mu, logvar, mu, logvar, reduction)
     relative = ((matrix.double() - expected).abs() / expected).max()
     assert relative <= 1e-4, f"relative error {relative:.2e} at log σ² = {logvar_level}"
     torch.testing.assert_close(matrix.diag(), torch.ones(len(mu)), atol=1e-4, rtol=0)
-    row_wise = similarity(mu, logvar, mu, logvar, "sum")
+    row_wise = similarity(mu, logvar, mu, logvar, reduction)
     torch.testing.assert_close(matrix.diag(), row_wise, atol=1e-4, rtol=0)
 
 

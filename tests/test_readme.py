@@ -2,10 +2,13 @@
 numbers an independent computation gives."""
 
 import ast
+import copy
 import re
 from pathlib import Path
 
 import torch
+
+from gausscse import GaussCSEConfig
 
 from .helpers import entropy, heads_by_hand, reference_similarity
 
@@ -75,15 +78,20 @@ def test_readme_usage_example_prints_the_kl_scores_of_a_saved_model(minilm_gauss
 
 
 def test_readme_sentence_transformers_example_prints_the_kl_scores(minilm_gausscse, fresh_python, tmp_path):
+    """On a model with the default reduction (mean_kl, as the quickstart's), the example prints sim(claim‖passage)."""
     code = usage_example(1)
     assert "trust_remote_code=True" in code
+    model = copy.deepcopy(minilm_gausscse)
+    model.config.similarity_reduction = GaussCSEConfig().similarity_reduction
     claims, passages, (best, similarity) = run_example(
-        code, "SentenceTransformer", ("claims", "passages"), minilm_gausscse, fresh_python, tmp_path
+        code, "SentenceTransformer", ("claims", "passages"), model, fresh_python, tmp_path
     )
 
-    raw_mu, logvar = heads_by_hand(minilm_gausscse, minilm_gausscse.get_tokenizer(), claims + passages)
+    raw_mu, logvar = heads_by_hand(model, model.get_tokenizer(), claims + passages)
     mu = torch.tanh(raw_mu)
     claim, passage = slice(0, len(claims)), slice(len(claims), None)
-    expected = reference_similarity(mu[claim], logvar[claim], mu[passage], logvar[passage], "sum")  # sim(claim‖passage)
+    reduction = model.config.similarity_reduction
+    # sim(claim‖passage)
+    expected = reference_similarity(mu[claim], logvar[claim], mu[passage], logvar[passage], reduction)
     torch.testing.assert_close(torch.tensor(similarity, dtype=torch.float64), expected, rtol=1e-5, atol=0)
     assert best == expected.argmax(dim=1).tolist()

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 from gausscse import GaussCSEConfig
-from studies.finetune_report import AUPRC, DIRECTION, defaults_section
+from studies.finetune_report import AUPRC, DIRECTION, choose_reduction, defaults_section
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STUDY = REPO_ROOT / "results" / "finetune_study"
+REDUCTION_STUDY = REPO_ROOT / "results" / "reduction_study"
 
 
 def dev(direction_mean_dim: float, direction_sum: float) -> dict[str, dict[str, float]]:
@@ -23,16 +24,37 @@ def dev(direction_mean_dim: float, direction_sum: float) -> dict[str, dict[str, 
     }
 
 
-def test_the_rule_picks_the_reduction_with_the_better_dev_direction():
-    assert "Similarity reduction: **mean_dim**" in "\n".join(defaults_section(dev(95.0, 90.0)))
-    assert "Similarity reduction: **sum**" in "\n".join(defaults_section(dev(90.0, 95.0)))
+def test_the_variant_study_prefers_the_reduction_with_the_better_dev_direction():
+    assert "Preferred here: **mean_dim**" in "\n".join(defaults_section(dev(95.0, 90.0)))
+    assert "Preferred here: **sum**" in "\n".join(defaults_section(dev(90.0, 95.0)))
+
+
+def reductions(**scores: tuple[float, float]) -> dict[str, dict[str, float]]:
+    return {name: {"direction": direction, "auprc": auprc} for name, (direction, auprc) in scores.items()}
+
+
+def test_the_reduction_rule_direction_first_auprc_among_ties_mean_kl_on_a_tie():
+    # the best direction and AUPRC
+    assert choose_reduction(reductions(sum=(92.0, 62.0), mean_kl=(96.0, 63.0), mean_dim=(95.0, 59.0))) == (
+        "mean_kl", "mean_kl")
+    # tied on direction (within 0.5): the higher AUPRC wins
+    assert choose_reduction(reductions(sum=(92.0, 62.0), mean_kl=(95.7, 63.0), mean_dim=(96.0, 59.0))) == (
+        "mean_kl", "mean_kl")
+    # clearly better direction wins whatever the AUPRC
+    assert choose_reduction(reductions(sum=(92.0, 62.0), mean_kl=(95.0, 63.0), mean_dim=(96.0, 59.0))) == (
+        "mean_dim", "mean_dim")
+    # sum wins the tie on AUPRC; mean_kl within 0.5 of it on both: a tie, mean_kl
+    assert choose_reduction(reductions(sum=(95.9, 60.4), mean_kl=(95.8, 60.0), mean_dim=(96.0, 59.0))) == (
+        "sum", "mean_kl")
+    # ... but not when its AUPRC is further off
+    assert choose_reduction(reductions(sum=(95.9, 60.4), mean_kl=(95.8, 59.8), mean_dim=(96.0, 59.0))) == (
+        "sum", "sum")
 
 
 def test_report_figures_come_from_the_study_and_the_code_default_follows_its_rule(tmp_path):
     output = tmp_path / "REPRODUCTION.md"
     subprocess.run(
-        [sys.executable, "-m", "studies.finetune_report", "--study", str(STUDY.relative_to(REPO_ROOT)),
-         "--precision", "bf16", "--steps", "200", "--output", str(output)],
+        [sys.executable, "-m", "studies.finetune_report", "--output", str(output)],
         cwd=REPO_ROOT, check=True, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     report = output.read_text()
@@ -40,8 +62,12 @@ def test_report_figures_come_from_the_study_and_the_code_default_follows_its_rul
     models = json.loads((STUDY / "results.json").read_text())["models"]
     direction = models["ent+con+rev_mean_dim_seed0"]["direction"]["snli"]["similarity_rule"]
     assert f"| ent+con+rev_mean_dim | {direction:.2f} /" in report
-    chosen = report.split("Similarity reduction: **")[1].split("**")[0]
+    chosen = report.split("Similarity reduction: **")[1].split("**")[0]  # the reduction study's decision
     assert GaussCSEConfig().similarity_reduction == chosen  # the one default, which train_gausscse.py uses
+    for seed in json.loads((REDUCTION_STUDY / "study.json").read_text())["seeds"]:
+        results = json.loads((REDUCTION_STUDY / f"seed{seed}/results.json").read_text())
+        direction = results["models"][f"mean_kl_seed{seed}"]["direction"]["snli"]["similarity_rule"]
+        assert f"| `mean_kl` seed {seed} | {direction:.2f} /" in report
 
 
 def test_benchmarks_md_is_what_the_writer_makes_of_the_committed_json(monkeypatch):

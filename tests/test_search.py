@@ -47,7 +47,7 @@ def check_against_brute_force(index, queries, items, k, directions=("entailing",
         torch.testing.assert_close(scores.double(), reference.gather(1, ids), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("reduction", ["sum", "mean_dim"])
+@pytest.mark.parametrize("reduction", ["sum", "mean_kl", "mean_dim"])
 @pytest.mark.parametrize("k", [1, 5, 23])
 def test_torch_backend_equals_brute_force_in_both_directions(reduction, k, monkeypatch, tmp_path):
     monkeypatch.setattr(index_module, "CHUNK_ROWS", 4)  # several chunks, merged across
@@ -61,12 +61,15 @@ def test_torch_backend_equals_brute_force_in_both_directions(reduction, k, monke
         check_against_brute_force(candidate, queries, items, k)
 
 
+@pytest.mark.parametrize("reduction", ["sum", "mean_kl"])
 @pytest.mark.parametrize("k", [1, 5, 40])
-def test_faiss_backend_is_exact_for_sum_with_realistic_ranges(k, monkeypatch):
-    """float32 inner products of the feature maps, a shortlist, exact re-scoring: the brute-force top k."""
+def test_faiss_backend_is_exact_for_the_kl_reductions_with_realistic_ranges(k, reduction, monkeypatch):
+    """float32 inner products of the feature maps, the default shortlist (2·k), exact re-scoring: the brute-force
+    top k of the model's own similarity."""
     monkeypatch.setattr(index_module, "QUERY_CHUNK", 3)  # re-scoring in several query chunks
     items, queries = gaussians(40, seed=3, dim=16), gaussians(7, seed=4, dim=16)
-    index = GaussianIndex(16, "sum", "faiss", candidates_per_result=2)
+    index = GaussianIndex(16, reduction, "faiss")
+    assert index.candidates_per_result == 2
     index.add(items)
     check_against_brute_force(index, queries, items, k)
 

@@ -1,10 +1,11 @@
 """The sentence-transformers face: a saved GaussCSE folder loads as a SentenceTransformer (trust_remote_code), plain
 encode gives μ, encode_query / encode_document give vectors whose dot product is −KL (checked against
-torch.distributions), the ranking equals the model's own ``sum`` similarity row by row, and folders round-trip
-between sentence-transformers and transformers."""
+torch.distributions), the ranking equals the model's own ``sum`` / ``mean_kl`` similarity row by row, and folders
+round-trip between sentence-transformers and transformers."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -105,18 +106,23 @@ print(type(st[0]).__module__.split(".")[0], st.similarity_fn_name, st.get_embedd
     torch.testing.assert_close(got["scores"], -kl, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("reduction", ["sum", "mean_kl"])
 @pytest.mark.parametrize("direction", ["entailing", "entailed_by"])
-def test_dot_of_the_routes_ranks_every_row_as_the_models_sum_similarity(direction, minilm_gausscse):
-    """encode_query(claims) · encode_document(passages) = −KL; sim = 1/(1 − dot) is the model's own similarity, so
-    each claim's ranking of the passages is the model's (Spearman 1, scipy)."""
-    st = minilm_gausscse.as_sentence_transformer(direction=direction)
+def test_dot_of_the_routes_ranks_every_row_as_the_models_own_similarity(direction, reduction, minilm_gausscse):
+    """encode_query(claims) · encode_document(passages) = −KL; sim = 1/(1 − dot) (``sum``) or 1/(1 − dot/d)
+    (``mean_kl``) is the model's own similarity, so each claim's ranking of the passages is the model's (Spearman 1,
+    scipy)."""
+    model = copy.deepcopy(minilm_gausscse)
+    model.config.similarity_reduction = reduction
+    st = model.as_sentence_transformer(direction=direction)
     scores = st.similarity(st.encode_query(CLAIMS), st.encode_document(PASSAGES))
-    claims, passages = minilm_gausscse.encode(CLAIMS), minilm_gausscse.encode(PASSAGES)
+    claims, passages = model.encode(CLAIMS), model.encode(PASSAGES)
     if direction == "entailing":  # sim(claim‖passage): the passages that entail the claim first
-        expected = minilm_gausscse.similarity(claims, passages)
+        expected = model.similarity(claims, passages)
     else:  # sim(passage‖claim): the passages the claim entails first
-        expected = minilm_gausscse.similarity(passages, claims).T
-    torch.testing.assert_close((1.0 / (1.0 - scores)).float(), expected, rtol=1e-5, atol=0)
+        expected = model.similarity(passages, claims).T
+    scale = 1 if reduction == "sum" else model.config.embedding_size
+    torch.testing.assert_close((1.0 / (1.0 - scores / scale)).float(), expected, rtol=1e-5, atol=0)
     for row in range(len(CLAIMS)):
         rho = scipy.stats.spearmanr(scores[row].numpy(), expected[row].numpy()).statistic
         assert rho == pytest.approx(1.0, abs=1e-12), (row, rho)
@@ -160,12 +166,14 @@ torch.save({{
 
 
 def test_a_mean_dim_model_says_its_routes_rank_by_the_sum_form(minilm_tokenizer, caplog):
+    """Only mean_dim, which is no function of the total KL, warns: sum and mean_kl rank exactly on the routes."""
     transformers_logging.enable_propagation()
     try:
         spread_model("mean_dim").as_sentence_transformer(minilm_tokenizer)
         assert "'sum' form" in caplog.text and "'mean_dim'" in caplog.text
         caplog.clear()
         spread_model("sum").as_sentence_transformer(minilm_tokenizer)
+        spread_model("mean_kl").as_sentence_transformer(minilm_tokenizer)
         spread_model("mean_dim").as_sentence_transformer(minilm_tokenizer, direction="none")
         assert "'sum' form" not in caplog.text
     finally:
@@ -191,12 +199,14 @@ def test_bad_input_is_named(minilm_tokenizer):
         st.encode(["a sentence"], task="passage")
 
 
-def test_the_retrieval_study_ranks_the_routes_as_the_sum_form_and_reports(minilm_tokenizer, tmp_path):
+@pytest.mark.parametrize("reduction", ["mean_dim", "mean_kl"])
+def test_the_retrieval_study_ranks_the_routes_as_the_kl_and_reports(reduction, minilm_tokenizer, tmp_path):
     """studies/retrieval.py on a tiny SNLI test file, with a folder saved before modules.json existed: the
-    evaluator's encode_query/encode_document flow gives the same metrics as the model API's −KL ranking."""
+    evaluator's encode_query/encode_document flow gives the same metrics as the model API's −KL ranking, and for a
+    mean_kl model the same ranking as the model's own similarity."""
     write_jsonl_gz(tmp_path / "data/snli/test.jsonl.gz", nli_rows(10))
     folder = tmp_path / "old-folder"
-    spread_model("mean_dim").save_pretrained(folder)
+    spread_model(reduction).save_pretrained(folder)
     minilm_tokenizer.save_pretrained(folder)
     for name in SENTENCE_TRANSFORMERS_FILES:  # as a folder written before issue 13
         (folder / name).unlink()
@@ -205,7 +215,12 @@ def test_the_retrieval_study_ranks_the_routes_as_the_sum_form_and_reports(minilm
     # 8 subjects: the 10 premises entail 8 distinct claims "<subject> is outside", two of them twice
     assert (results["queries"], results["corpus"], results["relevant_per_query"]) == (8, 10, 10 / 8)
     assert results["resaved_with_sentence_transformers_files"] and not (folder / "modules.json").exists()
-    assert results["scores"]["routes_dot"] == pytest.approx(results["scores"]["sum_api"], abs=1e-12)
+    assert results["scores"]["routes_dot"] == pytest.approx(results["scores"]["kl_api"], abs=1e-12)
+    assert results["similarity_reduction"] == reduction
+    if reduction == "mean_kl":  # monotone in the KL: the routes rank as the model does
+        assert results["scores"]["model_api"] == pytest.approx(results["scores"]["kl_api"], abs=1e-12)
+        assert results["agreement_kl_vs_model"]["top1_same"] == 1.0
+        assert results["agreement_kl_vs_model"]["spearman_min"] == pytest.approx(1.0, abs=1e-9)
     assert json.loads((tmp_path / "out/retrieval.json").read_text())["scores"] == results["scores"]
     report = (tmp_path / "out/RETRIEVAL.md").read_text()
     assert f"{100 * results['scores']['mu_cosine']['MRR@10']:.2f}" in report and "predates `modules.json`" in report

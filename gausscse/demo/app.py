@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import gradio as gr
 
+from gausscse.model.gaussian import similarity_formula
+
 from .core import (
     DEFAULT_MODEL,
     DIRECTION_EXAMPLES,
@@ -26,7 +28,7 @@ from .core import (
 INTRODUCTION = """# GaussCSE: which sentence entails which?
 
 GaussCSE ([Yoda et al., EACL 2024](https://aclanthology.org/2024.eacl-short.36/)) turns a sentence into a Gaussian
-N(μ, σ²) instead of a point. Its similarity sim(a‖b) = 1 / (1 + KL(N_a‖N_b)) is **asymmetric**: it is high when
+N(μ, σ²) instead of a point. Its similarity sim(a‖b) = {formula} is **asymmetric**: it is high when
 b's Gaussian is broad enough to cover a's, i.e. when b entails a. A premise (the entailing, more general side) learns
 the larger variance: its *generality* Σ log σ² is larger.
 
@@ -87,7 +89,13 @@ def build_app(model_name: str | None = None) -> gr.Blocks:
         ]
 
     with gr.Blocks(title="GaussCSE demo") as app:
-        gr.Markdown(INTRODUCTION.format(model=model_name))
+        formula = (
+            "1 / (1 + KL(N_a‖N_b))"
+            if model is None
+            else f"{similarity_formula(model.config.similarity_reduction)} (this model's "
+            f"`{model.config.similarity_reduction}` reduction)"
+        )
+        gr.Markdown(INTRODUCTION.format(model=model_name, formula=formula))
         if problem is not None:
             gr.Markdown(f"**The model could not be loaded.** {problem}", elem_id="model-error")
         with gr.Tab("Direction"):

@@ -13,6 +13,7 @@ from transformers import AutoModel
 
 from gausscse.data.registry import default_data_dir, load_split
 from gausscse.figures import draw_gaussians_2d, draw_similarity_matrix
+from gausscse.model.gaussian import similarity_formula
 from gausscse.model.modeling_gausscse import GaussCSEModel
 from gausscse.search import SentenceIndex
 
@@ -181,7 +182,8 @@ def similarity_figure(model: GaussCSEModel, text: str | None) -> tuple[list[str]
     size = 2.5 + 0.75 * len(sentences)
     figure, axis = plt.subplots(figsize=(size + 2.5, size + 1), layout="constrained")
     draw_similarity_matrix(axis, matrix.numpy(), labels)
-    axis.set_title("sim(row‖column) = 1 / (1 + KL(row‖column)): high where the column entails the row", fontsize=9)
+    formula = similarity_formula(model.config.similarity_reduction, "row", "column")
+    axis.set_title(f"sim(row‖column) = {formula}: high where the column entails the row", fontsize=9)
     plt.close(figure)
     return sentences, matrix.tolist(), figure
 

@@ -44,7 +44,8 @@ class EncodedSentences:
         index: sentence → row.
         mu: ``(N, d)`` float32: the Gaussian means, or the point embeddings.
         logvar: ``(N, d)`` float32 log σ², or ``None`` for a point encoder.
-        reduction: the Gaussian similarity reduction (``"sum"``/``"mean_dim"``), ``None`` for a point encoder.
+        reduction: the Gaussian similarity reduction (``"sum"``/``"mean_kl"``/``"mean_dim"``), ``None`` for a point
+            encoder.
     """
 
     index: dict[str, int]

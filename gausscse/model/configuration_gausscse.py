@@ -52,10 +52,11 @@ class GaussCSEConfig(PreTrainedConfig):
             Activation on the mean head: `"tanh"` as the released code, or `"none"`.
         embedding_size (`int`, *optional*):
             Dimension d of the Gaussians. Defaults to the encoder's hidden size.
-        similarity_reduction (`str`, defaults to `"mean_dim"`):
+        similarity_reduction (`str`, defaults to `"mean_kl"`):
+            `"mean_kl"`: sim(a‖b) = 1 / (1 + KL / d), the full KL scaled by 1/d (the default: the reduction study of
+            `results/REPRODUCTION.md` chose it on SNLI dev; monotone in the KL like `"sum"`, so search and
+            sentence-transformers' `dot` rank exactly, and not saturated at d in the hundreds);
             `"sum"`: sim(a‖b) = 1 / (1 + Σ_k KL_k), the paper's eq. 2;
-            `"mean_kl"`: sim(a‖b) = 1 / (1 + KL / d), the full KL scaled by 1/d (monotone in the KL like `"sum"`,
-            so search and sentence-transformers' `dot` rank exactly; not saturated at d in the hundreds);
             `"mean_dim"`: sim(a‖b) = mean_k 1 / (1 + KL_k), as the released code computes it.
         logvar_min, logvar_max (`float`, defaults to -10 and 10):
             Clamp range of the predicted log σ², so exp(±logvar) and the KL stay finite; within ±30.
@@ -77,7 +78,7 @@ class GaussCSEConfig(PreTrainedConfig):
     pooling: str = "cls"
     mean_activation: str = "tanh"
     embedding_size: int | None = None
-    similarity_reduction: str = "mean_dim"
+    similarity_reduction: str = "mean_kl"
     logvar_min: float = -10.0
     logvar_max: float = 10.0
 

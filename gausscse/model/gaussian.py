@@ -34,6 +34,12 @@ import torch
 REDUCTIONS = ("sum", "mean_kl", "mean_dim")
 # The reductions of the form sim = 1 / (1 + KL / scale): monotone in the total KL (see kl_scale).
 KL_REDUCTIONS = ("sum", "mean_kl")
+# sim(a‖b) of each reduction, written out (the demo's and the model card's texts): see similarity_formula.
+SIMILARITY_FORMULAS = {
+    "sum": "1 / (1 + KL({a}‖{b}))",
+    "mean_kl": "1 / (1 + KL({a}‖{b}) / d)",
+    "mean_dim": "mean_k 1 / (1 + KL_k({a}‖{b}))",
+}
 # |log σ²| above this is refused: exp(±30) and the variance ratios of the KL (up to e^60 per dimension) stay far
 # inside float32's range (e^88), so the similarity is never inf or NaN.
 LOGVAR_BOUND = 30.0
@@ -47,6 +53,12 @@ def check_reduction(reduction: str) -> str:
     if reduction not in REDUCTIONS:
         raise ValueError(f"similarity_reduction must be one of {REDUCTIONS}, got {reduction!r}")
     return reduction
+
+
+def similarity_formula(reduction: str, a: str = "a", b: str = "b") -> str:
+    """sim(a‖b) of ``reduction`` written out, e.g. ``1 / (1 + KL(a‖b) / d)`` for ``"mean_kl"``; ``a``, ``b``: the
+    names of the two sides."""
+    return SIMILARITY_FORMULAS[check_reduction(reduction)].format(a=a, b=b)
 
 
 def kl_scale(reduction: str, dim: int) -> int:
@@ -138,8 +150,8 @@ def kl_feature_map(mu: torch.Tensor, logvar: torch.Tensor, side: str) -> torch.T
 
     the expansion of KL(a‖b) = ½[Σlogσ_b² − Σlogσ_a² + Σσ_a²/σ_b² + Σ(μ_a − μ_b)²/σ_b² − d]. Since
     sim = 1/(1 + KL/c) decreases with KL, the top-k by the ``sum`` or ``mean_kl`` similarity is the bottom-k by this
-    inner product: exact search on any inner-product index. Searching the sentences x that entail a query q (scored sim(q‖x))
-    stores B(x) and queries with A(q); searching what q entails (sim(x‖q)) stores A(x) and queries with B(q).
+    inner product: exact search on any inner-product index. Searching the sentences x that entail a query q (scored
+    sim(q‖x)) stores B(x) and queries with A(q); searching what q entails (sim(x‖q)) stores A(x) and queries with B(q).
     Computed and returned in float64: the expanded square cancels in float32 at small variances.
     ``mu, logvar``: ``(N, d)`` → ``(N, 2d + 2)``.
     """

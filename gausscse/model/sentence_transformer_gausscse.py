@@ -8,14 +8,15 @@ KL(q‖x) = ⟨A(q), B(x)⟩:
 
 * ``encode(texts)`` → μ (d values): a point embedding for cosine similarity (STS, clustering), as for any model;
 * ``encode_query(claims)`` → −A(q) and ``encode_document(passages)`` → B(x) (2d + 2 values each, float64), so that
-  ``dot(encode_query(q), encode_document(x)) = −KL(N_q‖N_x)`` and the ``sum`` similarity is
-  sim(q‖x) = 1 / (1 − dot): sentence-transformers' ``dot`` ranks first the passages that entail the claim;
+  ``dot(encode_query(q), encode_document(x)) = −KL(N_q‖N_x)``: the ``sum`` similarity is sim(q‖x) = 1 / (1 − dot),
+  the ``mean_kl`` one 1 / (1 − dot / d), and sentence-transformers' ``dot`` ranks first the passages that entail the
+  claim, exactly as the model's own similarity for these two reductions;
 * ``encode(texts, output_value=None)`` → per sentence a dict with ``mu`` and ``logvar`` (and the token features).
 
 ``direction="entailed_by"`` swaps the sides (−B(q), A(x): dot = −KL(x‖q), what the query entails);
-``direction="none"`` gives μ on every route (use cosine). The dot product is the ``sum`` form of the paper's
-similarity; a ``mean_dim`` model (mean_k 1/(1 + KL_k)) is ranked by that ``sum`` form on these routes, which is
-logged when it loads; ``GaussCSEModel.similarity`` computes its own reduction exactly.
+``direction="none"`` gives μ on every route (use cosine). A ``mean_dim`` model (mean_k 1/(1 + KL_k), no function of
+the total KL) is ranked by the ``sum`` form on these routes, which is logged when it loads;
+``GaussCSEModel.similarity`` computes its own reduction exactly.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
-from .gaussian import SEARCH_DIRECTIONS, kl_feature_map
+from .gaussian import KL_REDUCTIONS, SEARCH_DIRECTIONS, kl_feature_map
 from .modeling_gausscse import GaussCSEModel, _check_sentences, resolve_max_length
 
 try:
@@ -69,11 +70,11 @@ class GaussCSETransformer(InputModule):
         self.max_seq_length = max_seq_length
         self.direction = direction
         reduction = model.config.similarity_reduction
-        if direction != "none" and reduction != "sum":
+        if direction != "none" and reduction not in KL_REDUCTIONS:
             logger.warning(
                 f"This GaussCSE model's similarity_reduction is {reduction!r}; encode_query/encode_document give "
-                "vectors whose dot product is −KL, the paper's 'sum' form, so sentence-transformers ranks by "
-                "1/(1 + Σ_k KL_k), not by mean_k 1/(1 + KL_k). GaussCSEModel.similarity computes the model's own form."
+                "vectors whose dot product is −KL, so sentence-transformers ranks by the total KL (the 'sum' form "
+                "1/(1 + Σ_k KL_k)), not by mean_k 1/(1 + KL_k). GaussCSEModel.similarity computes the model's own form."
             )
 
     @classmethod

@@ -12,6 +12,7 @@ from safetensors.torch import save_file
 
 from gausscse.io import atomic_folder, write_json
 from gausscse.model.gaussian import (
+    KL_REDUCTIONS,
     SEARCH_DIRECTIONS,
     GaussianEmbeddings,
     check_reduction,
@@ -47,29 +48,30 @@ class GaussianIndex:
     * ``"torch"`` — exact for both reductions: every stored item is scored by chunked matrix products (on ``device``:
       CPU or GPU).
     * ``"faiss"`` — a FAISS ``IndexFlatIP`` over the (2d + 2)-dimensional ``kl_feature_map`` vectors: their inner
-      product is −KL(q‖x) (or −KL(x‖q)), so its top hits are the top ``sum`` similarities. FAISS computes in float32,
+      product is −KL(q‖x) (or −KL(x‖q)), so its top hits are the top ``sum`` and ``mean_kl`` similarities (both
+      decrease with the total KL). FAISS computes in float32,
       where the expanded KL loses digits at small variances, so a shortlist of ``candidates_per_result × k`` hits is
       re-scored exactly (float32 per-dimension KL) and re-sorted.
     * ``"faiss-hnsw"`` — approximate: an HNSW graph (``ef_search`` candidates explored per query) over the same
       vectors turned into a
       nearest-neighbour problem (``gausscse.search.faiss_backend``); the shortlist is re-scored exactly as above.
 
-    ``mean_dim`` models through FAISS: the shortlist comes from the ``sum`` form and is re-ranked by the exact
-    ``mean_dim`` similarity, so results are approximate even with ``"faiss"`` (recall measured in
-    ``bench/bench_search.py``); ``"torch"`` is exact for them.
+    ``mean_dim`` models through FAISS (mean_k 1/(1 + KL_k) is no function of the total KL): the shortlist comes from
+    the ``sum`` form and is re-ranked by the exact ``mean_dim`` similarity, so results are approximate even with
+    ``"faiss"`` (recall measured in ``bench/bench_search.py``); ``"torch"`` is exact for them.
 
     A FAISS index is built per direction when that direction is first searched and grows with later ``add`` calls
     (an approximate one is rebuilt if a new item falls outside its transform).
 
     Args:
         dim: the dimension d of the Gaussians.
-        reduction: the model's ``config.similarity_reduction`` (``"sum"`` or ``"mean_dim"``).
+        reduction: the model's ``config.similarity_reduction`` (``"sum"``, ``"mean_kl"`` or ``"mean_dim"``).
         backend: one of ``BACKENDS``: ``"torch"``, ``"faiss"``, ``"faiss-hnsw"``.
         device: where the torch backend keeps the Gaussians and scores (default CPU; FAISS backends: CPU only).
         candidates_per_result: shortlist size per requested hit for the FAISS backends (``"faiss"``: float32
             misorders only near-ties; ``"faiss-hnsw"``: recall is set by ``ef_search``, a longer shortlist adds
-            nothing — both measured in ``bench/bench_search.py``). Default: 2 for ``sum`` models, 10 for ``mean_dim``
-            (their shortlist comes from the ``sum`` form and needs room).
+            nothing — both measured in ``bench/bench_search.py``). Default: 2 for ``sum`` and ``mean_kl`` models, 10
+            for ``mean_dim`` (their shortlist comes from the ``sum`` form and needs room).
         ef_search: HNSW candidates explored per query.
 
     Example::
@@ -102,7 +104,7 @@ class GaussianIndex:
         self.reduction = check_reduction(reduction)
         self.backend = backend
         self.device = torch.device(device or "cpu")
-        self.candidates_per_result = candidates_per_result or (2 if reduction == "sum" else 10)
+        self.candidates_per_result = candidates_per_result or (2 if reduction in KL_REDUCTIONS else 10)
         self.ef_search = ef_search
         self.mu = torch.empty(0, dim, device=self.device)
         self.logvar = torch.empty(0, dim, device=self.device)

@@ -212,9 +212,9 @@ class GaussCSELoss(nn.Module):
     Args:
         variant: one of ``GAUSSCSE_VARIANTS``.
         temperature: τ (the paper: 0.05, ``--temperature``'s default).
-        reduction: ``"sum"`` (eq. 2, full KL) or ``"mean_dim"`` (the released code: mean over dimensions of
-            1/(1+KL_k)). No default: pass the model's, ``model.config.similarity_reduction``, so the loss trains the
-            similarity the model is scored with.
+        reduction: ``"sum"`` (eq. 2: 1/(1 + KL)), ``"mean_kl"`` (1/(1 + KL/d)) or ``"mean_dim"`` (the released
+            code: mean over dimensions of 1/(1 + KL_k)). No default: pass the model's,
+            ``model.config.similarity_reduction``, so the loss trains the similarity the model is scored with.
         simcse_weight: weight λ of the released code's optional auxiliary term λ·SupervisedSimCSE(μ); 0 turns it off.
         gather: gather the negatives across processes under ``torch.distributed``.
 

@@ -12,6 +12,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from gausscse.io import write_atomic
+from gausscse.model.gaussian import check_reduction
 
 DATASET_IDS = {"snli": "stanfordnlp/snli", "mnli": "nyu-mll/multi_nli", "sick": "RobZamp/sick"}
 
@@ -33,16 +34,40 @@ CITATION = """@inproceedings{yoda-etal-2024-sentence,
 
 FIGURE_FILE = "evaluation.png"  # the final evaluation's figure, saved beside the weights and shown in the card
 
-# The sentence-transformers usage (SentenceTransformer loading of a GaussCSE folder comes with issue 13); one constant,
-# so it can be adjusted in one place.
+# The sentence-transformers usage; {similarity} is the line of SIMILARITY_FROM_DOT for the model's reduction.
 SENTENCE_TRANSFORMERS_USAGE = """from sentence_transformers import SentenceTransformer
 
 st = SentenceTransformer("{name}", trust_remote_code=True)  # sentence-transformers >= 6
 claims = ["A man is playing music."]
 passages = ["A man is playing a guitar on stage.", "A woman is slicing a tomato."]
 scores = st.similarity(st.encode_query(claims), st.encode_document(passages))  # dot = -KL(claim||passage)
-print(1 / (1 - scores))  # sim(claim||passage) = 1 / (1 + KL), the sum form: passages entailing a claim score highest
+{similarity}
 points = st.encode(passages)  # mu: compare with cosine similarity (STS, clustering) as for any model"""
+# sim(claim‖passage) from dot = −KL, per reduction, and what the card says of the routes' ranking.
+SIMILARITY_FROM_DOT = {
+    "sum": (
+        "print(1 / (1 - scores))  # sim(claim||passage) = 1 / (1 + KL): passages entailing a claim score highest",
+        "so sentence-transformers' `dot` ranks exactly as this model's similarity (`sum`, the paper's eq. 2)",
+    ),
+    "mean_kl": (
+        "print(1 / (1 - scores / {dim}))  # sim(claim||passage) = 1 / (1 + KL/d), d = {dim}: entailing passages first",
+        "so sentence-transformers' `dot` ranks exactly as this model's similarity (`mean_kl`, 1 / (1 + KL/d): "
+        "monotone in the KL)",
+    ),
+    "mean_dim": (
+        "print(1 / (1 - scores))  # 1 / (1 + KL), the sum form; this model's own mean_dim similarity: model.similarity",
+        "so sentence-transformers' `dot` ranks by the total KL (the paper's `sum` form); this model's `mean_dim` "
+        "reduction, mean_k 1/(1 + KL_k), is no function of it, so the routes only approximate its ranking (a warning "
+        "says so when it loads), while `model.similarity` above computes it exactly",
+    ),
+}
+
+
+def sentence_transformers_usage(name: str, reduction: str, dim: int) -> str:
+    """The card's sentence-transformers snippet for a model named ``name`` with ``reduction`` and dimension ``dim``."""
+    similarity = SIMILARITY_FROM_DOT[check_reduction(reduction)][0].format(dim=dim)
+    return SENTENCE_TRANSFORMERS_USAGE.format(name=name, similarity=similarity)
+
 
 SEARCH_USAGE = """from gausscse.search import GaussianIndex  # pip install gausscse
 
@@ -106,11 +131,14 @@ def render_model_card(
     metrics: Mapping[str, float],
     training_arguments: Mapping[str, Any],
     data_stats: Mapping[str, Any],
+    reduction: str,
+    embedding_size: int,
     adapter: bool = False,
     figure: str | None = None,
 ) -> str:
-    """The full ``README.md`` text; ``adapter``: the folder holds a LoRA adapter + heads, not full weights;
-    ``figure``: the file name of the final evaluation's figure in the folder (shown under the metrics)."""
+    """The full ``README.md`` text; ``reduction``, ``embedding_size``: the model's ``config.similarity_reduction``
+    and d; ``adapter``: the folder holds a LoRA adapter + heads, not full weights; ``figure``: the file name of the
+    final evaluation's figure in the folder (shown under the metrics)."""
     front_matter = yaml.safe_dump(card_metadata(model_name, base_model, datasets, metrics), sort_keys=False)
     metric_rows = "\n".join(f"| {key} | {value:.4f} |" for key, value in metrics.items())
     if metric_rows:
@@ -150,13 +178,11 @@ embeddings = model.encode(premises)                      # .mu, .logvar
 ## Usage with sentence-transformers
 
 ```python
-{SENTENCE_TRANSFORMERS_USAGE.format(name=model_name)}
+{sentence_transformers_usage(model_name, reduction, embedding_size)}
 ```
 
-`encode_query` / `encode_document` give (2d + 2)-dimensional vectors whose dot product is −KL(claim‖passage), so
-sentence-transformers' `dot` ranks by the paper's `sum` form; a model with the `mean_dim` reduction (GaussCSE's default)
-is ranked by that `sum` form on these routes (a warning says so when it loads), while `model.similarity` above computes
-its own reduction. `encode(..., output_value=None)` gives `mu` and `logvar` per sentence.
+`encode_query` / `encode_document` give (2d + 2)-dimensional vectors whose dot product is −KL(claim‖passage),
+{SIMILARITY_FROM_DOT[reduction][1]}. `encode(..., output_value=None)` gives `mu` and `logvar` per sentence.
 
 ## Entailment search
 
@@ -212,8 +238,10 @@ __all__ = [
     "FIGURE_FILE",
     "SEARCH_USAGE",
     "SENTENCE_TRANSFORMERS_USAGE",
+    "SIMILARITY_FROM_DOT",
     "card_metadata",
     "is_hub_id",
     "render_model_card",
+    "sentence_transformers_usage",
     "write_model_card",
 ]

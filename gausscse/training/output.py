@@ -61,7 +61,14 @@ def save_model_folder(
     tokenizer.save_pretrained(staging)
     if figure is not None:
         shutil.copyfile(figure, staging / FIGURE_FILE)
-    write_model_card(staging, **card, adapter=adapter, figure=None if figure is None else FIGURE_FILE)
+    write_model_card(
+        staging,
+        **card,
+        reduction=model.config.similarity_reduction,
+        embedding_size=model.config.embedding_size,
+        adapter=adapter,
+        figure=None if figure is None else FIGURE_FILE,
+    )
     (staging / TRAIN_RESULTS_FILE).write_text(json.dumps(dict(results), indent=2, default=str), encoding="utf-8")
     written = sorted(path.name for path in staging.iterdir())
     (staging / MANIFEST_FILE).write_text(json.dumps(written), encoding="utf-8")
