@@ -125,9 +125,8 @@ def reduction_section(folder: Path) -> list[str]:
         "",
         "- Reductions: `sum` = 1/(1 + KL) (the paper's eq. 2), `mean_kl` = 1/(1 + KL/d), `mean_dim` = "
         "mean_k 1/(1 + KL_k) (the released code).",
-        f"- Recipe: the quickstart's, unchanged but for the reduction and the seed (`configs/quickstart.yaml`: "
-        f"ent+con+rev, **{study['steps']} packed steps** of batch 64, backbone 1e-4, heads 1e-3, max length 64, the "
-        f"final weights); seeds {', '.join(map(str, seeds))}.",
+        f"- Recipe: `configs/quickstart.yaml` (the quickstart's), unchanged but for the reduction and the seed: "
+        f"**{study['steps']} steps**, the final weights; seeds {', '.join(map(str, seeds))}.",
         f"- Training data: {data_line(train[reductions[0], seeds[0]]['data'])}.",
         f"- Precision: {study['precision']} (chosen by `python -m gausscse.training.precision`); evaluation on "
         f"{meta['device']} with {meta['torch_threads']} threads, platform `{meta['platform']}`. Training wall-clock "
@@ -137,7 +136,7 @@ def reduction_section(folder: Path) -> list[str]:
             for name in reductions
         )
         + ".",
-        "- Selection data: all of SNLI dev (9,842 pairs; direction on its entailment pairs). Test sets: full SNLI "
+        "- Selection data: all labelled pairs of SNLI dev (direction on its entailment pairs). Test sets: full SNLI "
         "test, MNLI mismatched, SICK test.",
         "",
         "### Selection rule (written down before the runs, in `studies/run_reduction_study.sh`)",
@@ -231,6 +230,7 @@ def reduction_section(folder: Path) -> list[str]:
 
 
 def variant_section(folder: Path) -> list[str]:
+    """The loss-variant study: setup, NLI and direction tables, SNLI dev, McNemar, the reduction it preferred."""
     study = json.loads((folder / "study.json").read_text(encoding="utf-8"))
     steps, precision = study["steps"], study["precision"]
     results, runs, train = load_study(folder)

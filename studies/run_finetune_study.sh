@@ -37,6 +37,5 @@ mkdir -p "$out/train"
 for folder in "${models[@]}" "${baselines[@]}"; do
   cp "$folder/train_results.json" "$out/train/$(basename "$folder").json"
 done
-printf '{"steps": %s, "precision": "%s", "seeds": [%s]}\n' "$steps" "$precision" "$(echo $seeds | sed 's/ /, /g')" \
-  > "$out/study.json"
+write_study_json "$out/study.json" "$steps" "$seeds"
 .venv/bin/python -m studies.finetune_report

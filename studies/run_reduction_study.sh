@@ -40,7 +40,6 @@ for seed in $seeds; do
       --output "$out/seed$seed" --max_length 64 --no_plots $bf16_flag
   fi
 done
-printf '{"steps": %s, "precision": "%s", "seeds": [%s], "reductions": ["mean_kl", "sum", "mean_dim"]}\n' \
-  "$(grep -E '^max_steps:' configs/quickstart.yaml | awk '{print $2}')" "$precision" \
-  "$(echo $seeds | sed 's/ /, /g')" > "$out/study.json"
+write_study_json "$out/study.json" "$(grep -E '^max_steps:' configs/quickstart.yaml | awk '{print $2}')" "$seeds" \
+  "${reductions[@]}"
 .venv/bin/python -m studies.finetune_report

@@ -55,7 +55,7 @@ class GaussCSEConfig(PreTrainedConfig):
         similarity_reduction (`str`, defaults to `"mean_kl"`):
             `"mean_kl"`: sim(a‖b) = 1 / (1 + KL / d), the full KL scaled by 1/d (the default: the reduction study of
             `results/REPRODUCTION.md` chose it on SNLI dev; monotone in the KL like `"sum"`, so search and
-            sentence-transformers' `dot` rank exactly, and not saturated at d in the hundreds);
+            sentence-transformers' `dot` rank exactly, and not saturated as the KL grows with d);
             `"sum"`: sim(a‖b) = 1 / (1 + Σ_k KL_k), the paper's eq. 2;
             `"mean_dim"`: sim(a‖b) = mean_k 1 / (1 + KL_k), as the released code computes it.
         logvar_min, logvar_max (`float`, defaults to -10 and 10):

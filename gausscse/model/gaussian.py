@@ -15,7 +15,7 @@ Three reductions over the d dimensions:
 
 * ``"sum"`` — the paper's eq. 2: ``sim = 1 / (1 + Σ_k KL_k)`` with the full KL.
 * ``"mean_kl"`` — ``sim = 1 / (1 + KL / d)``: the full KL scaled by 1/d, so unrelated sentences are not all
-  saturated at sim ≈ 0 (the KL of d = 384 dimensions runs into the hundreds).
+  saturated at sim ≈ 0 (the total KL sums d terms, so it grows with the dimension).
 * ``"mean_dim"`` — the released code: ``sim = mean_k 1 / (1 + KL_k)``.
 
 ``"sum"`` and ``"mean_kl"`` are decreasing functions of the total KL (``KL_REDUCTIONS``): for a fixed query they
