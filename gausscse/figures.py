@@ -117,8 +117,9 @@ def draw_similarity_matrix(axis: Axes, matrix: np.ndarray, labels: Sequence[str]
         for column in ticks:
             value = float(matrix[row, column])
             bright = value > (low + high) / 2
-            axis.text(column, row, f"{value:.3f}", ha="center", va="center", fontsize=8,
-                      color="black" if bright else "white")
+            axis.text(
+                column, row, f"{value:.3f}", ha="center", va="center", fontsize=8, color="black" if bright else "white"
+            )
     axis.set(xlabel="column j: the entailing side (premise)", ylabel="row i: the entailed side (hypothesis)")
 
 

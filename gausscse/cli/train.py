@@ -39,7 +39,7 @@ from gausscse.training.trainer import GaussCSETrainer, is_complete_checkpoint, l
 logger = logging.getLogger(__name__)
 
 
-MODEL_FIELDS = ("pooling", "mean_activation", "similarity_reduction")
+MODEL_FIELDS = ("pooling", "mean_activation", "normalize_mean", "head_init", "frozen_mean", "similarity_reduction")
 
 
 def model_overrides(model_args: ModelArguments) -> dict[str, str]:
@@ -49,7 +49,8 @@ def model_overrides(model_args: ModelArguments) -> dict[str, str]:
 
 def build_model(model_args: ModelArguments) -> GaussCSEModel:
     """A GaussCSE folder continues training with its own config (a flag that contradicts it is an error); any other
-    encoder gets fresh heads with GaussCSEConfig's defaults or the flags given. Then LoRA or a frozen backbone."""
+    encoder gets fresh heads as ``--start`` sets them up, single fields overridden by the flags given. Then LoRA or a
+    frozen backbone."""
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
     overrides = model_overrides(model_args)
     if config.model_type == "gausscse":
@@ -65,7 +66,7 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
             )
         model = GaussCSEModel.from_pretrained(model_args.model_name_or_path)
     else:
-        model = GaussCSEModel.from_backbone(model_args.model_name_or_path, **overrides)
+        model = GaussCSEModel.from_backbone(model_args.model_name_or_path, start=model_args.start, **overrides)
     if model_args.freeze_backbone:
         model.encoder.requires_grad_(False)
     if model_args.lora_r > 0:

@@ -134,7 +134,7 @@ def build_app(model_name: str | None = None) -> gr.Blocks:
             search_help = gr.Markdown(
                 elem_id="search-help",
                 value="Type a claim: the app ranks the sentences of its corpus that entail it, by sim(claim‖sentence). "
-                "The corpus is encoded on the first search."
+                "The corpus is encoded on the first search.",
             )
             with gr.Row():
                 claim = gr.Textbox(label="Claim", value=SEARCH_EXAMPLES[0], scale=4)

@@ -177,8 +177,10 @@ def similarity_figure(model: GaussCSEModel, text: str | None) -> tuple[list[str]
     """The sentences (one per line), S_ij = sim(s_i‖s_j) and its heatmap."""
     sentences = split_sentences(text)
     matrix = model.similarity(sentences, sentences)
-    labels = [f"{row + 1}. {sentence if len(sentence) <= 40 else sentence[:39] + '…'}" for row, sentence in
-              enumerate(sentences)]
+    labels = [
+        f"{row + 1}. {sentence if len(sentence) <= 40 else sentence[:39] + '…'}"
+        for row, sentence in enumerate(sentences)
+    ]
     size = 2.5 + 0.75 * len(sentences)
     figure, axis = plt.subplots(figsize=(size + 2.5, size + 1), layout="constrained")
     draw_similarity_matrix(axis, matrix.numpy(), labels)

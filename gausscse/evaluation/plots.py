@@ -83,8 +83,9 @@ def plot_dev_summary(encoded: EncodedSentences, pairs: NLIPairs, title: str, pat
     """The model card's figure from already encoded dev sentences: the precision–recall curve of the entailment score
     sim(hyp‖pre) (binary NLI) and, for a Gaussian encoder, the generality gap on the entailment pairs."""
     gap = entailment_direction(encoded, pairs).generality_gap if encoded.is_gaussian else None
-    figure, axes = plt.subplots(1, 1 if gap is None else 2, figsize=(4.2 if gap is None else 8.4, 3.8), squeeze=False,
-                              layout="constrained")
+    figure, axes = plt.subplots(
+        1, 1 if gap is None else 2, figsize=(4.2 if gap is None else 8.4, 3.8), squeeze=False, layout="constrained"
+    )
     scores = encoded.entailment_score(pairs.premises, pairs.hypotheses).numpy().astype(np.float64)
     _draw_pr_curve(axes[0, 0], scores, pairs.is_entailment, "sim(hyp‖pre)")
     finish_pr_axis(axes[0, 0], float(pairs.is_entailment.mean()), "binary NLI (entailment vs rest)")

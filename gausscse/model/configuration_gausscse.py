@@ -31,6 +31,7 @@ SENTENCE_TRANSFORMERS_FILES = {
     },
 }
 MEAN_ACTIVATIONS = ("tanh", "none")
+HEAD_INITS = ("random", "identity")
 
 
 def _check_choice(argument: str, value: Any, valid: tuple[str, ...]) -> None:
@@ -50,6 +51,18 @@ class GaussCSEConfig(PreTrainedConfig):
             `"mean"`: the attention-masked mean of the last hidden states.
         mean_activation (`str`, defaults to `"tanh"`):
             Activation on the mean head: `"tanh"` as the released code, or `"none"`.
+        normalize_mean (`bool`, defaults to `False`):
+            L2-normalise μ (after the head and its activation), as a sentence-transformers `Normalize` module does.
+        head_init (`str`, defaults to `"random"`):
+            How fresh heads start: `"random"` (weights N(0, 0.02²), biases 0, as the paper) or `"identity"`: the μ
+            head is the identity map (needs `embedding_size` = the encoder's hidden size) and the log-variance head
+            starts constant, σ² = 1/d for every sentence (zero weights, bias −log d), so an untrained model's μ is the
+            backbone's pooled vector and KL(a‖b)/d = ‖μ_a − μ_b‖²/2 (= 1 − cos for unit μ). Only read when heads are created, not when trained weights are loaded.
+        frozen_mean (`bool`, defaults to `False`):
+            Two paths: μ comes from `mean_encoder`, a frozen copy of the encoder it started from (and a frozen μ
+            head), while the trained `encoder` gives log σ² only. μ then stays the backbone's sentence embedding
+            (its STS and retrieval quality are kept) and direction is learnt through the variances. The frozen
+            path costs one more forward pass (no backward) and a second copy of the encoder's weights.
         embedding_size (`int`, *optional*):
             Dimension d of the Gaussians. Defaults to the encoder's hidden size.
         similarity_reduction (`str`, defaults to `"mean_kl"`):
@@ -77,6 +90,9 @@ class GaussCSEConfig(PreTrainedConfig):
     encoder_config: PreTrainedConfig | dict[str, Any] | None = None
     pooling: str = "cls"
     mean_activation: str = "tanh"
+    normalize_mean: bool = False
+    head_init: str = "random"
+    frozen_mean: bool = False
     embedding_size: int | None = None
     similarity_reduction: str = "mean_kl"
     logvar_min: float = -10.0
@@ -86,6 +102,7 @@ class GaussCSEConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         _check_choice("pooling", self.pooling, POOLINGS)
         _check_choice("mean_activation", self.mean_activation, MEAN_ACTIVATIONS)
+        _check_choice("head_init", self.head_init, HEAD_INITS)
         check_reduction(self.similarity_reduction)
         if not -LOGVAR_BOUND <= self.logvar_min < self.logvar_max <= LOGVAR_BOUND:
             raise ValueError(
@@ -96,6 +113,11 @@ class GaussCSEConfig(PreTrainedConfig):
             self.embedding_size = self.encoder_config.hidden_size
         if self.embedding_size < 1:
             raise ValueError(f"embedding_size must be a positive integer, got {self.embedding_size}")
+        if self.head_init == "identity" and self.embedding_size != self.encoder_config.hidden_size:
+            raise ValueError(
+                f"head_init='identity' needs embedding_size equal to the encoder's hidden size "
+                f"({self.encoder_config.hidden_size}), got {self.embedding_size}"
+            )
 
     def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs) -> None:
         """Write ``config.json`` and beside it ``modules.json`` and ``config_sentence_transformers.json``, so the
@@ -110,4 +132,4 @@ class GaussCSEConfig(PreTrainedConfig):
             os.replace(partial, target)
 
 
-__all__ = ["MEAN_ACTIVATIONS", "POOLINGS", "SENTENCE_TRANSFORMERS_FILES", "GaussCSEConfig"]
+__all__ = ["HEAD_INITS", "MEAN_ACTIVATIONS", "POOLINGS", "SENTENCE_TRANSFORMERS_FILES", "GaussCSEConfig"]

@@ -1,15 +1,23 @@
 """GaussCSE: sentences as diagonal Gaussians (Yoda et al., EACL 2024). Ships with the weights as Hub custom code.
 
 encoder → pooled vector v ([CLS] / ``<s>`` or mean) → μ = tanh(W_μ v + b_μ), log σ² = W_σ v + b_σ (clamped).
+With ``frozen_mean`` μ comes from a second, frozen copy of the encoder it started from (two paths).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
+import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
@@ -23,6 +31,11 @@ from .gaussian import GaussianEmbeddings, similarity, similarity_matrix
 TOKEN_POOLINGS = ("cls", "mean", "max")
 ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "camembert")  # position ids start at pad_token_id + 1
 FALLBACK_MAX_LENGTH = 512  # for an encoder that states no limit
+# How from_backbone sets up the heads: "paper" = [CLS], tanh, random heads (the paper and its released code);
+# "backbone" = the backbone's own sentence embedding (its pooling and normalisation), an identity μ head without
+# activation, a neutral (zero) log-variance head and the frozen μ path; "auto" = "backbone" for a sentence-transformers
+# model (a folder or Hub repo with modules.json and 1_Pooling/config.json), "paper" for any other encoder.
+STARTS = ("auto", "paper", "backbone")
 
 
 def pool_tokens(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
@@ -38,6 +51,51 @@ def pool_tokens(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | 
     if pooling == "max":
         return last_hidden_state.masked_fill(mask == 0, torch.finfo(last_hidden_state.dtype).min).max(dim=1).values
     return (last_hidden_state * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+
+
+def _read_backbone_file(name_or_path: str, filename: str, hub_kwargs: dict) -> dict | list | None:
+    """A JSON file of a local folder or Hub repo, ``None`` where it has none (or the Hub cannot be reached)."""
+    if Path(name_or_path).is_dir():
+        path = Path(name_or_path) / filename
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    try:
+        downloaded = hf_hub_download(str(name_or_path), filename, **hub_kwargs)
+    except (OSError, EntryNotFoundError, ValueError):  # no such file, no such repo, offline
+        return None
+    return json.loads(Path(downloaded).read_text(encoding="utf-8"))
+
+
+def sentence_transformers_pooling(name_or_path: str, hub_kwargs: dict | None = None) -> tuple[str, bool] | None:
+    """``(pooling, normalize)`` of a sentence-transformers model: the mode of its ``1_Pooling/config.json``
+    (``cls``/``mean``/``max``) and whether ``modules.json`` lists a ``Normalize`` module; ``None`` when
+    ``name_or_path`` (a folder or Hub id) is not a sentence-transformers model or pools otherwise (e.g.
+    ``mean_sqrt_len``). ``hub_kwargs``: ``revision``, ``token``, ... for ``hf_hub_download``."""
+    hub_kwargs = {key: value for key, value in (hub_kwargs or {}).items() if key in ("revision", "token", "cache_dir")}
+    modules = _read_backbone_file(name_or_path, "modules.json", hub_kwargs)
+    if not isinstance(modules, list):
+        return None
+    pooling_modules = [module for module in modules if str(module.get("type", "")).endswith(".Pooling")]
+    if len(pooling_modules) != 1:
+        return None
+    pooling_config = _read_backbone_file(
+        name_or_path, f"{pooling_modules[0].get('path', '1_Pooling')}/config.json", hub_kwargs
+    )
+    if not isinstance(pooling_config, dict):
+        return None
+    modes = [
+        mode
+        for mode, key in (
+            ("cls", "pooling_mode_cls_token"),
+            ("mean", "pooling_mode_mean_tokens"),
+            ("max", "pooling_mode_max_tokens"),
+        )
+        if pooling_config.get(key)
+    ]
+    others = [key for key, value in pooling_config.items() if key.startswith("pooling_mode_") and value]
+    if len(modes) != 1 or len(others) != 1:  # several modes concatenated, or one GaussCSE does not have
+        return None
+    normalize = any(str(module.get("type", "")).endswith(".Normalize") for module in modules)
+    return modes[0], normalize
 
 
 def pad_token_ids(token_ids: Sequence[Sequence[int]], pad_token_id: int, token_type_ids: bool) -> dict:
@@ -83,7 +141,8 @@ class GaussCSEOutput(ModelOutput):
     Args:
         mu (`torch.FloatTensor` of shape `(batch_size, embedding_size)`): means μ of the Gaussians.
         logvar (`torch.FloatTensor` of shape `(batch_size, embedding_size)`): log-variances log σ².
-        pooled_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`): the pooled encoder vector v.
+        pooled_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`): the pooled encoder vector v (of the
+            trained encoder; with ``frozen_mean`` μ comes from the frozen path's own v).
         last_hidden_state (`torch.FloatTensor` of shape `(batch_size, seq_len, hidden_size)`): encoder output.
         hidden_states, attentions: as the encoder returns them when asked for.
     """
@@ -144,8 +203,20 @@ class GaussCSEPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Fresh heads: weights N(0, initializer_range²), biases zero (σ² starts near 1)."""
-        if isinstance(module, nn.Linear):
+        """Fresh heads: weights N(0, initializer_range²), biases zero (σ² starts near 1); with
+        ``head_init="identity"`` the μ head is the identity map and every σ² starts at 1/d (log-variance weights
+        zero, bias −log d): then KL(a‖b)/d = ‖μ_a − μ_b‖²/2, which is 1 − cos(μ_a, μ_b) for unit μ, so the untrained
+        mean_kl similarity is 1/(2 − cos), a function of the backbone's cosine alone."""
+        if not isinstance(module, nn.Linear):
+            return
+        identity = self.config.head_init == "identity"
+        if identity and module is getattr(self, "mean_head", None):
+            init.eye_(module.weight)
+            init.zeros_(module.bias)
+        elif identity and module is getattr(self, "logvar_head", None):
+            init.zeros_(module.weight)
+            init.constant_(module.bias, -math.log(self.config.embedding_size))
+        else:
             std = getattr(self.config.encoder_config, "initializer_range", 0.02)
             init.normal_(module.weight, mean=0.0, std=std)
             init.zeros_(module.bias)
@@ -165,35 +236,78 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
     ```
     """
 
-    def __init__(self, config: GaussCSEConfig, encoder: PreTrainedModel | None = None):
+    def __init__(
+        self,
+        config: GaussCSEConfig,
+        encoder: PreTrainedModel | None = None,
+        mean_encoder: PreTrainedModel | None = None,
+    ):
         super().__init__(config)
         self.encoder = encoder if encoder is not None else self._build_encoder(config.encoder_config)
+        self.mean_encoder = None
+        if config.frozen_mean:
+            self.mean_encoder = mean_encoder if mean_encoder is not None else self._build_encoder(config.encoder_config)
+        elif mean_encoder is not None:
+            raise ValueError("mean_encoder is only used with frozen_mean=True")
         hidden_size = config.encoder_config.hidden_size
         self.mean_head = nn.Linear(hidden_size, config.embedding_size)
         self.logvar_head = nn.Linear(hidden_size, config.embedding_size)
         self._tokenizer = None
         self.post_init()
+        self.freeze_mean_path()
+
+    def freeze_mean_path(self) -> None:
+        """With ``frozen_mean``: the μ path (``mean_encoder`` and ``mean_head``) takes no gradient and stays in eval
+        mode, so no optimizer holds it and μ is deterministic. Done at construction and after loading."""
+        if self.mean_encoder is not None:
+            self.mean_encoder.requires_grad_(False)
+            self.mean_head.requires_grad_(False)
+            self.mean_encoder.eval()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """``PreTrainedModel.from_pretrained``, then [`freeze_mean_path`] (loading puts fresh parameters in place)."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).freeze_mean_path()
+        return loaded
+
+    def train(self, mode: bool = True) -> GaussCSEModel:
+        """As ``nn.Module.train``; the frozen μ path stays in eval mode (no dropout), so μ is deterministic."""
+        super().train(mode)
+        if self.mean_encoder is not None:
+            self.mean_encoder.eval()
+        return self
 
     @staticmethod
     def _build_encoder(encoder_config) -> PreTrainedModel:
         return AutoModel.from_config(encoder_config, **_encoder_init_kwargs(encoder_config))
 
     @classmethod
-    def from_backbone(cls, name_or_path: str, *, encoder_kwargs: dict | None = None, **config_kwargs) -> GaussCSEModel:
+    def from_backbone(
+        cls, name_or_path: str, *, start: str = "auto", encoder_kwargs: dict | None = None, **config_kwargs
+    ) -> GaussCSEModel:
         """Start a GaussCSE model from a pre-trained encoder (Hub id or local folder); heads are fresh.
 
         Args:
             name_or_path: anything ``AutoModel.from_pretrained`` loads (BERT, RoBERTa, MiniLM, DeBERTa, ...).
+            start: how the model starts ([`start_fields`]): ``"paper"`` ([CLS], tanh, random heads, as the paper),
+                ``"backbone"`` (the backbone's own sentence embedding kept as μ: its pooling and normalisation, an
+                identity μ head, σ² = 1/d, the frozen μ path) or ``"auto"`` (``"backbone"`` for a sentence-transformers
+                model, ``"paper"`` otherwise).
             encoder_kwargs: extra keyword arguments for ``AutoModel.from_pretrained`` (``revision``, ``dtype``, ...).
-            **config_kwargs: [`GaussCSEConfig`] fields (``pooling``, ``similarity_reduction``, ...).
+            **config_kwargs: [`GaussCSEConfig`] fields (``pooling``, ``similarity_reduction``, ...); they override
+                what ``start`` sets.
         """
         encoder_config = AutoConfig.from_pretrained(name_or_path, **(encoder_kwargs or {}))
         encoder = AutoModel.from_pretrained(
             name_or_path, **_encoder_init_kwargs(encoder_config), **(encoder_kwargs or {})
         )
+        config_kwargs = {**start_fields(name_or_path, start, encoder_kwargs), **config_kwargs}
         # The config would otherwise reset the encoder's attention implementation (sdpa, ...) to unset.
         config_kwargs.setdefault("attn_implementation", encoder.config._attn_implementation)
-        model = cls(GaussCSEConfig(encoder_config=encoder.config, **config_kwargs), encoder=encoder)
+        config = GaussCSEConfig(encoder_config=encoder.config, **config_kwargs)
+        mean_encoder = copy.deepcopy(encoder) if config.frozen_mean else None
+        model = cls(config, encoder=encoder, mean_encoder=mean_encoder)
         model.name_or_path = str(name_or_path)  # encode() finds the encoder's tokenizer here
         return model
 
@@ -219,14 +333,26 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         counts = torch.bincount(index[present], minlength=num_sentences).clamp_min(1)
         return sums / counts[:, None].to(sums.dtype)
 
-    def gaussian_heads(self, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pooled vectors v → (μ, log σ²): μ = tanh(W_μ v + b_μ) (``mean_activation="tanh"``, else no tanh),
-        log σ² = W_σ v + b_σ clamped to [``logvar_min``, ``logvar_max``]."""
+    def mean_from_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
+        """μ = tanh(W_μ v + b_μ) (``mean_activation="tanh"``, else without tanh), then divided by its L2 norm
+        when ``normalize_mean``."""
         mu = self.mean_head(pooled)
         if self.config.mean_activation == "tanh":
             mu = torch.tanh(mu)
+        return F.normalize(mu, dim=-1) if self.config.normalize_mean else mu
+
+    def gaussian_heads(self, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pooled vectors v → (μ, log σ²): μ = [`mean_from_pooled`](v), log σ² = W_σ v + b_σ clamped to
+        [``logvar_min``, ``logvar_max``]. (A ``frozen_mean`` model's forward takes μ from its frozen path's v.)"""
         logvar = self.logvar_head(pooled).clamp(self.config.logvar_min, self.config.logvar_max)
-        return mu, logvar
+        return self.mean_from_pooled(pooled), logvar
+
+    def _pool_any(
+        self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None, sentence_index: torch.Tensor | None
+    ) -> torch.Tensor:
+        if sentence_index is None:
+            return self.pool(last_hidden_state, attention_mask)
+        return self.pool_packed(last_hidden_state, sentence_index)
 
     def forward(
         self,
@@ -259,11 +385,13 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         }
         encoder_inputs = {name: value for name, value in encoder_inputs.items() if value is not None}
         encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
-        if sentence_index is None:
-            pooled = self.pool(encoder_output.last_hidden_state, attention_mask)
-        else:
-            pooled = self.pool_packed(encoder_output.last_hidden_state, sentence_index)
+        pooled = self._pool_any(encoder_output.last_hidden_state, attention_mask, sentence_index)
         mu, logvar = self.gaussian_heads(pooled)
+        if self.mean_encoder is not None:
+            mean_inputs = {name: value for name, value in encoder_inputs.items() if not name.startswith("output_")}
+            with torch.no_grad():  # the frozen μ path: never part of the graph
+                mean_hidden = self.mean_encoder(**mean_inputs, **kwargs, return_dict=True).last_hidden_state
+                mu = self.mean_from_pooled(self._pool_any(mean_hidden, attention_mask, sentence_index))
         output = GaussCSEOutput(
             mu=mu,
             logvar=logvar,
@@ -430,7 +558,32 @@ GaussCSEModel.register_for_auto_class("AutoModel")
 # then would make every later GaussCSE folder run the first folder's code. The installed package registers instead
 # (gausscse/model/__init__.py), so each folder loaded with trust_remote_code runs the code shipped with it.
 
+
+def start_fields(name_or_path: str, start: str = "auto", hub_kwargs: dict | None = None) -> dict:
+    """The [`GaussCSEConfig`] fields a ``start`` sets (see ``STARTS``): ``"paper"`` → ``{}`` (the config's defaults:
+    [CLS], tanh, random heads); ``"backbone"`` → the sentence-transformers pooling and normalisation of
+    ``name_or_path`` (mean pooling, no normalisation for a plain encoder), ``mean_activation="none"``,
+    ``head_init="identity"``, ``frozen_mean=True``; ``"auto"`` → ``"backbone"`` for a sentence-transformers model,
+    else ``"paper"``."""
+    if start not in STARTS:
+        raise ValueError(f"start must be one of {STARTS}, got {start!r}")
+    found = sentence_transformers_pooling(name_or_path, hub_kwargs) if start != "paper" else None
+    if start == "paper" or (start == "auto" and found is None):
+        return {}
+    pooling, normalize = found or ("mean", False)
+    if pooling not in ("cls", "mean"):
+        raise ValueError(f"{name_or_path} pools its sentence embedding with {pooling!r}: GaussCSE pools cls or mean")
+    return {
+        "pooling": pooling,
+        "normalize_mean": normalize,
+        "mean_activation": "none",
+        "head_init": "identity",
+        "frozen_mean": True,
+    }
+
+
 __all__ = [
+    "STARTS",
     "TOKEN_POOLINGS",
     "EntailmentDirection",
     "GaussCSEModel",
@@ -440,4 +593,6 @@ __all__ = [
     "pool_tokens",
     "position_offset",
     "resolve_max_length",
+    "sentence_transformers_pooling",
+    "start_fields",
 ]

@@ -23,8 +23,9 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.utils import is_torch_xla_available
 
 from gausscse.data.sources import SHAPES, TRAIN_SOURCES, DataSpec, parse_column_overrides
-from gausscse.model.configuration_gausscse import MEAN_ACTIVATIONS, POOLINGS
+from gausscse.model.configuration_gausscse import HEAD_INITS, MEAN_ACTIVATIONS, POOLINGS
 from gausscse.model.gaussian import REDUCTIONS
+from gausscse.model.modeling_gausscse import STARTS
 
 from .losses import LOSS_NAMES, check_loss_name, check_temperature
 
@@ -52,11 +53,28 @@ class ModelArguments:
     # The three model fields default to None: a new model then takes GaussCSEConfig's defaults (the one source of
     # truth), a GaussCSE folder being continued keeps its own; a value that contradicts that folder is an error.
     pooling: str | None = field(
-        default=None, metadata={"help": f"Sentence vector: one of {POOLINGS} (default: GaussCSEConfig's, 'cls')."}
+        default=None, metadata={"help": f"Sentence vector: one of {POOLINGS} (default: as --start sets it)."}
     )
     mean_activation: str | None = field(
         default=None,
-        metadata={"help": f"Activation of the μ head: one of {MEAN_ACTIVATIONS} (default: GaussCSEConfig's, 'tanh')."},
+        metadata={"help": f"Activation of the μ head: one of {MEAN_ACTIVATIONS} (default: as --start sets it)."},
+    )
+    start: str = field(
+        default="auto",
+        metadata={
+            "help": f"How a new model starts, one of {STARTS}: 'backbone' keeps the backbone's sentence embedding as μ "
+            "(its own pooling and normalisation, identity μ head, σ² = 1/d, frozen μ path); 'paper' = [CLS], tanh, "
+            "random heads; 'auto' = 'backbone' for a sentence-transformers model, else 'paper'. The flags below "
+            "override single fields."
+        },
+    )
+    normalize_mean: bool | None = field(default=None, metadata={"help": "L2-normalise μ (see GaussCSEConfig)."})
+    head_init: str | None = field(
+        default=None, metadata={"help": f"Fresh heads, one of {HEAD_INITS} (see GaussCSEConfig)."}
+    )
+    frozen_mean: bool | None = field(
+        default=None,
+        metadata={"help": "μ from a frozen copy of the backbone, log σ² from the trained one (see GaussCSEConfig)."},
     )
     similarity_reduction: str | None = field(
         default=None,
@@ -87,6 +105,8 @@ class ModelArguments:
     )
 
     def __post_init__(self) -> None:
+        if self.start not in STARTS:
+            raise ValueError(f"--start must be one of {STARTS}, got {self.start!r}")
         if self.lora_r < 0:
             raise ValueError(f"lora_r must be >= 0, got {self.lora_r}")
         if self.freeze_backbone and self.lora_r > 0:
@@ -230,6 +250,13 @@ class GaussCSETrainingArguments(TrainingArguments):
     simcse_weight: float = field(
         default=0.0, metadata={"help": "Weight of the released code's auxiliary SimCSE term on μ (0 = off)."}
     )
+    keep_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "Weight of the keep term: the in-batch cosine similarities of μ distilled from the frozen "
+            "starting encoder (0 = off; see training.losses.EmbeddingKeepLoss)."
+        },
+    )
 
     output_dir: str | None = field(default="outputs/gausscse", metadata={"help": "Checkpoints and the final model."})
     overwrite_output_dir: bool = field(
@@ -286,6 +313,7 @@ NUMERIC_FLAGS: dict[str, tuple[float, bool]] = {
     "weight_decay": (0.0, True),
     "warmup_steps": (0.0, True),
     "simcse_weight": (0.0, True),
+    "keep_weight": (0.0, True),
     "max_grad_norm": (0.0, True),
     "num_train_epochs": (0.0, False),
 }

@@ -284,6 +284,35 @@ class GaussCSELoss(nn.Module):
         return loss
 
 
+class EmbeddingKeepLoss(nn.Module):
+    r"""The keep term: μ keeps the geometry of the encoder training started from.
+
+    L_keep = (1/M²) Σ_{a,b} (cos(μ_a, μ_b) − cos(e_a, e_b))²
+
+    over the M sentences of a batch (premises and both hypotheses), e_a being the sentence's pooled vector from a
+    frozen copy of the starting encoder: the in-batch cosine similarities of the teacher are distilled into μ. It is
+    added to the GaussCSE loss with ``--keep_weight``. Computed in fp32.
+
+    Inputs: ``mu`` ``(M, d)`` (with gradient) and ``teacher`` ``(M, h)`` (any h; no gradient needed). Output: the
+    scalar loss (0 when μ's cosine matrix equals the teacher's).
+
+    Example:
+
+    ```python
+    >>> keep = EmbeddingKeepLoss()
+    >>> loss = gausscse_loss + 0.5 * keep(outputs.mu, teacher_vectors)
+    ```
+    """
+
+    def forward(self, mu: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        if mu.shape[0] != teacher.shape[0]:
+            raise ValueError(f"mu and teacher must have one row per sentence, got {mu.shape[0]} and {teacher.shape[0]}")
+        with torch.autocast(device_type=mu.device.type, enabled=False):
+            student = F.normalize(as_float32(mu), dim=-1)
+            target = F.normalize(as_float32(teacher.detach()), dim=-1)
+            return F.mse_loss(student @ student.T, target @ target.T)
+
+
 def uses_contradictions(name: str) -> bool:
     """Whether the ``--loss`` takes the contradiction hypotheses (V_C, or SimCSE's hard negatives)."""
     return "con" in check_loss_name(name) or name == "simcse"
@@ -308,6 +337,7 @@ __all__ = [
     "GAUSSCSE_VARIANTS",
     "LOSS_NAMES",
     "DenominatorMasks",
+    "EmbeddingKeepLoss",
     "GaussCSELoss",
     "NLIBatchEmbeddings",
     "SupervisedSimCSELoss",

@@ -2,6 +2,7 @@
 
 * ``compute_loss``: one forward pass over all sentences of the batch (premises, entailment hypotheses, present
   contradiction hypotheses), then the loss of ``gausscse.training.losses`` in fp32;
+* ``--keep_weight``: the keep term of ``EmbeddingKeepLoss`` against a frozen copy of the encoder as training starts;
 * ``create_optimizer``: the fresh μ/σ² heads get ``--head_learning_rate``, the backbone ``--learning_rate``;
 * ``evaluate``: the metrics of the evaluator the training command passes (SNLI dev; prefixed ``eval_``), which drive the
   best-checkpoint selection.
@@ -9,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from gausscse.io import write_atomic
 
 from .batch import split_batch_embeddings
-from .losses import build_loss
+from .losses import EmbeddingKeepLoss, build_loss
 
 HEAD_PREFIXES = ("mean_head.", "logvar_head.")
 # Written into checkpoint-N last, when everything else of it is on disk: a checkpoint without it was cut short.
@@ -91,6 +93,25 @@ class GaussCSETrainer(Trainer):
         )
         # The loss is a per-batch mean: let Trainer divide it by the gradient accumulation steps.
         self.model_accepts_loss_kwargs = False
+        self.keep_teacher = None
+        if self.args.keep_weight > 0:
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            if unwrapped.mean_encoder is not None:
+                raise ValueError("--keep_weight with a frozen_mean model: its μ is frozen already, nothing to keep")
+            # the encoder as training starts (the backbone, or the model being continued), frozen
+            self.keep_teacher = copy.deepcopy(unwrapped.encoder).eval().requires_grad_(False)
+            self.keep_loss = EmbeddingKeepLoss()
+
+    def teacher_vectors(self, model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The keep teacher's pooled vector of each sentence of ``inputs`` (padded or packed), pooled as the model
+        pools."""
+        unwrapped = self.accelerator.unwrap_model(model)
+        encoder_inputs = {name: value for name, value in inputs.items() if name != "sentence_index"}
+        with torch.no_grad():
+            hidden = self.keep_teacher(**encoder_inputs, return_dict=True).last_hidden_state
+            if "sentence_index" in inputs:
+                return unwrapped.pool_packed(hidden, inputs["sentence_index"])
+            return unwrapped.pool(hidden, inputs.get("attention_mask"))
 
     def compute_loss(
         self,
@@ -105,6 +126,8 @@ class GaussCSETrainer(Trainer):
         outputs = model(**inputs)
         batch = split_batch_embeddings(outputs.mu, outputs.logvar, contradiction_index, text_ids)
         loss = self.loss_fn(batch)
+        if self.keep_teacher is not None:
+            loss = loss + self.args.keep_weight * self.keep_loss(outputs.mu, self.teacher_vectors(model, inputs))
         return (loss, outputs) if return_outputs else loss
 
     def training_step(
