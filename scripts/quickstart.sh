@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Offline quickstart: fine-tune GaussCSE from the packaged all-MiniLM-L6-v2 on the offline SNLI (first 100k lines of
 # train) + MNLI (20k sample) triplets, then evaluate on the FULL SNLI test, MNLI matched/mismatched and SICK test
-# splits (binary NLI and entailment direction, McNemar against the length baseline) and print the table.
+# splits (binary NLI and entailment direction, McNemar against the length baseline), STS and entailment retrieval,
+# next to the backbone itself (cosine), and print the tables.
 # Usage: bash scripts/quickstart.sh [OUTPUT_DIR] [extra train_gausscse.py flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,9 @@ bf16=$([ "$precision" = bf16 ] && echo true || echo false)
 echo "quickstart: precision $precision" >&2
 .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" --output_dir "$output" \
   --bf16 "$bf16" --overwrite_output_dir "$@"
-.venv/bin/gausscse-evaluate --model "$output" --tasks nli,direction --output "$output/eval" \
-  --max_length 64 --no_plots $([ "$bf16" = true ] && echo --bf16)
+# the backbone beside the model: what a user would pick instead (its cosine) for STS and retrieval
+.venv/bin/gausscse-evaluate --model "$output" --baseline "$backbone" --baseline_names all-MiniLM-L6-v2 \
+  --tasks nli,direction,sts,retrieval --output "$output/eval" --max_length 64 --no_plots \
+  $([ "$bf16" = true ] && echo --bf16)
 cat "$output/eval/report.md"
 echo "quickstart: ${SECONDS} s in all (precision $precision)" >&2

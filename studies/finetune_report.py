@@ -121,12 +121,13 @@ def reduction_section(folder: Path) -> list[str]:
         f"## Similarity reduction: {', '.join(f'`{name}`' for name in reductions)} ({len(seeds)} "
         + ("seed)" if len(seeds) == 1 else "seeds)"),
         "",
-        f"Rerun: `SEEDS=\"{' '.join(map(str, seeds))}\" bash studies/run_reduction_study.sh`.",
+        f'Rerun: `SEEDS="{" ".join(map(str, seeds))}" bash studies/run_reduction_study.sh`.',
         "",
         "- Reductions: `sum` = 1/(1 + KL) (the paper's eq. 2), `mean_kl` = 1/(1 + KL/d), `mean_dim` = "
         "mean_k 1/(1 + KL_k) (the released code).",
-        f"- Recipe: `configs/quickstart.yaml` (the quickstart's), unchanged but for the reduction and the seed: "
-        f"**{study['steps']} steps**, the final weights; seeds {', '.join(map(str, seeds))}.",
+        f"- Recipe: `configs/quickstart.yaml` with `--start paper` ([CLS], tanh, random heads, all of it trained), "
+        f"unchanged but for the reduction and the seed: **{study['steps']} steps**, the final weights; seeds "
+        f"{', '.join(map(str, seeds))}.",
         f"- Training data: {data_line(train[reductions[0], seeds[0]]['data'])}.",
         f"- Precision: {study['precision']} (chosen by `python -m gausscse.training.precision`); evaluation on "
         f"{meta['device']} with {meta['torch_threads']} threads, platform `{meta['platform']}`. Training wall-clock "
@@ -248,7 +249,8 @@ def variant_section(folder: Path) -> list[str]:
         "### Setup",
         "",
         f"- Backbone: the packaged all-MiniLM-L6-v2, fully fine-tuned with the quickstart recipe "
-        f"(`configs/quickstart.yaml`) for **{steps} steps** of batch 64 per run; {seeds} seed(s) per configuration.",
+        f"(`configs/quickstart.yaml`, `--start paper`) for **{steps} steps** of batch 64 per run; {seeds} seed(s) per "
+        "configuration.",
         f"- Training data: {data_line(data)}.",
         f"- Precision: {precision} (chosen by `python -m gausscse.training.precision`); evaluation on "
         f"{meta['device']} with {meta['torch_threads']} threads, platform `{meta['platform']}`.",

@@ -34,7 +34,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
 
 from gausscse import GaussCSEModel
-from gausscse.data.registry import load_split
+from gausscse.evaluation import tasks
 from gausscse.io import write_atomic, write_json
 from gausscse.model.gaussian import kl_divergence_matrix, similarity_matrix
 
@@ -49,24 +49,14 @@ METRICS = (
 MAX_K = 100  # the deepest cut-off the evaluator scores (MAP@100)
 
 
-def retrieval_set(rows, max_queries: int) -> tuple[dict[str, str], dict[str, str], dict[str, set[str]]]:
-    """``(queries, corpus, relevant)``: the first ``max_queries`` distinct entailment hypotheses of ``rows`` (SNLI
-    test, file order), every distinct premise, and for each hypothesis the premises that entail it."""
-    premise_ids: dict[str, str] = {}
-    for row in rows:
-        premise_ids.setdefault(row["premise"], f"p{len(premise_ids)}")
-    hypothesis_ids: dict[str, str] = {}
-    relevant: dict[str, set[str]] = {}
-    for row in rows:
-        if row["label"] != "entailment":
-            continue
-        if row["hypothesis"] not in hypothesis_ids:
-            if len(hypothesis_ids) == max_queries:
-                continue
-            hypothesis_ids[row["hypothesis"]] = f"q{len(hypothesis_ids)}"
-        relevant.setdefault(hypothesis_ids[row["hypothesis"]], set()).add(premise_ids[row["premise"]])
-    queries = {qid: text for text, qid in hypothesis_ids.items()}
-    corpus = {cid: text for text, cid in premise_ids.items()}
+def retrieval_set(data_dir: str | None, max_queries: int) -> tuple[dict[str, str], dict[str, str], dict[str, set[str]]]:
+    """``(queries, corpus, relevant)`` in the evaluator's id form: the SNLI-test set of ``gausscse-evaluate --tasks
+    retrieval`` (``evaluation.tasks.retrieval_set``: the first ``max_queries`` distinct entailment hypotheses, every
+    distinct premise, for each hypothesis the premises that entail it)."""
+    found = tasks.retrieval_set(tasks.load_nli("snli", "snli", "test", data_dir=data_dir), max_queries)
+    queries = {f"q{row}": text for row, text in enumerate(found.queries)}
+    corpus = {f"p{row}": text for row, text in enumerate(found.corpus)}
+    relevant = {f"q{row}": {f"p{premise}" for premise in premises} for row, premises in enumerate(found.relevant)}
     return queries, corpus, relevant
 
 
@@ -121,9 +111,8 @@ def sentence_transformers_folder(model_path: str, workdir: Path) -> tuple[str, b
 
 
 def run(model_path: str, max_queries: int, data_dir: str | None, batch_size: int, workdir: Path) -> dict:
-    rows = list(load_split("snli", "test", data_dir))
     loaded_from, resaved = sentence_transformers_folder(model_path, workdir / "model")
-    queries, corpus, relevant = retrieval_set(rows, max_queries)
+    queries, corpus, relevant = retrieval_set(data_dir, max_queries)
     evaluator_options = {"batch_size": batch_size, "write_csv": False}
     results: dict = {
         "model": model_path,

@@ -23,7 +23,7 @@ for seed in $seeds; do
     reduction=${config##*:}
     name="${loss}_${reduction}_seed$seed"
     if [ ! -f "$runs/$name/train_results.json" ]; then
-      .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" \
+      .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" --start paper \
         --output_dir "$runs/$name" --loss "$loss" --similarity_reduction "$reduction" --seed "$seed" \
         --max_steps "$steps" --bf16 "$bf16" --eval_strategy steps --eval_steps 1000000 --save_strategy no \
         --overwrite_output_dir  # a run cut short is trained again from scratch

@@ -7,8 +7,13 @@
 #                    σ² = 1/d at the start; one encoder trained for μ and σ²
 #   backbone_keep    backbone_shared + --keep_weight 10: the frozen backbone's in-batch cosines distilled into μ
 #   two_paths        --start backbone: μ from a frozen copy of the backbone, log σ² from the trained encoder
-# The last two run a second (frozen) forward per step, so they get 300 steps where the others get 400 (about the
-# same time on 2 CPU cores).
+#   two_paths_retrieval  two_paths + --retrieval_weight 1: each entailment hypothesis also ranks its own premise
+#                    above the batch's other premises (the retrieval term of training.losses). Added after the
+#                    seed-42 evaluation of the four above: all of them ranked premises by their own similarity far
+#                    below the backbone's cosine (SNLI-dev nDCG@10 54–59 against 69). The rule below is unchanged.
+# The last three run a second (frozen) forward per step, so they get 300 steps where the others get 400 (about the
+# same time on 2 CPU cores). paper is the reduction study's mean_kl run of the same seed where that exists
+# (studies/run_reduction_study.sh: this recipe, --start paper), copied instead of trained again.
 #
 # Selection rule, fixed before the runs (dev data only: STS-B dev, SNLI dev; applied by studies/keep_report.py):
 #   1. per candidate, the mean over its seeds of: STS-B dev Spearman (cosine of μ), SNLI-dev retrieval nDCG@10 through
@@ -37,7 +42,8 @@ candidate_flags() {
     paper) echo "--start paper --max_steps 400 --eval_steps 400" ;;
     backbone_shared) echo "--start backbone --frozen_mean false --max_steps 400 --eval_steps 400" ;;
     backbone_keep) echo "--start backbone --frozen_mean false --keep_weight 10 --max_steps 300 --eval_steps 300" ;;
-    two_paths) echo "--start backbone --max_steps 300 --eval_steps 300" ;;
+    two_paths) echo "--start backbone --retrieval_weight 0 --max_steps 300 --eval_steps 300" ;;
+    two_paths_retrieval) echo "--start backbone --retrieval_weight 1 --max_steps 300 --eval_steps 300" ;;
     *) echo "unknown candidate $1" >&2; exit 2 ;;
   esac
 }
@@ -48,6 +54,11 @@ case ${1:-} in
     shift 2
     for candidate in "$@"; do
       name="${candidate}_seed$seed"
+      reduction_run="outputs/reduction_study/mean_kl_seed$seed"
+      if [ "$candidate" = paper ] && [ ! -f "$runs/$name/train_results.json" ] \
+        && [ -f "$reduction_run/train_results.json" ]; then
+        cp -r "$reduction_run" "$runs/$name"  # the reduction study's mean_kl run: this very recipe and seed
+      fi
       if [ ! -f "$runs/$name/train_results.json" ]; then
         # shellcheck disable=SC2046
         .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" \
@@ -62,14 +73,17 @@ case ${1:-} in
       name=$(basename "$folder")
       [ -f "$folder/train_results.json" ] || continue
       if [ ! -f "$out/eval/$name/results.json" ]; then
-        .venv/bin/gausscse-evaluate --model "$folder" --tasks nli,direction,sts,retrieval,dev \
+        .venv/bin/gausscse-evaluate --model "$folder" --tasks nli,direction,sts,retrieval \
           --output "$out/eval/$name" --max_length 64 --no_plots $bf16_flag
       fi
     done
     if [ ! -f "$out/eval/backbone/results.json" ]; then
-      .venv/bin/gausscse-evaluate --model "$backbone" --tasks nli,sts,retrieval,dev --output "$out/eval/backbone" \
+      .venv/bin/gausscse-evaluate --model "$backbone" --tasks nli,sts,retrieval --output "$out/eval/backbone" \
         --max_length 64 --no_plots $bf16_flag
     fi
+    .venv/bin/python -c "import json, os, sys; from studies.retrieval import cpu_name
+json.dump({'precision': sys.argv[1], 'hardware': f'{cpu_name()}, {os.cpu_count()} cores, CPU only'}, open(sys.argv[2], 'w'))" \
+      "$precision" "$out/study.json"
     .venv/bin/python -m studies.keep_report
     ;;
   *) echo "usage: bash studies/run_keep_study.sh train SEED CANDIDATE... | evaluate" >&2; exit 2 ;;

@@ -31,16 +31,12 @@ import torch
 
 from gausscse import GaussCSEModel
 from gausscse.data.sources import load_training_examples
-from gausscse.evaluation.encoders import (
-    BackboneFeatures,
-    FeaturePointEncoder,
-    FrozenBackboneEncoder,
-    _sentence_transformers_pooling,
-)
+from gausscse.evaluation.encoders import BackboneFeatures, FeaturePointEncoder, FrozenBackboneEncoder
 from gausscse.evaluation.fast import dev_metrics
 from gausscse.evaluation.plots import FIGURE1_SENTENCES, plot_gaussians_2d, plot_generality_gap, plot_pr_curves
 from gausscse.evaluation.suite import TaskData, aggregate_seeds, run_encoder, significance
 from gausscse.io import atomic_path, write_json
+from gausscse.model.modeling_gausscse import sentence_transformers_pooling
 from gausscse.training.heads_only import HeadsOnlyArguments, sentences_of, train_heads
 from gausscse.training.losses import GAUSSCSE_VARIANTS
 
@@ -131,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.max_examples:
         examples = examples[: args.max_examples]
     data = TaskData.load(("nli", "direction", "sts"), data_dir=args.data_dir, max_examples=args.max_examples)
-    model = GaussCSEModel.from_backbone(backbone_path).eval()
+    model = GaussCSEModel.from_backbone(backbone_path, start="paper").eval()
     tokenizer = model.get_tokenizer()
     now = lap("load data and backbone", started)
     train_features = cached_features(
@@ -192,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
             training_logs[label].append({key: log[key] for key in ("steps", "seconds", "best")})
             if label == configuration_label("ent+con+rev", "sum") and seed == args.seeds[0]:
                 plot_gaussians_2d(encoder, args.output / "gaussians_2d.png")
-    pooling, normalize = _sentence_transformers_pooling(Path(backbone_path))
+    pooling, normalize = sentence_transformers_pooling(backbone_path) or ("mean", False)
     runs[BACKBONE] = [run_encoder(FeaturePointEncoder(eval_features, pooling, normalize, name=BACKBONE), data)]
     now = lap("training and evaluation", now)
 

@@ -64,4 +64,4 @@ def minilm_gausscse() -> GaussCSEModel:
     """The packaged MiniLM with fresh seeded heads and the paper's "sum" similarity, in eval mode (do not modify):
     real sentence vectors, so different sentences get clearly different Gaussians."""
     torch.manual_seed(0)
-    return GaussCSEModel.from_backbone(MINILM_PATH, similarity_reduction="sum").eval()
+    return GaussCSEModel.from_backbone(MINILM_PATH, start="paper", similarity_reduction="sum").eval()

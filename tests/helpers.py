@@ -119,3 +119,27 @@ def heads_by_hand(
             )
         )
     return torch.stack(raw_mu), torch.stack(logvar)
+
+
+def train_args(backbone: Path, data_dir: Path, output: Path, *extra: str) -> list[str]:
+    return [
+        "--model_name_or_path",
+        str(backbone),
+        "--data_dir",
+        str(data_dir),
+        "--output_dir",
+        str(output),
+        "--per_device_train_batch_size",
+        "8",
+        "--learning_rate",
+        "1e-3",
+        "--head_learning_rate",
+        "1e-2",
+        "--logging_steps",
+        "1",
+        "--dataloader_num_workers",
+        "0",
+        "--seed",
+        "7",
+        *extra,
+    ]

@@ -174,6 +174,8 @@ def module_inputs() -> dict:
         "gold": (labels + rng.random(200)).tolist(),
         "correct_a": (rng.random(200) < 0.8).astype(int).tolist(),
         "correct_b": (rng.random(200) < 0.7).astype(int).tolist(),
+        "ranked": [rng.permutation(120).tolist() for _ in range(20)],
+        "relevant": [rng.choice(120, size=int(rng.integers(1, 4)), replace=False).tolist() for _ in range(20)],
     }
 
 
@@ -191,6 +193,11 @@ def assert_module_results_match_sklearn_and_scipy(inputs: dict, results: dict) -
     mcnemar = results["mcnemar"]
     assert (mcnemar["only_a_correct"], mcnemar["only_b_correct"]) == (b, c) and b != c
     assert mcnemar["p_value"] == pytest.approx(stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-9)
+    # the retrieval module against a direct recount (its match with sentence-transformers: test_retrieval_task.py)
+    recall = np.mean(
+        [len(set(r[:10]) & set(g)) / len(g) for r, g in zip(inputs["ranked"], inputs["relevant"], strict=True)]
+    )
+    assert results["retrieval"]["recall@10"] == pytest.approx(recall, abs=1e-12)
 
 
 def test_evaluate_modules_match_sklearn_and_scipy() -> None:
@@ -199,6 +206,7 @@ def test_evaluate_modules_match_sklearn_and_scipy() -> None:
         "binary_nli": load_metric("binary_nli").compute(predictions=inputs["scores"], references=inputs["labels"]),
         "spearman": load_metric("spearman").compute(predictions=inputs["scores"], references=inputs["gold"]),
         "mcnemar": load_metric("mcnemar").compute(correct_a=inputs["correct_a"], correct_b=inputs["correct_b"]),
+        "retrieval": load_metric("retrieval").compute(predictions=inputs["ranked"], references=inputs["relevant"]),
     }
     assert_module_results_match_sklearn_and_scipy(inputs, results)
 
@@ -226,6 +234,7 @@ print(json.dumps({{
     "binary_nli": modules["binary_nli"].compute(predictions=inputs["scores"], references=inputs["labels"]),
     "spearman": modules["spearman"].compute(predictions=inputs["scores"], references=inputs["gold"]),
     "mcnemar": modules["mcnemar"].compute(correct_a=inputs["correct_a"], correct_b=inputs["correct_b"]),
+    "retrieval": modules["retrieval"].compute(predictions=inputs["ranked"], references=inputs["relevant"]),
 }}))
 """
     assert not str(tmp_path).startswith(str(EVALUATE_MODULES_DIR.parents[2]))  # outside the checkout
@@ -254,7 +263,7 @@ def test_cli_end_to_end_writes_all_files(tiny_gausscse: Path, tiny_point_encoder
             "--baseline",
             str(tiny_point_encoder),
             "--tasks",
-            "nli,direction,sts",
+            "nli,direction,sts,retrieval",
             "--max_examples",
             "60",
             "--output",
@@ -276,6 +285,14 @@ def test_cli_end_to_end_writes_all_files(tiny_gausscse: Path, tiny_point_encoder
     assert model["direction"]["sick"]["similarity_rule"] is not None
     assert results["baselines"][tiny_point_encoder.name]["direction"]["snli"]["similarity_rule"] is None
     assert set(model["sts"]) == {"sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr", "avg"}
+    assert set(model["sts_dev"]) == {"stsb_dev"}
+    assert set(model["retrieval"]) == {"snli_dev", "snli", "mnli_mismatched", "sick"}
+    assert set(model["retrieval"]["snli"]) == {"similarity", "cosine", "size"}
+    assert set(results["baselines"][tiny_point_encoder.name]["retrieval"]["snli"]) == {"cosine", "size"}
+    report = (output / "report.md").read_text()
+    ndcg, recall = (model["retrieval"]["sick"]["similarity"][key] for key in ("ndcg@10", "recall@10"))
+    assert f"| {tiny_gausscse.name} (own similarity sim(claim‖premise)) |" in report
+    assert f"{ndcg:.2f} / {recall:.2f}" in report
     assert f"{tiny_gausscse.name} vs. {tiny_point_encoder.name}" in results["significance"]
     assert payload["meta"]["max_examples"] == 60
     for png in output.glob("*.png"):

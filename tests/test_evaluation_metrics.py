@@ -62,8 +62,8 @@ def brute_force_sweep_auprc(scores, labels) -> float:
     return auc([*recall, 0.0], [*precision, 1.0])
 
 
-def test_load_metric_knows_the_three_modules_and_loads_each_once() -> None:
-    assert set(METRIC_NAMES) == {"binary_nli", "mcnemar", "spearman"}
+def test_load_metric_knows_the_four_modules_and_loads_each_once() -> None:
+    assert set(METRIC_NAMES) == {"binary_nli", "mcnemar", "retrieval", "spearman"}
     for name in METRIC_NAMES:
         assert load_metric(name) is load_metric(name)
     with pytest.raises(ValueError, match="unknown metric 'f1'"):

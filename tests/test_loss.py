@@ -38,6 +38,8 @@ def random_batch(size: int, dim: int = 6, seed: int = 0, dtype=torch.float64, mi
 def reference_sim(a: GaussianEmbeddings, i: int, b: GaussianEmbeddings, j: int, reduction: str) -> torch.Tensor:
     """sim(a_i‖b_j) with torch.distributions' KL (independent of gausscse.model.gaussian)."""
     kl = kl_divergence(Normal(a.mu[i], a.std[i]), Normal(b.mu[j], b.std[j]))
+    if reduction == "mean_kl":
+        return 1 / (1 + kl.mean())
     return 1 / (1 + kl.sum()) if reduction == "sum" else (1 / (1 + kl)).mean()
 
 
@@ -126,6 +128,10 @@ def test_false_negative_masks_from_text_identity():
     # V_R row 0: column 3's premise has the text of s_0⁺ (sim(x‖x) is no negative)
     assert masks.reverse[0].tolist() == [True, True, True, False]
     assert masks.reverse[3].tolist() == [True, True, True, True]
+    # retrieval, row 0 = the hypothesis "B" against the premises: column 1 has the row's own premise A, column 2's
+    # premise entails "b" too, column 3's premise is the text "B" itself; row 3 ("F") keeps every premise
+    assert masks.retrieval[0].tolist() == [True, False, False, False]
+    assert masks.retrieval[3].tolist() == [True, True, True, True]
 
 
 def test_duplicate_texts_do_not_count_as_negatives_in_the_loss():
@@ -156,6 +162,24 @@ def test_simcse_loss_matches_loop_transcription():
         terms += [cos(pre[i], con[j], dim=0) / TAU for j in range(4) if j != 2]
         expected = expected - (cos(pre[i], ent[i], dim=0) / TAU - torch.logsumexp(torch.stack(terms), 0))
     torch.testing.assert_close(loss, expected / 4, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("reduction", ["mean_kl", "sum"])
+def test_retrieval_term_is_the_loop_transcription_over_premises(reduction):
+    """retrieval_weight λ adds λ · (1/N) Σ_j −log e^{sim(s_j⁺‖s_j)/τ} / Σ_i e^{sim(s_j⁺‖s_i)/τ}: each entailment
+    hypothesis ranks its own premise among the batch's premises (KL from torch.distributions)."""
+    batch = random_batch(5, seed=23)
+    plain = GaussCSELoss("ent+con+rev", TAU, reduction)(batch)
+    with_retrieval = GaussCSELoss("ent+con+rev", TAU, reduction, retrieval_weight=0.7)(batch)
+    pre, ent, n = batch.premise, batch.entailment, len(batch)
+    expected = 0.0
+    for j in range(n):
+        numerator = torch.exp(reference_sim(ent, j, pre, j, reduction) / TAU)
+        denominator = sum(torch.exp(reference_sim(ent, j, pre, i, reduction) / TAU) for i in range(n))
+        expected = expected - torch.log(numerator / denominator) / n
+    torch.testing.assert_close(with_retrieval, plain + 0.7 * expected, rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="retrieval_weight must be non-negative, got -1"):
+        GaussCSELoss("ent", TAU, reduction, retrieval_weight=-1)
 
 
 def test_auxiliary_simcse_term_is_added_with_its_weight():
@@ -225,7 +249,7 @@ def _ddp_worker(rank: int, init_file: str, output: str) -> None:
     local = rows(ddp_batch(), rank * share, (rank + 1) * share)
     results = {}
     for name, loss_fn in (
-        ("gausscse", GaussCSELoss("ent+con+rev", TAU, "mean_dim", simcse_weight=0.3)),
+        ("gausscse", GaussCSELoss("ent+con+rev", TAU, "mean_dim", simcse_weight=0.3, retrieval_weight=0.5)),
         ("simcse", SupervisedSimCSELoss(TAU)),
     ):
         loss = loss_fn(local)
@@ -244,7 +268,7 @@ def test_two_process_gather_equals_single_process_on_concatenated_batch(tmp_path
     full = ddp_batch()
     share = DDP_BATCH // WORLD
     for name, loss_fn in (
-        ("gausscse", GaussCSELoss("ent+con+rev", TAU, "mean_dim", simcse_weight=0.3)),
+        ("gausscse", GaussCSELoss("ent+con+rev", TAU, "mean_dim", simcse_weight=0.3, retrieval_weight=0.5)),
         ("simcse", SupervisedSimCSELoss(TAU)),
     ):
         loss = loss_fn(full)

@@ -65,7 +65,8 @@ print(type(model).__name__, type(model.encoder).__name__, model.config.pooling, 
 
 
 def test_from_backbone_loads_minilm_offline_and_encodes():
-    model = GaussCSEModel.from_backbone(MINILM_PATH)
+    """The paper's start ([CLS], tanh, random heads) on MiniLM: the backbone's weights, μ = tanh(W_μ h_[CLS])."""
+    model = GaussCSEModel.from_backbone(MINILM_PATH, start="paper")
     reference = AutoModel.from_pretrained(MINILM_PATH)
     torch.testing.assert_close(
         model.encoder.embeddings.word_embeddings.weight, reference.embeddings.word_embeddings.weight

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from gausscse import GaussCSEConfig
 from studies.finetune_report import AUPRC, DIRECTION, choose_reduction, defaults_section
 
@@ -76,3 +78,43 @@ def test_benchmarks_md_is_what_the_writer_makes_of_the_committed_json(monkeypatc
 
     monkeypatch.chdir(REPO_ROOT)  # the report names the JSON files by their paths from the repository root
     assert benchmarks_report(Path("results")) == (REPO_ROOT / "results" / "BENCHMARKS.md").read_text()
+
+
+def keep_runs(sts_dev: float, retrieval_dev: float, direction_dev: float, auprc_dev: float = 60.0) -> dict:
+    """One run's results with the four dev measures the keep rule reads."""
+    return {
+        "sts_dev": {"stsb_dev": {"cosine": sts_dev}},
+        "retrieval": {"snli_dev": {"similarity": {"ndcg@10": retrieval_dev}}},
+        "snli_dev": {"direction_accuracy": direction_dev, "auprc": auprc_dev},
+    }
+
+
+def test_the_keep_rule_drops_direction_losers_then_ranks_by_keep_then_direction():
+    from studies.keep_report import choose
+
+    candidates = {
+        "paper": {"paper_seed42": keep_runs(78.0, 54.0, 96.0)},
+        "forgets_direction": {"f_seed42": keep_runs(90.0, 80.0, 95.4)},  # below 96.0 − 0.5: out, however well it keeps
+        "keeps_more": {"k_seed42": keep_runs(86.0, 67.0, 96.6)},
+        "tied_better_direction": {"t_seed42": keep_runs(86.0, 66.6, 97.5)},  # keep within 0.5: direction decides
+    }
+    winner, ranking = choose(candidates)
+    assert winner == "tied_better_direction"
+    assert ranking == ["tied_better_direction", "keeps_more", "paper"]
+
+
+def test_keep_md_is_what_the_report_writer_makes_of_the_committed_json():
+    """results/KEEP.md is keep_report's output on results/keep_study, and the quickstart recipe is its selection."""
+    from studies import keep_report
+
+    report = keep_report.report()
+    assert report == (REPO_ROOT / "results" / "KEEP.md").read_text()
+    selected = report.split("**Selected: `")[1].split("`")[0]
+    assert selected == "two_paths_retrieval"
+    quickstart = yaml.safe_load((REPO_ROOT / "configs" / "quickstart.yaml").read_text())
+    # the selected candidate's flags (studies/run_keep_study.sh: --start backbone = auto for MiniLM, 300 steps)
+    assert quickstart["max_steps"] == 300 and quickstart["retrieval_weight"] == 1.0
+    assert quickstart.get("start", "auto") in ("auto", "backbone") and "frozen_mean" not in quickstart
+    backbone = json.loads((REPO_ROOT / "results/keep_study/eval/backbone/results.json").read_text())["models"]
+    sts = next(iter(backbone.values()))["sts"]["avg"]["cosine"]
+    assert f"| backbone (cosine) | {sts:.2f} |" in report

@@ -32,34 +32,10 @@ from gausscse.training.losses import GaussCSELoss
 from gausscse.training.output import save_model_folder
 from gausscse.training.trainer import CHECKPOINT_COMPLETE, GaussCSETrainer, NonFiniteError, is_head_parameter
 
-from .helpers import nli_rows, write_jsonl_gz
+from .helpers import nli_rows, train_args, write_jsonl_gz
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_FILE = "model.safetensors"
-
-
-def train_args(backbone: Path, data_dir: Path, output: Path, *extra: str) -> list[str]:
-    return [
-        "--model_name_or_path",
-        str(backbone),
-        "--data_dir",
-        str(data_dir),
-        "--output_dir",
-        str(output),
-        "--per_device_train_batch_size",
-        "8",
-        "--learning_rate",
-        "1e-3",
-        "--head_learning_rate",
-        "1e-2",
-        "--logging_steps",
-        "1",
-        "--dataloader_num_workers",
-        "0",
-        "--seed",
-        "7",
-        *extra,
-    ]
 
 
 # ----------------------------------------------------------------------------------------------------- arguments

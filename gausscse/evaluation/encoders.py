@@ -33,7 +33,12 @@ from gausscse.data.features import (
     unique_sentences,
 )
 from gausscse.model.gaussian import similarity
-from gausscse.model.modeling_gausscse import TOKEN_POOLINGS, GaussCSEModel, resolve_max_length
+from gausscse.model.modeling_gausscse import (
+    TOKEN_POOLINGS,
+    GaussCSEModel,
+    resolve_max_length,
+    sentence_transformers_pooling,
+)
 
 
 @dataclass
@@ -158,22 +163,6 @@ class GaussianEncoder:
         )
 
 
-def _sentence_transformers_pooling(folder: Path) -> tuple[str, bool]:
-    """``(pooling, normalize)`` from a sentence-transformers folder; ``("mean", False)`` when it is not one."""
-    pooling, normalize = "mean", False
-    pooling_config = folder / "1_Pooling" / "config.json"
-    if pooling_config.is_file():
-        config = json.loads(pooling_config.read_text())
-        for mode in ("cls", "max", "mean"):
-            if config.get(f"pooling_mode_{mode}_token" if mode == "cls" else f"pooling_mode_{mode}_tokens"):
-                pooling = mode
-                break
-    modules = folder / "modules.json"
-    if modules.is_file():
-        normalize = any(module.get("type", "").endswith(".Normalize") for module in json.loads(modules.read_text()))
-    return pooling, normalize
-
-
 class PointEncoder:
     """Any ``AutoModel`` encoder with ``cls``/``mean``/``max`` pooling as a point-embedding :class:`SentenceEncoder`.
 
@@ -195,7 +184,8 @@ class PointEncoder:
         pooling: str | None = None,
         normalize: bool | None = None,
     ):
-        folder_pooling, folder_normalize = _sentence_transformers_pooling(Path(name_or_path))
+        # a sentence-transformers model's own pooling and Normalize, else mean pooling without normalisation
+        folder_pooling, folder_normalize = sentence_transformers_pooling(name_or_path) or ("mean", False)
         self.pooling = pooling or folder_pooling
         if self.pooling not in TOKEN_POOLINGS:
             raise ValueError(f"pooling must be one of {TOKEN_POOLINGS}, got {self.pooling!r}")

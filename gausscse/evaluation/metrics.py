@@ -5,6 +5,8 @@ The metric math lives in one place each, the self-contained ``evaluate`` modules
 
 * ``binary_nli`` — accuracy at a threshold or at the best threshold of the grid 0, 0.001, …, 1 (smallest among
   ties; entailment iff score ≥ threshold), the paper's threshold-sweep AUPRC and sklearn-style average precision;
+* ``retrieval`` — accuracy@1, MRR@10, nDCG@10, recall@10, MAP@100 of ranked retrieval (binary relevance), as
+  sentence-transformers' ``InformationRetrievalEvaluator``;
 * ``spearman`` — Spearman's ρ (ties get their average rank);
 * ``mcnemar`` — McNemar's exact two-sided binomial test (and the continuity-corrected χ²).
 
@@ -21,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 EVALUATE_MODULES_DIR = Path(__file__).resolve().parent / "evaluate_modules"
-METRIC_NAMES = ("binary_nli", "mcnemar", "spearman")
+METRIC_NAMES = ("binary_nli", "mcnemar", "retrieval", "spearman")
 
 
 @functools.cache

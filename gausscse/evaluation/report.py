@@ -140,6 +140,38 @@ def sts_section(entries: Sequence[Entry]) -> str:
     )
 
 
+RETRIEVAL_COLUMNS = {"snli": "SNLI test", "mnli_mismatched": "MNLI (mm)", "sick": "SICK test", "snli_dev": "SNLI dev"}
+RETRIEVAL_SCORES = {"similarity": "own similarity sim(claim‖premise)", "cosine": "cosine of μ"}
+
+
+def retrieval_section(entries: Sequence[Entry]) -> str:
+    """Entailment retrieval: nDCG@10 / recall@10 per set, for each score of each model."""
+    rows = []
+    for entry in entries:
+        for score, label in RETRIEVAL_SCORES.items():
+            cells = [
+                " / ".join(entry.cell(f"retrieval/{column}/{score}/{metric}") for metric in ("ndcg@10", "recall@10"))
+                for column in RETRIEVAL_COLUMNS
+            ]
+            if any(cell != "— / —" for cell in cells):
+                rows.append([f"{entry.label} ({label})", *cells])
+    sizes = [
+        f"{name} {entries[0].cell(f'retrieval/{column}/size/queries', 0)} claims × "
+        f"{entries[0].cell(f'retrieval/{column}/size/corpus', 0)} premises"
+        for column, name in RETRIEVAL_COLUMNS.items()
+    ]
+    return "\n\n".join(
+        [
+            "## Entailment retrieval: nDCG@10 / recall@10 (%)",
+            "Queries: the split's first entailment hypotheses (claims, file order); corpus: all its premises; "
+            "relevant: the premises labelled as entailing the claim. Ranked by the model's own similarity (for "
+            "sum/mean_kl: −KL(claim‖premise), what encode_query·encode_document and the search index rank by) or "
+            f"by the cosine of μ (a point encoder: of its embedding). Sets: {'; '.join(sizes)}.",
+            markdown_table(["model (score)", *RETRIEVAL_COLUMNS.values()], rows),
+        ]
+    )
+
+
 def significance_section(tests: dict[str, dict[str, dict]]) -> str:
     """McNemar tables: ``tests`` maps a comparison label to ``{task/test_set: McNemar fields}``."""
     rows = [
@@ -167,7 +199,7 @@ def significance_section(tests: dict[str, dict[str, dict]]) -> str:
 
 
 def markdown_report(entries: Sequence[Entry], tests: dict[str, dict[str, dict]], notes: Sequence[str] = ()) -> str:
-    """The whole report: NLI, direction, STS (whichever were measured) and significance."""
+    """The whole report: NLI, direction, STS, retrieval (whichever were measured) and significance."""
     sections = ["# GaussCSE evaluation", *notes]
     tasks = {key.split("/")[0] for entry in entries for run in entry.runs for key in flatten(run.results)}
     if "nli" in tasks:
@@ -176,6 +208,8 @@ def markdown_report(entries: Sequence[Entry], tests: dict[str, dict[str, dict]],
         sections.append(direction_section(entries))
     if "sts" in tasks:
         sections.append(sts_section(entries))
+    if "retrieval" in tasks:
+        sections.append(retrieval_section(entries))
     if tests:
         sections.append(significance_section(tests))
     return "\n\n".join(sections) + "\n"

@@ -19,19 +19,24 @@ from .metrics import load_metric
 from .tasks import (
     NLI_DEV,
     NLI_TEST_SETS,
+    RETRIEVAL_SETS,
+    STS_DEV,
     STS_SETS,
     DirectionResult,
     NLIPairs,
     NLIResult,
+    RetrievalSet,
     STSPairs,
     binary_nli,
     entailment_direction,
+    entailment_retrieval,
     load_nli,
     load_sts,
+    retrieval_set,
     sts_spearman,
 )
 
-TASKS = ("nli", "direction", "sts")
+TASKS = ("nli", "direction", "sts", "retrieval")
 
 
 def parse_tasks(tasks: str | Sequence[str]) -> tuple[str, ...]:
@@ -53,15 +58,18 @@ class TaskData:
     nli_dev: NLIPairs | None = None
     nli_test: dict[str, NLIPairs] = field(default_factory=dict)
     sts: dict[str, STSPairs] = field(default_factory=dict)
+    sts_dev: STSPairs | None = None
+    retrieval: dict[str, RetrievalSet] = field(default_factory=dict)
 
     @classmethod
     def load(
         cls, tasks: Sequence[str], data_dir: str | Path | None = None, max_examples: int | None = None
     ) -> TaskData:
-        """Load SNLI dev (for the threshold) and the NLI test sets for ``nli``/``direction``, the STS files for
-        ``sts``; each file truncated to its first ``max_examples`` rows if given."""
+        """Load SNLI dev (for the threshold) and the NLI test sets for ``nli``/``direction``, the STS files and STS-B
+        dev for ``sts``, the retrieval sets of SNLI dev and the ``RETRIEVAL_SETS`` for ``retrieval``; each file
+        truncated to its first ``max_examples`` rows if given."""
         data = cls(tasks=parse_tasks(tasks))
-        if "nli" in data.tasks:
+        if "nli" in data.tasks or "retrieval" in data.tasks:
             data.nli_dev = load_nli("snli_dev", *NLI_DEV, data_dir=data_dir, max_examples=max_examples)
         if "nli" in data.tasks or "direction" in data.tasks:
             data.nli_test = {
@@ -73,11 +81,22 @@ class TaskData:
                 name: load_sts(name, dataset, split, data_dir=data_dir, max_examples=max_examples)
                 for name, (dataset, split) in STS_SETS.items()
             }
+            name, (dataset, split) = STS_DEV
+            data.sts_dev = load_sts(name, dataset, split, data_dir=data_dir, max_examples=max_examples)
+        if "retrieval" in data.tasks:
+            splits = {
+                name: data.nli_test.get(name)
+                or load_nli(name, dataset, split, data_dir=data_dir, max_examples=max_examples)
+                for name, (dataset, split) in RETRIEVAL_SETS.items()
+            }
+            data.retrieval = {
+                name: retrieval_set(pairs) for name, pairs in {"snli_dev": data.nli_dev, **splits}.items()
+            }
         return data
 
     def sentences(self) -> list[str]:
         """Every sentence of every loaded split, with repeats (the encoder keeps each distinct one once)."""
-        splits = [self.nli_dev, *self.nli_test.values(), *self.sts.values()]
+        splits = [self.nli_dev, *self.nli_test.values(), *self.sts.values(), self.sts_dev, *self.retrieval.values()]
         return [sentence for pairs in splits if pairs is not None for sentence in pairs.sentences]
 
 
@@ -88,7 +107,8 @@ class ModelRun:
     Attributes:
         name: the encoder's name.
         is_gaussian: whether it has variances (direction rules apply).
-        results: ``{"nli": {test_set: metrics}, "snli_dev": {...}, "direction": {...}, "sts": {...}}``.
+        results: ``{"nli": {test_set: metrics}, "snli_dev": {...}, "direction": {...}, "sts": {...},
+            "sts_dev": {"stsb_dev": {...}}, "retrieval": {set: {score: metrics}}}``.
         nli: per-test-set :class:`NLIResult` (scores and correctness per pair).
         direction: per-test-set :class:`DirectionResult`.
     """
@@ -120,6 +140,11 @@ def run_encoder(encoder: SentenceEncoder, data: TaskData, show_progress_bar: boo
         for score_name in score_names:  # the SentEval/SimCSE "Avg." column
             sts.setdefault("avg", {})[score_name] = float(np.mean([sts[name][score_name] for name in data.sts]))
         run.results["sts"] = sts
+        run.results["sts_dev"] = {data.sts_dev.name: sts_spearman(encoded, data.sts_dev)}
+    if "retrieval" in data.tasks:
+        run.results["retrieval"] = {
+            name: entailment_retrieval(encoded, retrieval) for name, retrieval in data.retrieval.items()
+        }
     return run
 
 

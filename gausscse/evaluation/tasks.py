@@ -6,6 +6,10 @@
   similarity rule sim(hyp‖pre) > sim(pre‖hyp), variance rule Σlogσ²(pre) > Σlogσ²(hyp), and the length
   baseline (the longer sentence is the premise; length in characters as the paper, also in words; ties wrong).
 * STS: Spearman ρ × 100 with symmetric scores, "all" aggregation as SimCSE.
+* Entailment retrieval: an NLI split's entailment hypotheses (claims) as queries, all its premises as the corpus,
+  relevant = the premises that entail the claim; ranked by the model's own similarity sim(claim‖premise) (for
+  ``sum``/``mean_kl``: −KL, what the sentence-transformers routes and the search index rank by) and by the cosine of
+  μ; nDCG@10, recall@10, MRR@10, accuracy@1, MAP@100 (the ``retrieval`` module, sentence-transformers' definitions).
 
 Every number reported here is a percentage (0–100) except thresholds (0–1) and counts.
 """
@@ -16,8 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from gausscse.data.registry import load_split
+from gausscse.model.gaussian import similarity_matrix
 
 from .encoders import EncodedSentences
 from .metrics import load_metric
@@ -30,6 +37,16 @@ NLI_TEST_SETS: dict[str, tuple[str, str]] = {
     "mnli_matched": ("mnli", "validation_matched"),
     "sick": ("sick", "test"),
 }
+# entailment retrieval: the test sets (file order, the first MAX_RETRIEVAL_QUERIES claims) and SNLI dev for selection
+RETRIEVAL_SETS: dict[str, tuple[str, str]] = {
+    "snli": ("snli", "test"),
+    "mnli_mismatched": ("mnli", "validation_mismatched"),
+    "sick": ("sick", "test"),
+}
+MAX_RETRIEVAL_QUERIES = 2000
+RETRIEVAL_DEPTH = 100  # the deepest cut-off scored (MAP@100)
+# STS-B dev: scored with the STS sets for model selection, not part of their average
+STS_DEV = ("stsb_dev", ("stsb", "validation"))
 STS_SETS: dict[str, tuple[str, str]] = {
     "sts12": ("sts12", "test"),
     "sts13": ("sts13", "test"),
@@ -279,3 +296,72 @@ def sts_spearman(encoded: EncodedSentences, pairs: STSPairs) -> dict[str, float]
         name: 100.0 * spearman.compute(predictions=values.numpy(), references=pairs.gold)["spearman"]
         for name, values in scores.items()
     }
+
+
+@dataclass
+class RetrievalSet:
+    """An entailment-retrieval set: claims (queries), premises (corpus) and, per claim, the corpus rows of the
+    premises that entail it."""
+
+    name: str
+    queries: list[str]
+    corpus: list[str]
+    relevant: list[list[int]]
+
+    @property
+    def sentences(self) -> list[str]:
+        """Queries and corpus."""
+        return self.queries + self.corpus
+
+
+def retrieval_set(pairs: NLIPairs, max_queries: int = MAX_RETRIEVAL_QUERIES) -> RetrievalSet:
+    """From an NLI split: the first ``max_queries`` distinct entailment hypotheses (file order) as queries, every
+    distinct premise as the corpus, relevant = the premises labelled as entailing the query (SICK pairs that entail
+    both ways included: the premise does entail the claim)."""
+    corpus_rows: dict[str, int] = {}
+    for premise in pairs.premises:
+        corpus_rows.setdefault(premise, len(corpus_rows))
+    relevant: dict[str, list[int]] = {}
+    for premise, hypothesis, entailment in zip(pairs.premises, pairs.hypotheses, pairs.is_entailment, strict=True):
+        if not entailment or (hypothesis not in relevant and len(relevant) == max_queries):
+            continue
+        rows = relevant.setdefault(hypothesis, [])
+        if corpus_rows[premise] not in rows:
+            rows.append(corpus_rows[premise])
+    if not relevant:
+        raise ValueError(f"{pairs.name}: no entailment pair to build a retrieval set from")
+    return RetrievalSet(pairs.name, list(relevant), list(corpus_rows), list(relevant.values()))
+
+
+def rank_corpus(scores: torch.Tensor, depth: int = RETRIEVAL_DEPTH) -> list[list[int]]:
+    """Each row's best ``depth`` corpus columns, best first."""
+    return scores.topk(min(depth, scores.shape[1]), dim=1).indices.tolist()
+
+
+def retrieval_scores(encoded: EncodedSentences, retrieval: RetrievalSet) -> dict[str, torch.Tensor]:
+    """``(queries, corpus)`` score matrices by name: ``similarity`` = sim(query‖premise) with the model's reduction
+    (Gaussian models), ``cosine`` = cos of μ (or of the point embeddings)."""
+    queries, corpus = encoded.rows(retrieval.queries), encoded.rows(retrieval.corpus)
+    scores = {
+        "cosine": F.normalize(encoded.mu[queries], dim=-1) @ F.normalize(encoded.mu[corpus], dim=-1).T,
+    }
+    if encoded.is_gaussian:
+        scores["similarity"] = similarity_matrix(
+            encoded.mu[queries], encoded.logvar[queries], encoded.mu[corpus], encoded.logvar[corpus], encoded.reduction
+        )
+    return scores
+
+
+def entailment_retrieval(encoded: EncodedSentences, retrieval: RetrievalSet) -> dict[str, dict[str, float]]:
+    """Per score (see :func:`retrieval_scores`): accuracy@1, MRR@10, nDCG@10, recall@10, MAP@100, in percent, plus
+    the set's size."""
+    metric = load_metric("retrieval")
+    results = {
+        name: {
+            key: 100.0 * value
+            for key, value in metric.compute(predictions=rank_corpus(scores), references=retrieval.relevant).items()
+        }
+        for name, scores in retrieval_scores(encoded, retrieval).items()
+    }
+    results["size"] = {"queries": len(retrieval.queries), "corpus": len(retrieval.corpus)}
+    return results

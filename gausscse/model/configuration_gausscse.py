@@ -57,7 +57,8 @@ class GaussCSEConfig(PreTrainedConfig):
             How fresh heads start: `"random"` (weights N(0, 0.02²), biases 0, as the paper) or `"identity"`: the μ
             head is the identity map (needs `embedding_size` = the encoder's hidden size) and the log-variance head
             starts constant, σ² = 1/d for every sentence (zero weights, bias −log d), so an untrained model's μ is the
-            backbone's pooled vector and KL(a‖b)/d = ‖μ_a − μ_b‖²/2 (= 1 − cos for unit μ). Only read when heads are created, not when trained weights are loaded.
+            backbone's pooled vector and KL(a‖b)/d = ‖μ_a − μ_b‖²/2 (= 1 − cos for unit μ). Only read when heads
+            are created, not when trained weights are loaded.
         frozen_mean (`bool`, defaults to `False`):
             Two paths: μ comes from `mean_encoder`, a frozen copy of the encoder it started from (and a frozen μ
             head), while the trained `encoder` gives log σ² only. μ then stays the backbone's sentence embedding

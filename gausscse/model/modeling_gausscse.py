@@ -82,17 +82,17 @@ def sentence_transformers_pooling(name_or_path: str, hub_kwargs: dict | None = N
     )
     if not isinstance(pooling_config, dict):
         return None
-    modes = [
-        mode
-        for mode, key in (
-            ("cls", "pooling_mode_cls_token"),
-            ("mean", "pooling_mode_mean_tokens"),
-            ("max", "pooling_mode_max_tokens"),
-        )
-        if pooling_config.get(key)
-    ]
-    others = [key for key, value in pooling_config.items() if key.startswith("pooling_mode_") and value]
-    if len(modes) != 1 or len(others) != 1:  # several modes concatenated, or one GaussCSE does not have
+    mode = pooling_config.get("pooling_mode")  # sentence-transformers ≥ 6 writes one field
+    if isinstance(mode, list) and len(mode) == 1:
+        mode = mode[0]
+    if mode is not None:
+        modes = [mode] if mode in ("cls", "mean", "max") else []
+    else:  # earlier versions: one boolean per mode
+        flags = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens"}
+        modes = [mode for mode, key in flags.items() if pooling_config.get(key)]
+        if sum(1 for key, on in pooling_config.items() if key.startswith("pooling_mode_") and on) != len(modes):
+            return None  # a mode GaussCSE does not have (mean_sqrt_len, weighted mean, ...) is on
+    if len(modes) != 1:  # none, or several concatenated
         return None
     normalize = any(str(module.get("type", "")).endswith(".Normalize") for module in modules)
     return modes[0], normalize
@@ -245,8 +245,12 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         super().__init__(config)
         self.encoder = encoder if encoder is not None else self._build_encoder(config.encoder_config)
         self.mean_encoder = None
-        if config.frozen_mean:
-            self.mean_encoder = mean_encoder if mean_encoder is not None else self._build_encoder(config.encoder_config)
+        if config.frozen_mean and mean_encoder is not None:
+            self.mean_encoder = mean_encoder
+        elif config.frozen_mean:  # a copy of the encoder given (it starts where μ stays), else built to be loaded
+            self.mean_encoder = (
+                copy.deepcopy(encoder) if encoder is not None else self._build_encoder(config.encoder_config)
+            )
         elif mean_encoder is not None:
             raise ValueError("mean_encoder is only used with frozen_mean=True")
         hidden_size = config.encoder_config.hidden_size
@@ -305,9 +309,7 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         config_kwargs = {**start_fields(name_or_path, start, encoder_kwargs), **config_kwargs}
         # The config would otherwise reset the encoder's attention implementation (sdpa, ...) to unset.
         config_kwargs.setdefault("attn_implementation", encoder.config._attn_implementation)
-        config = GaussCSEConfig(encoder_config=encoder.config, **config_kwargs)
-        mean_encoder = copy.deepcopy(encoder) if config.frozen_mean else None
-        model = cls(config, encoder=encoder, mean_encoder=mean_encoder)
+        model = cls(GaussCSEConfig(encoder_config=encoder.config, **config_kwargs), encoder=encoder)
         model.name_or_path = str(name_or_path)  # encode() finds the encoder's tokenizer here
         return model
 

@@ -250,6 +250,14 @@ class GaussCSETrainingArguments(TrainingArguments):
     simcse_weight: float = field(
         default=0.0, metadata={"help": "Weight of the released code's auxiliary SimCSE term on μ (0 = off)."}
     )
+    retrieval_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "Weight of the retrieval term: each entailment hypothesis ranks its own premise above the batch's "
+            "other premises, as entailment search does (0 = off; see training.losses). Default: 1 for a model with "
+            "the frozen μ path (what results/KEEP.md chose), 0 otherwise (the paper's loss)."
+        },
+    )
     keep_weight: float = field(
         default=0.0,
         metadata={
@@ -314,6 +322,7 @@ NUMERIC_FLAGS: dict[str, tuple[float, bool]] = {
     "warmup_steps": (0.0, True),
     "simcse_weight": (0.0, True),
     "keep_weight": (0.0, True),
+    "retrieval_weight": (0.0, True),
     "max_grad_norm": (0.0, True),
     "num_train_epochs": (0.0, False),
 }

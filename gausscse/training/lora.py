@@ -20,6 +20,18 @@ from safetensors.torch import load_file, save_file
 from gausscse import GaussCSEConfig, GaussCSEModel
 
 HEADS_FILE = "heads.safetensors"
+# the GaussCSEConfig fields beside the encoder's own config: what rebuilding the model from its backbone needs
+HEAD_CONFIG_FIELDS = (
+    "pooling",
+    "mean_activation",
+    "normalize_mean",
+    "head_init",
+    "frozen_mean",
+    "embedding_size",
+    "similarity_reduction",
+    "logvar_min",
+    "logvar_max",
+)
 
 
 def apply_lora(
@@ -74,13 +86,7 @@ def load_adapter_model(path: str | Path, backbone: str | None = None) -> GaussCS
     adapter_config = LoraConfig.from_pretrained(path)
     base = backbone or adapter_config.base_model_name_or_path
     model = GaussCSEModel.from_backbone(
-        base,
-        pooling=config.pooling,
-        mean_activation=config.mean_activation,
-        embedding_size=config.embedding_size,
-        similarity_reduction=config.similarity_reduction,
-        logvar_min=config.logvar_min,
-        logvar_max=config.logvar_max,
+        base, start="paper", **{field: getattr(config, field) for field in HEAD_CONFIG_FIELDS}
     )
     model.encoder = PeftModel.from_pretrained(model.encoder, path)
     heads = load_file(path / HEADS_FILE)

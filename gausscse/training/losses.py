@@ -13,6 +13,11 @@ GaussCSE (eq. 3), temperature τ::
 The paper sums over i; the mean is used here so the learning rate does not depend on the batch size.
 The variants keep a subset of the denominator: ``ent`` (V_E), ``ent+con``, ``ent+rev``, ``ent+con+rev``.
 
+An optional retrieval term (``retrieval_weight`` λ; not in the paper) ranks the premises for each entailment
+hypothesis, as entailment search does (claim → the premises that entail it):
+
+    L_ret = (1/N) Σ_j −log [ e^{sim(s_j⁺‖s_j)/τ} / Σ_i e^{sim(s_j⁺‖s_i)/τ} ]
+
 Two refinements, both of them masks on the denominator (a masked term is −inf before the log-sum-exp):
 
 * missing hard negatives: examples without s_j⁻ drop their column from V_C;
@@ -99,6 +104,7 @@ class DenominatorMasks:
     entailment: torch.Tensor
     contradiction: torch.Tensor
     reverse: torch.Tensor
+    retrieval: torch.Tensor
 
 
 def denominator_masks(
@@ -120,7 +126,9 @@ def denominator_masks(
 
     * V_E drops s_j⁺ if its text is that of s_i or s_i⁺, or if s_j has the text of s_i (s_i entails s_j⁺);
     * V_C drops s_j⁻ if it is missing or has the text of s_i or s_i⁺;
-    * V_R drops s_j if it has the text of s_i⁺ (sim(x‖x) is the largest possible score, not a negative).
+    * V_R drops s_j if it has the text of s_i⁺ (sim(x‖x) is the largest possible score, not a negative);
+    * the retrieval term (row: the hypothesis s_i⁺, column: the premise s_j) drops s_j if it has the text of s_i⁺ or
+      of s_i, or if s_j⁺ has the text of s_i⁺ (s_j entails s_i⁺ too).
     """
     num_columns = contradiction_mask.shape[0]
     num_rows = num_columns if row_ids is None else row_ids.shape[0]
@@ -130,7 +138,9 @@ def denominator_masks(
     keep_contradiction = contradiction_mask[None, :].expand(num_rows, -1)
     if row_ids is None:
         full = torch.ones(num_rows, num_columns, dtype=torch.bool, device=device)
-        return DenominatorMasks(entailment=full, contradiction=keep_contradiction.clone(), reverse=full.clone())
+        return DenominatorMasks(
+            entailment=full, contradiction=keep_contradiction.clone(), reverse=full.clone(), retrieval=full.clone()
+        )
 
     def same(row_role: int, column_role: int) -> torch.Tensor:
         return row_ids[:, row_role, None] == column_ids[None, :, column_role]
@@ -138,10 +148,12 @@ def denominator_masks(
     premise, entailment, contradiction = 0, 1, 2
     entailment_clash = same(premise, entailment) | same(entailment, entailment) | same(premise, premise)
     contradiction_clash = same(premise, contradiction) | same(entailment, contradiction)
+    retrieval_clash = same(entailment, premise) | same(premise, premise) | same(entailment, entailment)
     return DenominatorMasks(
         entailment=positive | ~entailment_clash,
         contradiction=keep_contradiction & ~contradiction_clash,
         reverse=~same(entailment, premise),
+        retrieval=positive | ~retrieval_clash,
     )
 
 
@@ -216,6 +228,8 @@ class GaussCSELoss(nn.Module):
             code: mean over dimensions of 1/(1 + KL_k)). No default: pass the model's,
             ``model.config.similarity_reduction``, so the loss trains the similarity the model is scored with.
         simcse_weight: weight λ of the released code's optional auxiliary term λ·SupervisedSimCSE(μ); 0 turns it off.
+        retrieval_weight: weight λ of the retrieval term L_ret (module docstring): each entailment hypothesis ranks
+            its own premise above the batch's other premises; 0 turns it off.
         gather: gather the negatives across processes under ``torch.distributed``.
 
     Inputs: an [`NLIBatchEmbeddings`]. Output: the scalar loss.
@@ -236,6 +250,7 @@ class GaussCSELoss(nn.Module):
         reduction: str,
         simcse_weight: float = 0.0,
         gather: bool = True,
+        retrieval_weight: float = 0.0,
     ):
         super().__init__()
         if variant not in GAUSSCSE_VARIANTS:
@@ -244,6 +259,9 @@ class GaussCSELoss(nn.Module):
             )
         if simcse_weight < 0:
             raise ValueError(f"simcse_weight must be non-negative, got {simcse_weight}")
+        if retrieval_weight < 0:
+            raise ValueError(f"retrieval_weight must be non-negative, got {retrieval_weight}")
+        self.retrieval_weight = retrieval_weight
         self.variant = variant
         self.temperature = check_temperature(temperature)
         self.reduction = check_reduction(reduction)
@@ -275,10 +293,24 @@ class GaussCSELoss(nn.Module):
             keep.append(masks.reverse)
         return logits, keep, offset
 
+    def retrieval_loss(self, batch: NLIBatchEmbeddings) -> torch.Tensor:
+        """L_ret: rows are this process's entailment hypotheses s_j⁺, columns the whole batch's premises s_i,
+        logits sim(s_j⁺‖s_i)/τ, the target the hypothesis's own premise; false negatives masked."""
+        columns, offset = batch.gather() if self.gather else (batch, 0)
+        masks = denominator_masks(batch.text_ids, columns.text_ids, columns.contradiction_mask, offset)
+        hypotheses = _rows(columns.entailment, offset, len(batch))
+        logits = similarity_matrix(
+            hypotheses.mu, hypotheses.logvar, columns.premise.mu, columns.premise.logvar, self.reduction
+        )
+        targets = torch.arange(len(batch), device=logits.device) + offset
+        return masked_cross_entropy([logits / self.temperature], [masks.retrieval], targets)
+
     def forward(self, batch: NLIBatchEmbeddings) -> torch.Tensor:
         logits, keep, offset = self.similarity_blocks(batch)
         targets = torch.arange(len(batch), device=logits[0].device) + offset
         loss = masked_cross_entropy(logits, keep, targets)
+        if self.retrieval_weight > 0:
+            loss = loss + self.retrieval_weight * self.retrieval_loss(batch)
         if self.simcse is not None:
             loss = loss + self.simcse_weight * self.simcse(batch)
         return loss
@@ -325,12 +357,14 @@ def check_temperature(temperature: float) -> float:
     return temperature
 
 
-def build_loss(name: str, temperature: float, reduction: str, simcse_weight: float = 0.0) -> nn.Module:
+def build_loss(
+    name: str, temperature: float, reduction: str, simcse_weight: float = 0.0, retrieval_weight: float = 0.0
+) -> nn.Module:
     """The loss module for a ``--loss`` name: a GaussCSE variant or ``simcse`` (the supervised SimCSE baseline);
     ``reduction``: the model's ``config.similarity_reduction``."""
     if check_loss_name(name) == "simcse":
         return SupervisedSimCSELoss(temperature)
-    return GaussCSELoss(name, temperature, reduction, simcse_weight)
+    return GaussCSELoss(name, temperature, reduction, simcse_weight, retrieval_weight=retrieval_weight)
 
 
 __all__ = [

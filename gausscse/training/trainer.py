@@ -65,6 +65,14 @@ def latest_complete_checkpoint(output_dir: str | Path) -> Path | None:
     return max(found)[1] if found else None
 
 
+def default_retrieval_weight(retrieval_weight: float | None, model: nn.Module) -> float:
+    """``--retrieval_weight`` as given, else 1 for a model with the frozen μ path (the keep study's choice,
+    results/KEEP.md) and 0 for any other (the paper's loss)."""
+    if retrieval_weight is not None:
+        return retrieval_weight
+    return 1.0 if getattr(model.config, "frozen_mean", False) else 0.0
+
+
 def is_head_parameter(name: str) -> bool:
     """Whether a parameter name (of the unwrapped GaussCSE model) belongs to the μ or σ² head."""
     return name.startswith(HEAD_PREFIXES)
@@ -90,6 +98,9 @@ class GaussCSETrainer(Trainer):
             temperature=self.args.temperature,
             reduction=self.accelerator.unwrap_model(self.model).config.similarity_reduction,
             simcse_weight=self.args.simcse_weight,
+            retrieval_weight=default_retrieval_weight(
+                self.args.retrieval_weight, self.accelerator.unwrap_model(self.model)
+            ),
         )
         # The loss is a per-batch mean: let Trainer divide it by the gradient accumulation steps.
         self.model_accepts_loss_kwargs = False
@@ -199,6 +210,7 @@ __all__ = [
     "GaussCSETrainer",
     "NonFiniteError",
     "check_finite_weights",
+    "default_retrieval_weight",
     "is_complete_checkpoint",
     "is_head_parameter",
     "latest_complete_checkpoint",
