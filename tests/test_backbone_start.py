@@ -468,3 +468,20 @@ def test_the_retrieval_term_defaults_on_for_the_frozen_mean_path_only(backbone, 
     assert GaussCSETrainer(model=frozen_tiny_model(), args=given, train_dataset=[{}]).loss_fn.retrieval_weight == 0.25
     with pytest.raises(ValueError, match=r"--retrieval_weight must be a finite number >= 0, got -1"):
         parse_arguments(["--output_dir", str(tmp_path), "--retrieval_weight", "-1"])
+
+
+def test_lora_on_a_frozen_mean_model_trains_adapters_and_the_variance_head_only():
+    """apply_lora puts adapters in the trained encoder; the frozen μ path (mean_encoder and mean_head) stays without
+    gradient, and μ after one optimizer step on the LoRA model equals μ before."""
+    from gausscse.training.lora import apply_lora
+
+    model = apply_lora(frozen_tiny_model(), r=2, alpha=4.0, dropout=0.0, target_modules=["query", "value"])
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    assert trainable and all("lora_" in name or name.startswith("logvar_head.") for name in trainable)
+    before = model.eval()(**tiny_inputs()).mu.detach().clone()
+    model.train()
+    output = model(**tiny_inputs())
+    torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1).zero_grad()
+    (output.logvar.sum()).backward()
+    torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1).step()
+    torch.testing.assert_close(model.eval()(**tiny_inputs()).mu, before, rtol=0, atol=0)

@@ -43,6 +43,7 @@ def apply_lora(
     model.encoder = get_peft_model(model.encoder, config)
     for head in (model.mean_head, model.logvar_head):
         head.requires_grad_(True)
+    model.freeze_mean_path()  # a frozen_mean model's μ path stays frozen (its head too)
     return model
 
 
