@@ -343,15 +343,19 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             mu = torch.tanh(mu)
         return F.normalize(mu, dim=-1) if self.config.normalize_mean else mu
 
-    def gaussian_heads(self, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pooled vectors v → (μ, log σ²): μ = [`mean_from_pooled`](v), log σ² = W_σ v + b_σ clamped to
-        [``logvar_min``, ``logvar_max``]. (A ``frozen_mean`` model's forward takes μ from its frozen path's v.)"""
-        logvar = self.logvar_head(pooled).clamp(self.config.logvar_min, self.config.logvar_max)
-        return self.mean_from_pooled(pooled), logvar
+    def logvar_from_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
+        """log σ² = W_σ v + b_σ clamped to [``logvar_min``, ``logvar_max``]."""
+        return self.logvar_head(pooled).clamp(self.config.logvar_min, self.config.logvar_max)
 
-    def _pool_any(
+    def gaussian_heads(self, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pooled vectors v → (μ, log σ²) = ([`mean_from_pooled`](v), [`logvar_from_pooled`](v)). (A ``frozen_mean``
+        model's forward takes μ from its frozen path's own v.)"""
+        return self.mean_from_pooled(pooled), self.logvar_from_pooled(pooled)
+
+    def pool_batch(
         self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None, sentence_index: torch.Tensor | None
     ) -> torch.Tensor:
+        """One vector per sentence: [`pool_packed`] for packed rows (``sentence_index`` given), else [`pool`]."""
         if sentence_index is None:
             return self.pool(last_hidden_state, attention_mask)
         return self.pool_packed(last_hidden_state, sentence_index)
@@ -387,13 +391,15 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         }
         encoder_inputs = {name: value for name, value in encoder_inputs.items() if value is not None}
         encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
-        pooled = self._pool_any(encoder_output.last_hidden_state, attention_mask, sentence_index)
-        mu, logvar = self.gaussian_heads(pooled)
-        if self.mean_encoder is not None:
+        pooled = self.pool_batch(encoder_output.last_hidden_state, attention_mask, sentence_index)
+        logvar = self.logvar_from_pooled(pooled)
+        if self.mean_encoder is None:
+            mu = self.mean_from_pooled(pooled)
+        else:
             mean_inputs = {name: value for name, value in encoder_inputs.items() if not name.startswith("output_")}
             with torch.no_grad():  # the frozen μ path: never part of the graph
                 mean_hidden = self.mean_encoder(**mean_inputs, **kwargs, return_dict=True).last_hidden_state
-                mu = self.mean_from_pooled(self._pool_any(mean_hidden, attention_mask, sentence_index))
+                mu = self.mean_from_pooled(self.pool_batch(mean_hidden, attention_mask, sentence_index))
         output = GaussCSEOutput(
             mu=mu,
             logvar=logvar,

@@ -269,16 +269,23 @@ class GaussCSELoss(nn.Module):
         self.gather = gather
         self.simcse = SupervisedSimCSELoss(temperature, gather=gather) if simcse_weight > 0 else None
 
-    def similarity_blocks(self, batch: NLIBatchEmbeddings) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
+    def columns(self, batch: NLIBatchEmbeddings) -> tuple[NLIBatchEmbeddings, int, DenominatorMasks]:
+        """The columns j (the whole batch, gathered across processes when ``gather``), the offset of this process's
+        rows among them and the keep-masks: computed once per loss call, shared by every block and term."""
+        columns, offset = batch.gather() if self.gather else (batch, 0)
+        return columns, offset, denominator_masks(batch.text_ids, columns.text_ids, columns.contradiction_mask, offset)
+
+    def similarity_blocks(
+        self, batch: NLIBatchEmbeddings, columns: tuple[NLIBatchEmbeddings, int, DenominatorMasks] | None = None
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
         """The logit blocks [E, (C), (R)], their keep-masks and the column offset of this process's rows.
 
         E_ij = sim(s_j⁺‖s_i)/τ, C_ij = sim(s_j⁻‖s_i)/τ, R_ij = sim(s_j‖s_i⁺)/τ; rows i are this process's
-        examples, columns j the whole (gathered) batch.
+        examples, columns j the whole (gathered) batch. ``columns``: :meth:`columns` of ``batch``, if computed.
         """
-        columns, offset = batch.gather() if self.gather else (batch, 0)
+        columns, offset, masks = columns or self.columns(batch)
         premises = _rows(columns.premise, offset, len(batch))
         positives = _rows(columns.entailment, offset, len(batch))
-        masks = denominator_masks(batch.text_ids, columns.text_ids, columns.contradiction_mask, offset)
 
         def block(left: GaussianEmbeddings, right: GaussianEmbeddings) -> torch.Tensor:
             # similarity_matrix(a, b)[j, i] = sim(a_j‖b_i): transpose so rows are the anchors i.
@@ -293,11 +300,13 @@ class GaussCSELoss(nn.Module):
             keep.append(masks.reverse)
         return logits, keep, offset
 
-    def retrieval_loss(self, batch: NLIBatchEmbeddings) -> torch.Tensor:
+    def retrieval_loss(
+        self, batch: NLIBatchEmbeddings, columns: tuple[NLIBatchEmbeddings, int, DenominatorMasks] | None = None
+    ) -> torch.Tensor:
         """L_ret: rows are this process's entailment hypotheses s_j⁺, columns the whole batch's premises s_i,
-        logits sim(s_j⁺‖s_i)/τ, the target the hypothesis's own premise; false negatives masked."""
-        columns, offset = batch.gather() if self.gather else (batch, 0)
-        masks = denominator_masks(batch.text_ids, columns.text_ids, columns.contradiction_mask, offset)
+        logits sim(s_j⁺‖s_i)/τ, the target the hypothesis's own premise; false negatives masked. (Its own block: E
+        has the premises as rows; across processes the transpose would hold only this process's hypotheses.)"""
+        columns, offset, masks = columns or self.columns(batch)
         hypotheses = _rows(columns.entailment, offset, len(batch))
         logits = similarity_matrix(
             hypotheses.mu, hypotheses.logvar, columns.premise.mu, columns.premise.logvar, self.reduction
@@ -306,11 +315,12 @@ class GaussCSELoss(nn.Module):
         return masked_cross_entropy([logits / self.temperature], [masks.retrieval], targets)
 
     def forward(self, batch: NLIBatchEmbeddings) -> torch.Tensor:
-        logits, keep, offset = self.similarity_blocks(batch)
+        columns = self.columns(batch)
+        logits, keep, offset = self.similarity_blocks(batch, columns)
         targets = torch.arange(len(batch), device=logits[0].device) + offset
         loss = masked_cross_entropy(logits, keep, targets)
         if self.retrieval_weight > 0:
-            loss = loss + self.retrieval_weight * self.retrieval_loss(batch)
+            loss = loss + self.retrieval_weight * self.retrieval_loss(batch, columns)
         if self.simcse is not None:
             loss = loss + self.simcse_weight * self.simcse(batch)
         return loss

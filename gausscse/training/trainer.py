@@ -120,9 +120,7 @@ class GaussCSETrainer(Trainer):
         encoder_inputs = {name: value for name, value in inputs.items() if name != "sentence_index"}
         with torch.no_grad():
             hidden = self.keep_teacher(**encoder_inputs, return_dict=True).last_hidden_state
-            if "sentence_index" in inputs:
-                return unwrapped.pool_packed(hidden, inputs["sentence_index"])
-            return unwrapped.pool(hidden, inputs.get("attention_mask"))
+            return unwrapped.pool_batch(hidden, inputs.get("attention_mask"), inputs.get("sentence_index"))
 
     def compute_loss(
         self,
