@@ -1,11 +1,12 @@
 """``accelerate launch train_gausscse.py …`` — the training command as a script, as in Hugging Face's examples.
 
-The same command is installed as ``gausscse-train``; the code is ``gausscse.cli.train``.
+The same command is installed as ``gausscse-train``; the code is ``gausscse.cli.train``. Tests and notebooks import
+``main`` from here (``train_gausscse.main(argv)`` returns the final model folder).
 """
 
-import sys
+from gausscse.cli.train import main, run
 
-from gausscse.cli.train import main
+__all__ = ["main"]
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run()

@@ -3,6 +3,7 @@
 The package, by layer (each imports only the ones above it):
 
 * ``gausscse.model`` — ``GaussCSEConfig``, ``GaussCSEModel``, the Gaussian math (ships with the weights);
+* ``gausscse.loading`` — ``load_model``: the one loader of saved folders, checkpoints, LoRA adapters and Hub ids;
 * ``gausscse.data`` — the dataset registry, training data from files / the Hub / built-ins, tokenisation cache, the
   frozen-backbone feature cache;
 * ``gausscse.training`` — arguments, batch layout and packing, losses, the Trainer, LoRA, output;
@@ -16,11 +17,13 @@ The package, by layer (each imports only the ones above it):
 Importing this package registers ``GaussCSEConfig``/``GaussCSEModel`` with ``AutoConfig``/``AutoModel``.
 """
 
+__version__ = "0.2.0.dev0"  # the one place the version is written (pyproject.toml reads it)
+
 from .model import *  # noqa: F403 — the public API is the model's
 from .model import __all__ as _model_api
 
 SEARCH_API = ("GaussianIndex", "SentenceIndex")
-__all__ = [*_model_api, *SEARCH_API]
+__all__ = [*_model_api, *SEARCH_API, "__version__"]
 
 
 def __getattr__(name: str):

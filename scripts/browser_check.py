@@ -1,20 +1,23 @@
-"""Drive the demo app in a real headless Chromium through its three tabs (and one bad input), and render a model card
-to HTML; save a screenshot of each.
+"""Drive the demo app in a real headless Chromium through its three tabs, each with a bad input before a good one,
+and render a model card to HTML; save screenshots.
 
     apt-get install -y chromium                      # Debian's Chromium (Playwright downloads no browser here)
     .venv/bin/pip install playwright==1.65.2
     GAUSSCSE_MODEL=outputs/quickstart .venv/bin/python scripts/browser_check.py --card outputs/quickstart/README.md \
         --readme_image docs/demo.png
 
-Writes ``direction.png``, ``direction_error.png``, ``similarity.png``, ``search.png`` and ``model_card.png`` (with
-``model_card.html``) into ``--output`` (default ``outputs/browser_check``). The app runs as ``python app.py`` on a
-free port, exactly as a user starts it; each step waits for the page to show the answer and fails if it does not.
+Writes ``direction.png``, ``direction_error.png``, ``direction_fixed.png``, ``similarity.png``, ``search.png`` and
+``model_card.png`` (with ``model_card.html``) into ``--output`` (default ``outputs/browser_check``). The app runs as
+``python app.py`` on a free port, exactly as a user starts it. Each step waits for the page to show the answer, or a bad
+input's message in the tab's error box, and fails if it does not; after every good answer it also fails if any error
+is still shown (error box, toast, an output's "Error" badge) or a number has more than ``DISPLAY_DIGITS`` decimals.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -26,6 +29,7 @@ from markdown_it import MarkdownIt
 from PIL import Image
 from playwright.sync_api import Page, expect, sync_playwright
 
+from gausscse.demo.core import DISPLAY_DIGITS
 from gausscse.io import atomic_path, write_atomic
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -45,8 +49,13 @@ def free_port() -> int:
 def start_app(model: str, log: Path) -> tuple[subprocess.Popen, str]:
     """``python app.py`` on a free port; returns the process and its URL once it answers."""
     port = free_port()
-    env = {**os.environ, "GAUSSCSE_MODEL": model, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
-           "GRADIO_ANALYTICS_ENABLED": "False"}
+    env = {
+        **os.environ,
+        "GAUSSCSE_MODEL": model,
+        "GRADIO_SERVER_NAME": "127.0.0.1",
+        "GRADIO_SERVER_PORT": str(port),
+        "GRADIO_ANALYTICS_ENABLED": "False",
+    }
     with log.open("w") as output:
         server = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=output, stderr=output)
     url = f"http://127.0.0.1:{port}/"
@@ -63,31 +72,98 @@ def start_app(model: str, log: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit(f"the app did not answer at {url}; see {log}")
 
 
-def check_app(page: Page, url: str, output: Path) -> None:
-    page.goto(url)
-    expect(page.get_by_role("tab", name="Direction")).to_be_visible(timeout=TIMEOUT_MS)
+def assert_no_error(page: Page) -> None:
+    """Fail if the page shows an error after a good answer: a tab's error box, a toast or an output's "Error" badge."""
+    errors = {
+        "an error box": page.locator(".demo-error"),
+        "a toast": page.locator(".toast-body"),
+        'an "Error" badge': page.get_by_text("Error", exact=True),
+    }
+    for name, error in errors.items():
+        expect(error.locator("visible=true"), f"{name} is still shown after a good answer").to_have_count(0)
 
-    page.get_by_role("button", name="Which entails which?").click()
+
+def assert_rounded(page: Page) -> None:
+    """Fail if the page shows a number with more than ``DISPLAY_DIGITS`` decimals."""
+    long_numbers = re.findall(rf"\d\.\d{{{DISPLAY_DIGITS + 1},}}", page.locator("body").inner_text())
+    assert not long_numbers, f"numbers shown with more than {DISPLAY_DIGITS} decimals: {long_numbers[:5]}"
+
+
+def show_error(page: Page, box: str, message: str, output: Path, screenshot: str | None = None) -> None:
+    """Wait for ``message`` in the error box ``#box``; optionally take a screenshot of it."""
+    expect(page.locator(f"#{box}")).to_contain_text(message, timeout=TIMEOUT_MS)
+    if screenshot is not None:
+        page.screenshot(path=output / screenshot, full_page=True)
+
+
+def check_direction(page: Page, output: Path) -> None:
+    """A good answer, a bad input (its message), the input fixed: the answer again and no error left."""
+    button = page.get_by_role("button", name="Which entails which?")
+    button.click()
     expect(page.locator("#direction-verdict")).to_contain_text("entails", timeout=TIMEOUT_MS)
     expect(page.locator("#direction-plot img")).to_be_visible(timeout=TIMEOUT_MS)
+    assert_no_error(page)
+    assert_rounded(page)
     page.screenshot(path=output / "direction.png", full_page=True)
 
-    page.get_by_label("Sentence A").fill("")
-    page.get_by_role("button", name="Which entails which?").click()
-    expect(page.get_by_text("sentence A is empty: type a sentence")).to_be_visible(timeout=TIMEOUT_MS)
-    page.wait_for_timeout(1000)  # the message's fade-in
-    page.screenshot(path=output / "direction_error.png", full_page=True)
-    page.get_by_role("button", name="Close").first.click()  # the message stays until closed
+    sentence_a = page.get_by_label("Sentence A")
+    good_sentence = sentence_a.input_value()
+    sentence_a.fill("")
+    button.click()
+    show_error(page, "direction-error", "sentence A is empty: type a sentence", output, "direction_error.png")
+    expect(page.locator("#direction-verdict")).not_to_contain_text("entails")  # no stale answer beside it
 
+    sentence_a.fill(good_sentence)
+    button.click()
+    expect(page.locator("#direction-verdict")).to_contain_text("entails", timeout=TIMEOUT_MS)
+    expect(page.locator("#direction-plot img")).to_be_visible(timeout=TIMEOUT_MS)
+    assert_no_error(page)
+    page.screenshot(path=output / "direction_fixed.png", full_page=True)
+
+
+def check_similarity(page: Page, output: Path) -> None:
+    """One sentence (its message), then the example's sentences: the heatmap and no error left."""
     page.get_by_role("tab", name="Similarity").click()
-    page.get_by_role("button", name="Similarity matrix").click()
+    sentences = page.get_by_label("Sentences, one per line")
+    example = sentences.input_value()
+    sentences.fill(example.splitlines()[0])
+    button = page.get_by_role("button", name="Similarity matrix")
+    button.click()
+    show_error(page, "similarity-error", "give at least 2 sentences", output)
+    sentences.fill(example)
+    button.click()
     expect(page.locator("#similarity-plot img")).to_be_visible(timeout=TIMEOUT_MS)
+    assert_no_error(page)
+    assert_rounded(page)
     page.screenshot(path=output / "similarity.png", full_page=True)
 
+
+def check_search(page: Page, output: Path) -> None:
+    """An empty claim (its message), then the example claim: the entailing sentences and no error left."""
     page.get_by_role("tab", name="Search").click()
-    page.get_by_role("button", name="Find sentences that entail it").click()
+    claim = page.get_by_label("Claim")
+    example = claim.input_value()
+    claim.fill("")
+    button = page.get_by_role("button", name="Find sentences that entail it")
+    button.click()
+    show_error(page, "search-error", "claim is empty: type a sentence", output)
+    claim.fill(example)
+    button.click()
     expect(page.locator("#search-help")).to_contain_text("Corpus:", timeout=TIMEOUT_MS)
+    expect(page.locator("#search-hits")).to_contain_text(re.compile(r"\d\.\d+"), timeout=TIMEOUT_MS)  # a score
+    assert_no_error(page)
+    assert_rounded(page)
     page.screenshot(path=output / "search.png", full_page=True)
+
+
+def check_app(page: Page, url: str, output: Path) -> None:
+    """Each tab: a good answer, a bad input's message in the tab's error box, and no error left after the next good
+    answer; every number shown with at most ``DISPLAY_DIGITS`` decimals."""
+    page.goto(url)
+    expect(page.get_by_role("tab", name="Direction")).to_be_visible(timeout=TIMEOUT_MS)
+    check_direction(page, output)
+    check_similarity(page, output)
+    check_search(page, output)
 
 
 def render_card(card: Path, output: Path) -> Path:

@@ -1,10 +1,13 @@
-"""The demo: its computations against torch.distributions, its errors, the 2-D projection, and the app itself started as
+"""The demo: its computations against torch.distributions, its errors (shown in the tab, cleared by the next good
+answer), its rounded numbers, the Direction picture's dimensions, the 2-D projection, and the app itself started as
 ``python app.py`` and called through ``gradio_client`` (tiny random model)."""
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -21,7 +24,9 @@ from gradio_client.exceptions import AppError
 from huggingface_hub import SpaceCard
 
 from gausscse import GaussCSEConfig, GaussCSEModel
+from gausscse.demo.app import Answers, build_app
 from gausscse.demo.core import (
+    DISPLAY_DIGITS,
     EXAMPLE_CORPUS,
     MAX_SENTENCES,
     Corpus,
@@ -30,6 +35,7 @@ from gausscse.demo.core import (
     load_model,
     similarity_figure,
 )
+from gausscse.demo.picture import SIGMAS, covering_dimensions
 from gausscse.figures import projection_plane
 
 from .helpers import reference_similarity, tiny_encoder_config, write_jsonl_gz
@@ -72,7 +78,7 @@ def test_direction_reports_both_similarities_generalities_and_the_rules(model):
     entailing, entailed = ("A", "B") if sim_ba > sim_ab else ("B", "A")
     assert result.verdict().startswith(f"**{entailing} entails {entailed}**")
     assert result.sentence_a == SENTENCE_A  # stripped
-    assert len(result.figure.axes[0].patches) == 2  # one ellipse per sentence
+    assert len(result.figure.axes[0].patches) == 2 * len(SIGMAS)  # each sentence's contours
 
 
 def test_similarity_matrix_is_sim_row_given_column(model):
@@ -126,6 +132,52 @@ def test_bad_input_and_a_missing_model_give_clear_messages(model, tmp_path):
         load_model(str(tmp_path / "missing"))
 
 
+def widest_covering_pair(mu: torch.Tensor, logvar: torch.Tensor) -> list[int]:
+    """Independently of the demo, in plain Python: the broader Gaussian (larger Σ log σ²) and, per dimension, the
+    room its 1σ interval leaves on the tighter side of the narrower one's 1σ interval, in its own σ; the two
+    dimensions with the most room (ties: the lower dimension)."""
+    means, logvars = mu.tolist(), logvar.tolist()
+    broad = 0 if sum(logvars[0]) >= sum(logvars[1]) else 1
+    narrow = 1 - broad
+    room = []
+    for dimension in range(len(means[0])):
+        std_broad, std_narrow = math.exp(logvars[broad][dimension] / 2), math.exp(logvars[narrow][dimension] / 2)
+        low_room = (means[narrow][dimension] - std_narrow) - (means[broad][dimension] - std_broad)
+        high_room = (means[broad][dimension] + std_broad) - (means[narrow][dimension] + std_narrow)
+        room.append(min(low_room, high_room) / std_broad)
+    return sorted(range(len(room)), key=lambda dimension: (-room[dimension], dimension))[:2]
+
+
+def test_the_picture_shows_the_dimensions_where_the_broader_gaussian_covers_the_narrower_one_most():
+    # built so that the answer is known: B is broader; in 3 and 7 it covers A (7 with more room), in 0 the variance
+    # gap is the largest but the means lie far apart, so a largest-variance-gap rule would pick 0
+    mu, logvar = torch.zeros(2, 16), torch.zeros(2, 16)
+    mu[1] = 5.0  # far apart everywhere but in 3 and 7
+    mu[1, 3] = mu[1, 7] = 0.0
+    logvar[0, 3], logvar[0, 7], logvar[0, 0] = -2.0, -4.0, -8.0
+    assert covering_dimensions(mu, logvar) == [7, 3] == widest_covering_pair(mu, logvar)
+    assert covering_dimensions(mu.flip(0), logvar.flip(0)) == [7, 3]  # whichever row is the broader
+    # random Gaussians: the same two dimensions as the independent computation, in the same order
+    for seed in range(5):
+        torch.manual_seed(seed)
+        mu, logvar = 0.3 * torch.randn(2, 64), torch.randn(2, 64)
+        assert covering_dimensions(mu, logvar) == widest_covering_pair(mu, logvar)
+
+
+def test_the_direction_picture_draws_both_gaussians_on_those_dimensions(model):
+    result = direction(model, SENTENCE_A, SENTENCE_B)
+    gaussians = model.encode([SENTENCE_A, SENTENCE_B])
+    x, y = widest_covering_pair(gaussians.mu, gaussians.logvar)
+    assert result.dimensions == [x, y]
+    axis = result.figure.axes[0]
+    assert axis.get_xlabel().startswith(f"dimension {x}: ") and axis.get_ylabel().startswith(f"dimension {y}: ")
+    mu, std = gaussians.mu.double(), gaussians.logvar.double().mul(0.5).exp()
+    one_sigma = axis.patches[:: len(SIGMAS)]  # each sentence's first contour: 1σ
+    for row, ellipse in enumerate(one_sigma):
+        np.testing.assert_allclose(ellipse.center, [mu[row, x], mu[row, y]], rtol=1e-6)
+        np.testing.assert_allclose([ellipse.width, ellipse.height], [2 * std[row, x], 2 * std[row, y]], rtol=1e-6)
+
+
 def test_projection_plane_is_orthonormal_and_spans_what_separates_the_gaussians():
     torch.manual_seed(0)
     mu, var = torch.randn(5, 16), torch.rand(5, 16) + 0.1
@@ -142,8 +194,93 @@ def test_projection_plane_is_orthonormal_and_spans_what_separates_the_gaussians(
     spread = spread - (spread @ plane[0]) * plane[0]
     assert abs(float(plane[1] @ spread)) == pytest.approx(float(spread.norm()))
     # identical sentences: the first two coordinate axes
-    torch.testing.assert_close(projection_plane(mu[:1].repeat(2, 1), var[:1].repeat(2, 1)).abs(),
-                               torch.eye(2, 16, dtype=torch.float64))
+    torch.testing.assert_close(
+        projection_plane(mu[:1].repeat(2, 1), var[:1].repeat(2, 1)).abs(), torch.eye(2, 16, dtype=torch.float64)
+    )
+
+
+def page_answers(model, tmp_path) -> Answers:
+    """The app's answers on ``model``, searching the 30 example sentences (no data folder in ``tmp_path``)."""
+    answers = Answers(model)
+    answers.corpus = Corpus(model, data_dir=tmp_path)
+    return answers
+
+
+def button_handler(app, error_box: str):
+    """What the tab's button runs: the app's function whose outputs start with the error box ``#error_box``."""
+    return next(
+        block_fn.fn
+        for block_fn in app.fns.values()
+        if block_fn.outputs[:1] and block_fn.outputs[0].elem_id == error_box
+    )
+
+
+def assert_error_shown(update: dict, message: str) -> None:
+    assert update["visible"] is True and message in update["value"], update
+
+
+def assert_error_cleared(update: dict) -> None:
+    assert update["visible"] is False and update["value"] == "", update
+
+
+def test_an_error_shows_in_its_tab_and_the_next_good_answer_clears_it(model, tmp_path):
+    app = build_app("tiny", answers=page_answers(model, tmp_path))
+    run_direction = button_handler(app, "direction-error")
+    error, verdict, scores, picture = run_direction("", SENTENCE_B)
+    assert_error_shown(error, "sentence A is empty: type a sentence")
+    assert (verdict, scores, picture) == ("", None, None)  # no answer to other input beside the message
+    error, verdict, scores, picture = run_direction(SENTENCE_A, SENTENCE_B)
+    assert_error_cleared(error)
+    assert "entails" in verdict and set(scores) == {"sim(a||b)", "sim(b||a)", "generality(a)", "generality(b)"}
+
+    run_similarity = button_handler(app, "similarity-error")
+    assert_error_shown(run_similarity(SENTENCE_A)[0], "give at least 2 sentences")
+    error, matrix, _heatmap = run_similarity(f"{SENTENCE_A}\n{SENTENCE_B}")
+    assert_error_cleared(error)
+    assert matrix["sentences"] == [SENTENCE_A, SENTENCE_B]
+
+    run_search = button_handler(app, "search-error")
+    assert_error_shown(run_search("", 3)[0], "claim is empty")
+    error, _help, rows = run_search("a dog is outside", 3)
+    assert_error_cleared(error)
+    assert len(rows) == 3
+
+    broken = build_app("missing", answers=Answers(None, "No GaussCSE model at 'missing'"))
+    assert_error_shown(button_handler(broken, "direction-error")(SENTENCE_A, SENTENCE_B)[0], "No GaussCSE model")
+
+
+def decimals(value: float) -> int:
+    """How many decimals ``value`` is written with."""
+    return len(repr(value).partition(".")[2])
+
+
+def test_the_page_shows_numbers_rounded_to_display_digits(model, tmp_path):
+    assert DISPLAY_DIGITS == 4
+    answers = page_answers(model, tmp_path)
+    verdict, scores, _picture = answers.direction_page(SENTENCE_A, SENTENCE_B)
+    gaussians = model.encode([SENTENCE_A, SENTENCE_B])
+    exact = {
+        "sim(a||b)": float(reference(model, [SENTENCE_A], [SENTENCE_B])[0, 0]),
+        "sim(b||a)": float(reference(model, [SENTENCE_B], [SENTENCE_A])[0, 0]),
+        "generality(a)": float(gaussians.logvar[0].double().sum()),
+        "generality(b)": float(gaussians.logvar[1].double().sum()),
+    }
+    assert all(decimals(value) <= 4 for value in scores.values()), scores
+    assert scores == pytest.approx(exact, abs=5.1e-5)  # rounded, not some other number
+    assert any(decimals(value) > 4 for value in exact.values())  # so the rounding was needed
+    assert re.findall(r"\d\.\d+", verdict) and not re.findall(r"\d\.\d{5,}", verdict)
+
+    shown, _heatmap = answers.similarity_page(f"{SENTENCE_A}\n{SENTENCE_B}")
+    expected = reference(model, [SENTENCE_A, SENTENCE_B], [SENTENCE_A, SENTENCE_B]).tolist()
+    for shown_row, expected_row in zip(shown["similarity"], expected, strict=True):
+        assert all(decimals(value) <= 4 for value in shown_row), shown_row
+        assert shown_row == pytest.approx(expected_row, abs=5.1e-5)
+
+    _help, rows = answers.search_page("a dog is outside", 5)
+    assert [rank for rank, _score, _sentence in rows] == [1, 2, 3, 4, 5]
+    for _rank, score, sentence in rows:
+        assert decimals(score) <= 4
+        assert score == pytest.approx(float(reference(model, ["a dog is outside"], [sentence])[0, 0]), abs=5.1e-5)
 
 
 def free_port() -> int:
@@ -187,7 +324,7 @@ def test_the_app_serves_direction_as_the_model_computes_it(minilm_tokenizer, tmp
         url = f"http://127.0.0.1:{port}/"
         wait_for(url, server, log)
         client = Client(url, verbose=False)
-        verdict, scores, _picture = client.predict(SENTENCE_A, SENTENCE_B, api_name="/direction")
+        verdict, scores = client.predict(SENTENCE_A, SENTENCE_B, api_name="/direction")  # full precision
         tiny.get_tokenizer(minilm_tokenizer)
         expected = tiny.similarity([SENTENCE_A, SENTENCE_B], [SENTENCE_A, SENTENCE_B])
         assert scores["sim(a||b)"] == pytest.approx(float(expected[0, 1]), rel=1e-5)
@@ -196,6 +333,11 @@ def test_the_app_serves_direction_as_the_model_computes_it(minilm_tokenizer, tmp
         assert verdict.startswith(f"**{entailing} entails {entailed}**")
         with pytest.raises(AppError, match="sentence A is empty"):
             client.predict("", SENTENCE_B, api_name="/direction")
+        answer = client.predict(f"{SENTENCE_A}\n{SENTENCE_B}", api_name="/similarity")
+        assert answer["sentences"] == [SENTENCE_A, SENTENCE_B]
+        assert answer["similarity"][0][1] == pytest.approx(float(expected[0, 1]), rel=1e-5)
+        with pytest.raises(AppError, match="at least 2 sentences"):
+            client.predict(SENTENCE_A, api_name="/similarity")
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -214,8 +356,9 @@ def test_the_space_folder_deploys_as_is(tmp_path):
         build_space.main(["--output", str(tmp_path / "space"), "--space_id", "me/demo", "--model", "me/gausscse"])
     folder = tmp_path / "space"
     metadata = SpaceCard((folder / "README.md").read_text()).data
-    gradio_pin = next(line for line in (REPO_ROOT / "requirements.txt").read_text().splitlines()
-                      if line.startswith("gradio=="))
+    gradio_pin = next(
+        line for line in (REPO_ROOT / "requirements.txt").read_text().splitlines() if line.startswith("gradio==")
+    )
     assert metadata.sdk == "gradio" and metadata.app_file == "app.py"
     assert f"gradio=={metadata.sdk_version}" == gradio_pin  # the Space runs the Gradio the tests ran
     requirements = (folder / "requirements.txt").read_text().splitlines()
@@ -228,7 +371,13 @@ def test_the_space_folder_deploys_as_is(tmp_path):
     assert api.upload_folder.call_args.kwargs["folder_path"] == str(folder)
     # the copied package is complete for the app: it imports from the folder alone
     code = "import gausscse.demo.app, gausscse; print(gausscse.__file__)"
-    done = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONSAFEPATH": ""})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONSAFEPATH": ""},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == str(folder / "gausscse" / "__init__.py")

@@ -273,7 +273,7 @@ def test_cli_errors_name_the_argument(tiny_model_folder, tmp_path):
         search_main(["build", "--model", str(tiny_model_folder), "--corpus", str(empty), "--index", "x"])
     with pytest.raises(FileNotFoundError, match=r"--corpus .*missing.txt: no such file"):
         search_main(["build", "--model", "m", "--corpus", str(tmp_path / "missing.txt"), "--index", "x"])
-    with pytest.raises(ValueError, match=r"--model .*: not a loadable GaussCSE model"):
+    with pytest.raises(ValueError, match=r"--model .*: no config.json in this folder, so no model"):
         search_main(["build", "--model", str(tmp_path), "--corpus", str(table), "--column", "premise", "--index", "x"])
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     command = [

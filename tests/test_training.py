@@ -25,9 +25,10 @@ from gausscse.data.sources import BadRowError, build_examples, load_source
 from gausscse.data.tokenize import tokenize_examples
 from gausscse.evaluation.encoders import load_encoder
 from gausscse.io import exchange_paths
+from gausscse.loading import load_model
 from gausscse.training.arguments import parse_arguments
 from gausscse.training.batch import TripletCollator, split_batch_embeddings
-from gausscse.training.lora import apply_lora, load_adapter_model, merge_lora, save_adapter_model
+from gausscse.training.lora import apply_lora, merge_lora
 from gausscse.training.losses import GaussCSELoss
 from gausscse.training.output import save_model_folder
 from gausscse.training.trainer import CHECKPOINT_COMPLETE, GaussCSETrainer, NonFiniteError, is_head_parameter
@@ -112,8 +113,13 @@ def training_loss(model: GaussCSEModel, backbone: Path, data_dir: Path) -> float
 def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process(backbone, data_dir, tmp_path):
     output = tmp_path / "run"
     argv = train_args(backbone, data_dir, output, "--max_steps", "12", "--eval_steps", "6", "--save_steps", "6")
-    with mock.patch("gausscse.training.output.HfApi") as hf_api:
-        model_dir = train_gausscse.main([*argv, "--push_to_hub", "--hub_model_id", "me/tiny-gausscse"])
+    with (
+        mock.patch("gausscse.training.output.HfApi") as hf_api,
+        mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False),  # the suite runs offline; this is a push
+    ):
+        hf_api.return_value.whoami.return_value = {"name": "me", "orgs": []}  # the check before training
+        push = ["--push_to_hub", "--hub_model_id", "me/tiny-gausscse", "--hub_token", "hf_x"]
+        model_dir = train_gausscse.main([*argv, *push])
     assert model_dir == output and {"checkpoint-6", "checkpoint-12"} <= {path.name for path in output.iterdir()}
     hf_api.return_value.upload_folder.assert_called_once()
     upload = hf_api.return_value.upload_folder.call_args.kwargs
@@ -127,14 +133,16 @@ def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process
     assert expected | {"gaussian.py", "tokenizer.json", "README.md", "train_results.json"} <= files
     assert {"modules.json", "config_sentence_transformers.json", "sentence_transformer_gausscse.py"} <= files
     card = (model_dir / "README.md").read_text()
-    assert card.startswith("---\nlibrary_name: transformers") and "model-index" in card and "trust_remote_code" in card
+    assert "model-index" in card and "trust_remote_code" in card
     results = json.loads((model_dir / "train_results.json").read_text())
     # the card's model-index, as huggingface_hub reads it, is the final evaluation; its figure is in the folder
     card_data = ModelCard(card).data
+    assert card_data.library_name == "sentence-transformers" and card_data.pipeline_tag == "sentence-similarity"
     assert {(r.metric_type, r.metric_value) for r in card_data.eval_results} == {
         ("auprc", round(results["eval_snli_dev_auprc"], 4)),
         ("accuracy", round(results["eval_snli_dev_accuracy"], 4)),
-        ("direction_accuracy", round(results["eval_snli_dev_direction_accuracy"], 4)),
+        ("threshold", round(results["eval_snli_dev_threshold"], 4)),
+        ("similarity_rule", round(results["eval_snli_dev_direction_accuracy"], 4)),
     }
     assert "](evaluation.png)" in card and "evaluation.png" in upload["allow_patterns"]
     with Image.open(model_dir / "evaluation.png") as figure:
@@ -390,12 +398,15 @@ def test_lora_adapter_and_merged_folders_reload(backbone, data_dir, tmp_path):
     model.eval()
     expected = model.encode(sentences, tokenizer=tokenizer).mu
 
-    save_adapter_model(model, tmp_path / "adapter")
+    model.save_pretrained(tmp_path / "adapter")  # not merged: an adapter folder, no encoder.base_model.* names
     assert {"adapter_config.json", "adapter_model.safetensors", "heads.safetensors"} <= {
         path.name for path in (tmp_path / "adapter").iterdir()
     }
-    reloaded = load_adapter_model(tmp_path / "adapter").eval()
+    reloaded = load_model(tmp_path / "adapter")
     torch.testing.assert_close(reloaded.encode(sentences, tokenizer=tokenizer).mu, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        reloaded.encode(sentences, tokenizer=tokenizer).logvar, model.encode(sentences, tokenizer=tokenizer).logvar
+    )
 
     merge_lora(model).save_pretrained(tmp_path / "merged")
     merged = GaussCSEModel.from_pretrained(tmp_path / "merged").eval()
@@ -417,14 +428,14 @@ def test_an_unmerged_lora_run_loads_as_its_card_says_and_evaluates(backbone, dat
     extra = ("--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no", "--lora_r", "4")
     model_dir = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "adapter", *extra))
     config = json.loads((model_dir / "config.json").read_text())
-    assert "auto_map" not in config and not (model_dir / "model.safetensors").exists()  # nothing dangling
+    assert "auto_map" in config and not (model_dir / "model.safetensors").exists()  # an adapter folder
     card = (model_dir / "README.md").read_text()
     snippet = card.split("```python\n", 1)[1].split("```", 1)[0]
     snippet = snippet.replace(f'"{model_dir.name}"', repr(str(model_dir)))  # the card names the Hub repo
     namespace: dict = {}
-    exec(snippet.split("premises =")[0], namespace)  # the card's own loading lines
+    exec(snippet.split("premises =")[0], namespace)  # the card's own loading lines: AutoModel, trust_remote_code
     sentences = ["a man is playing a red guitar"]
-    loaded = namespace["model"].eval().encode(sentences, tokenizer=AutoTokenizer.from_pretrained(model_dir))
+    loaded = namespace["model"].eval().encode(sentences)  # its tokenizer came with it
     encoder = load_encoder(str(model_dir))  # what gausscse-evaluate --model loads
     torch.testing.assert_close(encoder.encode_unique(sentences).mu, loaded.mu)
 

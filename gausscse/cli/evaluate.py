@@ -2,7 +2,9 @@
 (or ``python -m gausscse.cli.evaluate``).
 
 Writes ``DIR/results.json``, ``DIR/report.md`` and PNG plots (``pr_curves.png``; for Gaussian models
-``generality_gap_<name>.png`` and ``gaussians_2d_<name>.png``).
+``generality_gap_<name>.png`` and ``gaussians_2d_<name>.png``). A ``--model`` folder with a GaussCSE model card
+(``README.md`` as gausscse-train writes it) gets the results in its card: every metric in the metadata's
+``model-index`` and in the card's evaluation tables (not with ``--max_examples``: subsets are not the test splits).
 
 Several ``--model`` paths are runs (seeds) of one configuration: the report shows mean ± std and the
 significance tests use the first. ``--baseline`` paths are evaluated by the same code (a GaussCSE folder or any
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+from huggingface_hub import EvalResult
 from tqdm.auto import tqdm
 
 from gausscse.data.features import DEFAULT_BATCH_SIZE
@@ -28,14 +31,18 @@ from gausscse.evaluation.plots import plot_gaussians_2d, plot_generality_gap, pl
 from gausscse.evaluation.report import Entry, markdown_report
 from gausscse.evaluation.suite import (
     TASKS,
+    ModelRun,
     TaskData,
     aggregate_seeds,
+    flatten,
     parse_tasks,
     run_encoder,
     significance,
     significance_against_length,
 )
+from gausscse.evaluation.tasks import NLI_DEV, NLI_TEST_SETS, RETRIEVAL_SETS, STS_DEV, STS_SETS
 from gausscse.io import write_atomic, write_json
+from gausscse.training.model_card import dev_eval_results, eval_result, hub_dataset, update_model_card
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,6 +108,44 @@ def remove_stale_plots(output: Path, written: list[Path]) -> None:
         for path in output.glob(pattern):
             if path.resolve() not in keep:
                 path.unlink()
+
+
+# results block -> (model-index task type, the (dataset, split) of each of its sets, prefix of its metric types)
+CARD_BLOCKS = {
+    "nli": ("binary-classification", NLI_TEST_SETS, ""),
+    "direction": ("entailment-direction", NLI_TEST_SETS, ""),
+    "sts": ("semantic-similarity", STS_SETS, "spearman_"),
+    "sts_dev": ("semantic-similarity", dict([STS_DEV]), "spearman_"),
+    "retrieval": ("information-retrieval", {**RETRIEVAL_SETS, "snli_dev": NLI_DEV}, ""),
+}
+# results that are no metric of the model: counts, the test sets' copy of the SNLI-dev threshold, the length baselines
+NOT_CARD_METRICS = {"examples", "positives", "size", "threshold", "length_baseline", "length_baseline_words"}
+
+
+def card_eval_results(results: dict) -> list[EvalResult]:
+    """One model's ``results`` (``ModelRun.results``) as model-index entries: the SNLI dev block as the dev evaluator's
+    metrics, then every metric of every set of ``CARD_BLOCKS`` (retrieval ones as ``<score>_<metric>``), but
+    ``NOT_CARD_METRICS`` and the STS average (a mean over sets, no dataset)."""
+    entries = dev_eval_results(results["snli_dev"], hub_dataset(*NLI_DEV)) if "snli_dev" in results else []
+    for block, (task, sets, prefix) in CARD_BLOCKS.items():
+        for name, values in results.get(block, {}).items():
+            if name not in sets:
+                continue
+            for key, value in flatten(values).items():
+                if key.split("/")[0] not in NOT_CARD_METRICS:
+                    entries.append(eval_result(task, hub_dataset(*sets[name]), prefix + key.replace("/", "_"), value))
+    return entries
+
+
+def update_model_cards(paths: list[str], runs: list[ModelRun], max_examples: int | None) -> None:
+    """Merge each ``--model`` folder's results into its GaussCSE model card (a Hub id, a folder without such a card:
+    untouched); not after ``--max_examples``, whose subsets are not the test splits."""
+    if max_examples is not None:
+        print("Model cards left as they were: --max_examples scores subsets, not the test splits", file=sys.stderr)
+        return
+    for path, run in zip(paths, runs, strict=True):
+        if update_model_card(path, card_eval_results(run.results)):
+            print(f"Wrote the results into the model card {Path(path) / 'README.md'}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -190,6 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
     write_json(output / "results.json", payload)
     remove_stale_plots(output, plots)
     write_atomic(output / "report.md", markdown_report(entries, tests, notes))
+    update_model_cards(args.model, [runs[label] for label in model_labels], args.max_examples)
     print(f"Wrote {output / 'results.json'} and {output / 'report.md'}", file=sys.stderr)
     return payload
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 from gausscse.data.sources import read_table
+from gausscse.loading import ModelLoadError, load_model
 from gausscse.model import GaussCSEModel
 from gausscse.search.index import BACKENDS
-from gausscse.training.lora import is_adapter_folder, load_adapter_model
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,16 +81,12 @@ def read_corpus(path: Path, column: str | None) -> list[str]:
     return distinct
 
 
-def load_model(name_or_path: str, device: str) -> GaussCSEModel:
-    """A GaussCSE model folder or Hub id (a LoRA adapter folder too), in eval mode on ``device``."""
-    if is_adapter_folder(name_or_path):
-        model = load_adapter_model(name_or_path)
-    else:
-        try:
-            model = GaussCSEModel.from_pretrained(name_or_path)
-        except (OSError, ValueError) as error:
-            raise ValueError(f"--model {name_or_path!r}: not a loadable GaussCSE model ({error})") from error
-    return model.to(device).eval()
+def load_search_model(name_or_path: str, device: str) -> GaussCSEModel:
+    """The model of ``--model`` ([`gausscse.loading.load_model`]), its errors naming the flag."""
+    try:
+        return load_model(name_or_path, device=device)
+    except ModelLoadError as error:
+        raise ValueError(f"--model {error}") from error
 
 
 def main(argv: list[str] | None = None) -> list[list[dict]] | None:
@@ -100,7 +96,7 @@ def main(argv: list[str] | None = None) -> list[list[dict]] | None:
     args = build_parser().parse_args(argv)
     if args.command == "build":
         sentences = read_corpus(Path(args.corpus), args.column)
-        model = load_model(args.model, args.device)
+        model = load_search_model(args.model, args.device)
         corpus = SentenceIndex.build(
             model, sentences, backend=args.backend, batch_size=args.batch_size, max_length=args.max_length
         )
@@ -113,7 +109,7 @@ def main(argv: list[str] | None = None) -> list[list[dict]] | None:
     model_name = args.model or corpus.model_name
     if model_name is None:
         raise ValueError(f"--index {args.index} does not record its model: pass --model")
-    model = load_model(model_name, args.device)
+    model = load_search_model(model_name, args.device)
     queries = args.entailing or args.entailed_by
     search = corpus.entailing if args.entailing else corpus.entailed_by
     hits = [[vars(hit) for hit in row] for row in search(model, queries, min(args.k, len(corpus)))]

@@ -28,12 +28,13 @@ from transformers import AutoConfig, AutoTokenizer, set_seed
 from gausscse import GaussCSEModel
 from gausscse.data.sources import DataError, DataStats, load_file_source, load_training_examples, source_rows
 from gausscse.data.tokenize import tokenize_examples
+from gausscse.loading import load_model
 from gausscse.model.modeling_gausscse import resolve_max_length
 from gausscse.training.arguments import DataArguments, GaussCSETrainingArguments, ModelArguments, parse_arguments
 from gausscse.training.batch import TripletCollator
-from gausscse.training.lora import apply_lora
+from gausscse.training.lora import apply_lora, has_lora, make_adapters_trainable
 from gausscse.training.losses import uses_contradictions
-from gausscse.training.output import push_model_folder, save_model_folder
+from gausscse.training.output import HubPushError, check_hub_push, push_model_folder, save_model_folder
 from gausscse.training.trainer import GaussCSETrainer, is_complete_checkpoint, latest_complete_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -47,11 +48,24 @@ def model_overrides(model_args: ModelArguments) -> dict[str, str]:
     return {name: getattr(model_args, name) for name in MODEL_FIELDS if getattr(model_args, name) is not None}
 
 
+def load_backbone_config(model_args: ModelArguments):
+    """The config of ``--model_name_or_path``; its shipped code (``auto_map``) runs only with --trust_remote_code."""
+    try:
+        return AutoConfig.from_pretrained(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
+    except ValueError as error:
+        if "trust_remote_code" not in str(error):
+            raise
+        raise ValueError(
+            f"--model_name_or_path {model_args.model_name_or_path} needs its own Python code (the auto_map of its "
+            "config.json) to load; gausscse-train runs it only with --trust_remote_code: read that code first"
+        ) from error
+
+
 def build_model(model_args: ModelArguments) -> GaussCSEModel:
-    """A GaussCSE folder continues training with its own config (a flag that contradicts it is an error); any other
-    encoder gets fresh heads as ``--start`` sets them up, single fields overridden by the flags given. Then LoRA or a
-    frozen backbone."""
-    config = AutoConfig.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
+    """A GaussCSE folder (full or LoRA adapter) continues training with its own config (a flag that contradicts it is
+    an error); any other encoder gets fresh heads as ``--start`` sets them up, single fields overridden by the flags
+    given. Then LoRA or a frozen backbone."""
+    config = load_backbone_config(model_args)
     overrides = model_overrides(model_args)
     if config.model_type == "gausscse":
         conflicts = [
@@ -64,9 +78,21 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
                 f"--model_name_or_path {model_args.model_name_or_path} is a GaussCSE model being continued; its "
                 f"config fixes these, drop the flags or start from its encoder: {', '.join(conflicts)}"
             )
-        model = GaussCSEModel.from_pretrained(model_args.model_name_or_path)
+        model = load_model(model_args.model_name_or_path).train()
+        if has_lora(model):
+            if model_args.lora_r > 0:
+                raise ValueError(
+                    f"--model_name_or_path {model_args.model_name_or_path} carries LoRA adapters already: they "
+                    "continue training; drop --lora_r"
+                )
+            make_adapters_trainable(model)
     else:
-        model = GaussCSEModel.from_backbone(model_args.model_name_or_path, start=model_args.start, **overrides)
+        model = GaussCSEModel.from_backbone(
+            model_args.model_name_or_path,
+            start=model_args.start,
+            encoder_kwargs={"trust_remote_code": model_args.trust_remote_code},
+            **overrides,
+        )
     if model_args.freeze_backbone:
         model.encoder.requires_grad_(False)
     if model_args.lora_r > 0:
@@ -173,6 +199,8 @@ def main(argv: list[str] | None = None) -> Path:
         level=logging.INFO if training_args.should_log else logging.WARNING,
     )
     push = training_args.push_to_hub
+    if push:  # before anything is read or written: a push that cannot work stops the run here, not after training
+        check_hub_push(training_args.hub_model_id, training_args.hub_token)
     training_args.push_to_hub = False  # push the final folder only, not every checkpoint
     training_args.resume_from_checkpoint = resolve_resume(training_args)
     check_output_dir(training_args)
@@ -182,7 +210,9 @@ def main(argv: list[str] | None = None) -> Path:
     if data_args.max_train_examples is not None:
         examples = examples.select(range(min(data_args.max_train_examples, len(examples))))
     evaluator = build_evaluator(data_args, training_args)  # reads its data now: a bad file stops before training
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code
+    )
     model = build_model(model_args)
     max_length = resolve_max_length(tokenizer, model.config.encoder_config, data_args.max_seq_length)
     if max_length < data_args.max_seq_length:
@@ -228,12 +258,15 @@ def main(argv: list[str] | None = None) -> Path:
         card = {
             "model_name": training_args.hub_model_id or Path(training_args.output_dir).name,
             "base_model": model_args.model_name_or_path,
-            "datasets": [*(data_args.train_datasets or ()), *(data_args.dataset_name or ())],  # Hub ids for the card
+            "datasets": [*(data_args.train_datasets or ()), *(data_args.dataset_name or ())],  # the card names Hub ids
             "metrics": {name.removeprefix("eval_"): value for name, value in metrics.items()},
-            "training_arguments": {
+            "training_arguments": {  # the card's training-setup table picks its settings from these
                 **dataclasses.asdict(model_args),
                 **dataclasses.asdict(data_args),
                 **training_args.to_sanitized_dict(),
+                **{name: getattr(model.config, name) for name in MODEL_FIELDS},  # as the model resolved them
+                "world_size": training_args.world_size,
+                "retrieval_weight": getattr(trainer.loss_fn, "retrieval_weight", None),  # as the loss used it
             },
             "data_stats": data_stats.as_dict(),
         }
@@ -250,8 +283,13 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 def run() -> None:
-    """Console-script entry point (``gausscse-train``)."""
-    main(sys.argv[1:])
+    """Console-script entry point (``gausscse-train``); a push to the Hub that cannot work ends it with one line and
+    exit status 2, before anything is written."""
+    try:
+        main(sys.argv[1:])
+    except HubPushError as error:
+        print(f"gausscse-train: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

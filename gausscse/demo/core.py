@@ -6,22 +6,27 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
-from transformers import AutoModel
 
 from gausscse.data.registry import default_data_dir, load_split
-from gausscse.figures import draw_gaussians_2d, draw_similarity_matrix
+from gausscse.figures import draw_similarity_matrix
+from gausscse.loading import ModelLoadError
+from gausscse.loading import load_model as load_gausscse_model
 from gausscse.model.gaussian import similarity_formula
 from gausscse.model.modeling_gausscse import GaussCSEModel
 from gausscse.search import SentenceIndex
+
+from .picture import draw_direction
 
 DEFAULT_MODEL = "outputs/quickstart"  # the quickstart's output (bash scripts/quickstart.sh)
 MAX_SENTENCES = 12  # rows of the similarity matrix
 MAX_CHARACTERS = 500  # per sentence
 CORPUS_SIZE = 1000  # SNLI-test premises in the search corpus
 MAX_RESULTS = 20
+DISPLAY_DIGITS = 4  # decimals of every number the page shows
 
 # The search corpus where no data folder is at hand (a Space): sentences written for this demo.
 EXAMPLE_CORPUS = (
@@ -76,18 +81,28 @@ class DemoError(ValueError):
     """An input or set-up problem, with a message to show in the page."""
 
 
+def rounded(value: Any, digits: int = DISPLAY_DIGITS) -> Any:
+    """``value`` with every float in it (also inside lists, tuples and dicts) rounded to ``digits`` decimals, for
+    the page; everything else as it is."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {key: rounded(item, digits) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(rounded(item, digits) for item in value)
+    return value
+
+
 def load_model(name_or_path: str) -> GaussCSEModel:
-    """The GaussCSE model of a folder or Hub id, in eval mode; a clear [`DemoError`] when there is none."""
+    """The GaussCSE model of a folder or Hub id ([`gausscse.loading.load_model`]), in eval mode; a clear
+    [`DemoError`] when there is none."""
     try:
-        model = AutoModel.from_pretrained(name_or_path, trust_remote_code=True)
-    except (OSError, ValueError) as error:
+        return load_gausscse_model(name_or_path)
+    except ModelLoadError as error:
         raise DemoError(
             f"No GaussCSE model at {name_or_path!r} (GAUSSCSE_MODEL): set GAUSSCSE_MODEL to a trained model's folder "
-            f"or Hub id, or train one with `bash scripts/quickstart.sh`. ({type(error).__name__}: {error})"
+            f"or Hub id, or train one with `bash scripts/quickstart.sh`. ({error})"
         ) from error
-    if getattr(model.config, "model_type", None) != "gausscse":
-        raise DemoError(f"{name_or_path!r} (GAUSSCSE_MODEL) is a {model.config.model_type!r} model, not GaussCSE")
-    return model.eval()
 
 
 def check_sentence(argument: str, text: str | None) -> str:
@@ -121,6 +136,7 @@ class Direction:
     generality_a: float  # Σ log σ²(a)
     generality_b: float
     figure: Figure
+    dimensions: list[int]  # the two embedding dimensions the figure shows (x, y)
 
     @property
     def a_entails_b(self) -> bool:
@@ -133,6 +149,7 @@ class Direction:
         return self.generality_a > self.generality_b
 
     def scores(self) -> dict[str, float]:
+        """Both similarities and both generalities, at full precision (the page shows them [`rounded`])."""
         return {
             "sim(a||b)": self.sim_ab,
             "sim(b||a)": self.sim_ba,
@@ -147,20 +164,22 @@ class Direction:
         agreement = "agrees" if self.a_entails_b == self.a_is_more_general else "disagrees"
         high, low = max(self.sim_ab, self.sim_ba), min(self.sim_ab, self.sim_ba)
         broad, narrow = max(self.generality_a, self.generality_b), min(self.generality_a, self.generality_b)
+        digits = DISPLAY_DIGITS
         return (
-            f"**{entailing} entails {entailed}** (similarity rule: sim({entailed}‖{entailing}) = {high:.6f} > "
-            f"sim({entailing}‖{entailed}) = {low:.6f})\n\nVariance rule: {general} is the broader Gaussian "
+            f"**{entailing} entails {entailed}** (similarity rule: sim({entailed}‖{entailing}) = {high:.{digits}f} > "
+            f"sim({entailing}‖{entailed}) = {low:.{digits}f})\n\nVariance rule: {general} is the broader Gaussian "
             f"(Σlog σ² {broad:.1f} vs {narrow:.1f}), so {general} entails {specific}: it {agreement}."
         )
 
 
 def direction(model: GaussCSEModel, sentence_a: str | None, sentence_b: str | None) -> Direction:
-    """Encode both sentences once; sim(a‖b), sim(b‖a), both generalities and the picture of the two Gaussians."""
+    """Encode both sentences once; sim(a‖b), sim(b‖a), both generalities and the picture of the two Gaussians on
+    the two dimensions where the broader one covers the narrower one with the widest margin ([`draw_direction`])."""
     sentence_a, sentence_b = check_sentence("sentence A", sentence_a), check_sentence("sentence B", sentence_b)
     gaussians = model.encode([sentence_a, sentence_b])
     result = model.entailment_direction(gaussians[0:1], gaussians[1:2])
     figure, axis = plt.subplots(figsize=(6.4, 7), layout="constrained")
-    draw_gaussians_2d(axis, gaussians.mu, gaussians.logvar, [f"A: {sentence_a}", f"B: {sentence_b}"])
+    dimensions = draw_direction(axis, gaussians.mu, gaussians.logvar, [sentence_a, sentence_b])
     plt.close(figure)  # gradio renders the figure itself; pyplot keeps no reference
     return Direction(
         sentence_a=sentence_a,
@@ -170,6 +189,7 @@ def direction(model: GaussCSEModel, sentence_a: str | None, sentence_b: str | No
         generality_a=float(gaussians.generality[0]),
         generality_b=float(gaussians.generality[1]),
         figure=figure,
+        dimensions=dimensions,
     )
 
 
@@ -235,6 +255,7 @@ class Corpus:
 __all__ = [
     "DEFAULT_MODEL",
     "DIRECTION_EXAMPLES",
+    "DISPLAY_DIGITS",
     "EXAMPLE_CORPUS",
     "MAX_SENTENCES",
     "SEARCH_EXAMPLES",
@@ -246,6 +267,7 @@ __all__ = [
     "corpus_sentences",
     "direction",
     "load_model",
+    "rounded",
     "similarity_figure",
     "split_sentences",
 ]

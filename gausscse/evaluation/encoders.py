@@ -32,6 +32,7 @@ from gausscse.data.features import (
     rows_of,
     unique_sentences,
 )
+from gausscse.loading import load_model
 from gausscse.model.gaussian import similarity
 from gausscse.model.modeling_gausscse import (
     TOKEN_POOLINGS,
@@ -280,18 +281,13 @@ def load_encoder(
     """A :class:`GaussianEncoder` for a saved GaussCSE model (``model_type == "gausscse"``; scored by the cosine of μ
     when its ``train_results.json`` says it was trained with the ``simcse`` loss), else a :class:`PointEncoder`.
     ``name_or_path``: a local folder or Hub id."""
-    from gausscse.training.lora import is_adapter_folder, load_adapter_model  # peft only where adapters are used
-
     name = Path(name_or_path).name or str(name_or_path)
-    if is_adapter_folder(name_or_path):  # a LoRA adapter + heads (train_gausscse.py --lora_r without --merge_lora)
-        model = load_adapter_model(name_or_path).to(device).eval()
-        return GaussianEncoder(model, batch_size=batch_size, max_length=max_length, bf16=bf16, name=name)
     try:
         config = AutoConfig.from_pretrained(name_or_path)
     except (OSError, ValueError) as error:
         raise ValueError(f"--model/--baseline {name_or_path!r}: no loadable model config there ({error})") from error
     if config.model_type == "gausscse":
-        model = GaussCSEModel.from_pretrained(name_or_path).to(device).eval()
+        model = load_model(name_or_path, device=device)
         results_file = Path(name_or_path) / "train_results.json"
         point = results_file.is_file() and json.loads(results_file.read_text(encoding="utf-8")).get("loss") == "simcse"
         return GaussianEncoder(model, batch_size=batch_size, max_length=max_length, bf16=bf16, name=name, point=point)

@@ -58,7 +58,7 @@ def plot_generality_gap(run: ModelRun, path: str | Path) -> Path:
     figure, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
     for axis, name in zip(axes[0], names, strict=True):
         draw_generality_gap(axis, run.direction[name].generality_gap, NLI_COLUMNS[name])
-    figure.suptitle(f"{run.name}: generality gap on entailment pairs")
+    figure.suptitle(f"{run.name}: generality gap on entailment pairs (share > 0: the variance rule's accuracy)")
     return save_png(figure, path)
 
 
@@ -81,15 +81,22 @@ def plot_gaussians_2d(encoder: SentenceEncoder, path: str | Path, sentences: Seq
 
 def plot_dev_summary(encoded: EncodedSentences, pairs: NLIPairs, title: str, path: str | Path) -> Path:
     """The model card's figure from already encoded dev sentences: the precision–recall curve of the entailment score
-    sim(hyp‖pre) (binary NLI) and, for a Gaussian encoder, the generality gap on the entailment pairs."""
-    gap = entailment_direction(encoded, pairs).generality_gap if encoded.is_gaussian else None
-    figure, axes = plt.subplots(
-        1, 1 if gap is None else 2, figsize=(4.2 if gap is None else 8.4, 3.8), squeeze=False, layout="constrained"
-    )
+    sim(hyp‖pre) (binary NLI) and, for a Gaussian encoder, the generality gap on the entailment pairs, titled with the
+    accuracy of each direction rule, named."""
+    direction = entailment_direction(encoded, pairs) if encoded.is_gaussian else None
+    panels = 1 if direction is None else 2
+    figure, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.8), squeeze=False, layout="constrained")
     scores = encoded.entailment_score(pairs.premises, pairs.hypotheses).numpy().astype(np.float64)
     _draw_pr_curve(axes[0, 0], scores, pairs.is_entailment, "sim(hyp‖pre)")
     finish_pr_axis(axes[0, 0], float(pairs.is_entailment.mean()), "binary NLI (entailment vs rest)")
-    if gap is not None:
-        draw_generality_gap(axes[0, 1], gap, "direction")
+    if direction is not None:
+        draw_generality_gap(axes[0, 1], direction.generality_gap, "direction")
+        rules = direction.metrics
+        axes[0, 1].set_title(  # in place of the bare "% > 0": which rule each accuracy is
+            f"direction, {rules['examples']} entailment pairs\n"
+            f"variance rule Σlogσ²(pre) > Σlogσ²(hyp): {rules['variance_rule']:.2f}%\n"
+            f"similarity rule sim(hyp‖pre) > sim(pre‖hyp): {rules['similarity_rule']:.2f}%",
+            fontsize=9,
+        )
     figure.suptitle(title)
     return save_png(figure, path)

@@ -10,6 +10,7 @@ import copy
 import inspect
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +19,19 @@ import torch
 import torch.nn.functional as F
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError
+from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers import initialization as init
+from transformers.dynamic_module_utils import custom_object_save
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, cached_file, logging
+
+try:  # only an adapter (LoRA) folder needs peft; in a try block, so transformers' import check does not require it
+    from peft import PeftModel, set_peft_model_state_dict
+except ImportError:
+    PeftModel = set_peft_model_state_dict = None
 
 from .configuration_gausscse import GaussCSEConfig
 from .gaussian import GaussianEmbeddings, similarity, similarity_matrix
@@ -36,6 +44,16 @@ FALLBACK_MAX_LENGTH = 512  # for an encoder that states no limit
 # activation, a neutral (zero) log-variance head and the frozen μ path; "auto" = "backbone" for a sentence-transformers
 # model (a folder or Hub repo with modules.json and 1_Pooling/config.json), "paper" for any other encoder.
 STARTS = ("auto", "paper", "backbone")
+# An adapter folder (a model whose encoder carries LoRA adapters, saved unmerged): peft's adapter_config.json and
+# adapter_model.safetensors, the two heads in HEADS_FILE, and the GaussCSE config + code; the backbone itself is not in
+# it but named by adapter_config.json's base_model_name_or_path (a Hub id, or a local folder on the writer's machine).
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
+HEADS_FILE = "heads.safetensors"
+HEAD_NAMES = ("mean_head", "logvar_head")
+HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "force_download")
+
+logger = logging.get_logger(__name__)
 
 
 def pool_tokens(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
@@ -177,6 +195,49 @@ class EntailmentDirection:
     sim_ab: torch.Tensor
 
 
+def has_adapter(encoder: nn.Module) -> bool:
+    """Whether ``encoder`` is a peft ``PeftModel`` (LoRA adapters on the backbone, not merged)."""
+    return PeftModel is not None and isinstance(encoder, PeftModel)
+
+
+def adapter_heads_file(name_or_path: str | Path, hub_kwargs: dict | None = None) -> str | None:
+    """The local path of ``HEADS_FILE`` when ``name_or_path`` (folder or Hub id) is an adapter folder, else ``None``."""
+    hub_kwargs = {key: value for key, value in (hub_kwargs or {}).items() if key in HUB_KWARGS}
+    return cached_file(
+        str(name_or_path),
+        HEADS_FILE,
+        **hub_kwargs,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+    )
+
+
+def check_loading_info(name_or_path: str | Path, info: dict) -> None:
+    """Refuse a checkpoint whose weights do not fit the model: ``transformers`` would only log the missing or
+    unexpected names and start those weights at random, which scores as a different model (silent corruption)."""
+    problems = {
+        kind: sorted(str(name) for name in info.get(kind) or ())
+        for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")
+    }
+    problems = {kind: names for kind, names in problems.items() if names}
+    if problems:
+        listed = "; ".join(f"{kind.replace('_', ' ')}: {', '.join(names[:3])}" for kind, names in problems.items())
+        raise ValueError(
+            f"{name_or_path}: its weights do not fit a GaussCSE model of its config ({listed}, ...); loading it "
+            "would start those weights at random. Was it saved by another version, or edited? Re-save it with "
+            "GaussCSEModel.save_pretrained"
+        )
+
+
+def share_weight_files(folder: Path) -> None:
+    """Give the ``*.safetensors`` files of ``folder`` the mode every other written file has (0644 under the usual
+    umask 022): safetensors writes them 0600, readable by their owner only."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.glob("*.safetensors"):
+        path.chmod(0o666 & ~umask)
+
+
 def _encoder_init_kwargs(config) -> dict:
     """``add_pooling_layer=False`` where the encoder class takes it: the paper pools [CLS] itself, and an
     unused pooler would leave parameters without gradient (DDP's unused-parameter error)."""
@@ -269,11 +330,106 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             self.mean_encoder.eval()
 
     @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """``PreTrainedModel.from_pretrained``, then [`freeze_mean_path`] (loading puts fresh parameters in place)."""
-        loaded = super().from_pretrained(*args, **kwargs)
-        (loaded[0] if isinstance(loaded, tuple) else loaded).freeze_mean_path()
-        return loaded
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """``PreTrainedModel.from_pretrained`` for a full folder; an adapter folder (``HEADS_FILE`` +
+        ``adapter_config.json``, see [`save_pretrained`]) is rebuilt from its backbone, adapter and heads
+        ([`_from_adapter_folder`]). Then [`freeze_mean_path`] (loading puts fresh parameters in place)."""
+        heads_file = adapter_heads_file(pretrained_model_name_or_path, kwargs)
+        if heads_file is not None:
+            model = cls._from_adapter_folder(pretrained_model_name_or_path, heads_file, **kwargs)
+            model.freeze_mean_path()
+            return model
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        check_loading_info(pretrained_model_name_or_path, info)
+        model.freeze_mean_path()
+        return (model, info) if wants_info else model
+
+    @classmethod
+    def _from_adapter_folder(
+        cls, name_or_path: str | Path, heads_file: str, config: GaussCSEConfig | None = None, **kwargs
+    ) -> GaussCSEModel:
+        """An adapter folder as a model: the backbone its ``adapter_config.json`` names, the LoRA adapter on it
+        (``PeftModel.from_pretrained``) and the heads of ``HEADS_FILE``; a ``frozen_mean`` model's μ path is a copy of
+        the backbone (it is never trained). ``kwargs``: the Hub arguments (``revision``, ``token``, ...), ``dtype``."""
+        if PeftModel is None:
+            raise ImportError(f"{name_or_path} holds a LoRA adapter (not merged): loading it needs `pip install peft`")
+        hub_kwargs = {key: value for key, value in kwargs.items() if key in HUB_KWARGS and value is not None}
+        if config is None:
+            config = GaussCSEConfig.from_pretrained(name_or_path, **hub_kwargs)
+        adapter_config = json.loads(
+            Path(cached_file(str(name_or_path), ADAPTER_CONFIG_FILE, **hub_kwargs)).read_text(encoding="utf-8")
+        )
+        base = adapter_config.get("base_model_name_or_path")
+        encoder_kwargs = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
+        try:
+            encoder = AutoModel.from_pretrained(base, **_encoder_init_kwargs(config.encoder_config), **encoder_kwargs)
+        except (OSError, ValueError, TypeError) as error:
+            raise OSError(
+                f"{name_or_path} is a LoRA adapter on the backbone {base!r} (adapter_config.json "
+                f"base_model_name_or_path), which cannot be loaded here: {error}. Point base_model_name_or_path at a "
+                "Hub id or a local copy of that backbone, or share the model merged (train with --merge_lora)"
+            ) from error
+        model = cls(config, encoder=encoder)
+        peft_kwargs = {key: value for key, value in hub_kwargs.items() if key != "local_files_only"}
+        model.encoder = PeftModel.from_pretrained(encoder, str(name_or_path), **peft_kwargs)
+        model.load_head_weights(heads_file)
+        model.name_or_path = str(name_or_path)  # encode() finds the tokenizer here
+        return model.eval()
+
+    def load_head_weights(self, heads_file: str | Path) -> None:
+        """Copy the μ and log σ² heads of a ``HEADS_FILE`` (keys ``mean_head.weight``, ...) into this model."""
+        heads = load_file(str(heads_file))
+        expected = {f"{name}.{key}" for name in HEAD_NAMES for key in getattr(self, name).state_dict()}
+        if set(heads) != expected:
+            raise ValueError(f"{heads_file}: expected the tensors {sorted(expected)}, found {sorted(heads)}")
+        with torch.no_grad():
+            for key, value in heads.items():
+                head_name, parameter = key.split(".", 1)
+                getattr(getattr(self, head_name), parameter).copy_(value)
+
+    def save_pretrained(
+        self, save_directory: str | Path, *args, is_main_process: bool = True, state_dict: dict | None = None, **kwargs
+    ) -> None:
+        """``PreTrainedModel.save_pretrained`` (weights, config, the code files and the sentence-transformers files),
+        plus the tokenizer, so the folder (and ``push_to_hub``, which saves through here) encodes wherever it is
+        loaded. With LoRA adapters on the encoder (not merged) it writes an adapter folder instead of full weights:
+        ``adapter_config.json`` + ``adapter_model.safetensors`` (peft), ``HEADS_FILE``, config and code; it loads with
+        ``from_pretrained`` / ``AutoModel`` / sentence-transformers like a full folder (peft needed).
+        ``state_dict`` (as Trainer passes it for checkpoints) is used for full folders only."""
+        if not is_main_process:
+            return
+        if has_adapter(self.encoder):
+            self._save_adapter_folder(Path(save_directory))
+        else:
+            super().save_pretrained(save_directory, *args, state_dict=state_dict, **kwargs)
+        self._save_tokenizer(Path(save_directory))
+        share_weight_files(Path(save_directory))
+
+    def _save_adapter_folder(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.encoder.save_pretrained(folder)
+        heads = {
+            f"{name}.{key}": value.detach().cpu().contiguous()
+            for name in HEAD_NAMES
+            for key, value in getattr(self, name).state_dict().items()
+        }
+        save_file(heads, folder / HEADS_FILE, metadata={"format": "pt"})
+        custom_object_save(self, folder, config=self.config)  # the code files, and auto_map in the config
+        self.config.save_pretrained(folder)
+
+    def _save_tokenizer(self, folder: Path) -> None:
+        try:
+            tokenizer = self.get_tokenizer()
+        except ValueError as error:
+            logger.warning(
+                f"Saved {folder} without a tokenizer ({error}); readers cannot encode with it until one is saved "
+                "beside the weights: call model.get_tokenizer(tokenizer) before save_pretrained"
+            )
+            return
+        tokenizer.save_pretrained(folder)
 
     def train(self, mode: bool = True) -> GaussCSEModel:
         """As ``nn.Module.train``; the frozen μ path stays in eval mode (no dropout), so μ is deterministic."""
@@ -553,8 +709,8 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         """This model as a sentence-transformers ``SentenceTransformer`` (needs ``sentence-transformers`` ≥ 6), the
         object ``SentenceTransformer(folder, trust_remote_code=True)`` gives for a saved folder: ``encode`` → μ,
         ``encode_query`` / ``encode_document`` → vectors with dot = −KL(query‖document) (``direction``:
-        ``sentence_transformer_gausscse.py``). To share it, save with ``save_pretrained``: sentence-transformers'
-        own ``save`` names the module by the Python path it was imported from (here the installed package)."""
+        ``sentence_transformer_gausscse.py``). Its ``save`` / ``push_to_hub`` write the same folder as this model's
+        ``save_pretrained`` (weights or adapter, code, tokenizer), which loads everywhere."""
         from .sentence_transformer_gausscse import to_sentence_transformer  # the one file that needs it
 
         return to_sentence_transformer(self, tokenizer, direction=direction)
@@ -591,12 +747,17 @@ def start_fields(name_or_path: str, start: str = "auto", hub_kwargs: dict | None
 
 
 __all__ = [
+    "ADAPTER_CONFIG_FILE",
+    "ADAPTER_WEIGHTS_FILE",
+    "HEADS_FILE",
     "STARTS",
     "TOKEN_POOLINGS",
     "EntailmentDirection",
     "GaussCSEModel",
     "GaussCSEOutput",
     "GaussCSEPreTrainedModel",
+    "adapter_heads_file",
+    "has_adapter",
     "pad_token_ids",
     "pool_tokens",
     "position_offset",

@@ -21,13 +21,17 @@ the total KL) is ranked by the ``sum`` form on these routes, which is logged whe
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
+from .configuration_gausscse import SENTENCE_TRANSFORMERS_FILES
 from .gaussian import KL_REDUCTIONS, SEARCH_DIRECTIONS, kl_feature_map
 from .modeling_gausscse import GaussCSEModel, _check_sentences, resolve_max_length
 
@@ -154,10 +158,24 @@ class GaussCSETransformer(InputModule):
         self.save_config(output_path)
 
 
+class GaussCSESentenceTransformer(SentenceTransformer):
+    """A ``SentenceTransformer`` of one [`GaussCSETransformer`] whose ``save`` (and ``save_pretrained``,
+    ``push_to_hub``) names the module by the file shipped in the folder, ``sentence_transformer_gausscse``, as a
+    folder loaded with ``trust_remote_code`` does; sentence-transformers' own ``save`` would name the Python path it
+    was imported from (``gausscse.model...``), which loads only where the gausscse package is installed."""
+
+    def save(self, path: str, *args, **kwargs) -> None:
+        super().save(path, *args, **kwargs)
+        target = Path(path) / "modules.json"
+        partial = target.with_name(".modules.json.tmp")
+        partial.write_text(json.dumps(SENTENCE_TRANSFORMERS_FILES["modules.json"], indent=2) + "\n", encoding="utf-8")
+        os.replace(partial, target)
+
+
 def to_sentence_transformer(model: GaussCSEModel, tokenizer=None, direction: str = "entailing") -> SentenceTransformer:
     """``model`` as a ``SentenceTransformer`` with ``dot`` similarity; ``tokenizer`` defaults to the model's own."""
     module = GaussCSETransformer(model, model.get_tokenizer(tokenizer), direction=direction)
-    return SentenceTransformer(modules=[module], similarity_fn_name="dot", device=str(model.device))
+    return GaussCSESentenceTransformer(modules=[module], similarity_fn_name="dot", device=str(model.device))
 
 
-__all__ = ["DIRECTIONS", "GaussCSETransformer", "to_sentence_transformer"]
+__all__ = ["DIRECTIONS", "GaussCSESentenceTransformer", "GaussCSETransformer", "to_sentence_transformer"]

@@ -103,6 +103,13 @@ class ModelArguments:
             "help": "Merge the adapters into the backbone and save a plain GaussCSE folder (else adapter + heads)."
         },
     )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the Python code a backbone folder or Hub repo ships (the auto_map of its config.json). Off by "
+            "default, as in Hugging Face's example scripts: read that code first. GaussCSE folders need no flag."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.start not in STARTS:

@@ -1,37 +1,22 @@
 """LoRA on the backbone of a GaussCSE model (``peft``): adapters in the encoder, the μ/σ² heads trained fully.
 
-A LoRA model is saved either merged (a plain GaussCSE folder that loads with ``trust_remote_code``) or as
-adapter + heads: ``adapter_config.json``/``adapter_model.safetensors`` (the encoder's adapter),
-``heads.safetensors`` (the two heads) and the GaussCSE ``config.json`` (without ``auto_map``: the folder holds no full
-weights for ``AutoModel`` to load); [`load_adapter_model`] rebuilds it, its model card says so, and
-``gausscse-evaluate`` recognises it ([`is_adapter_folder`]).
+A LoRA model is saved either merged ([`merge_lora`], then a plain GaussCSE folder) or, by ``save_pretrained`` itself,
+as an adapter folder: ``adapter_config.json`` + ``adapter_model.safetensors`` (the encoder's adapter),
+``heads.safetensors`` (the two heads) and the GaussCSE config + code. Both load everywhere a GaussCSE folder loads
+(``AutoModel`` / ``SentenceTransformer`` with ``trust_remote_code``, ``gausscse.loading.load_model``); an adapter
+folder needs peft and its backbone. Trainer checkpoints of a LoRA model are adapter folders too
+([`load_adapter_checkpoint`] puts one back into the model being trained).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import torch
-from huggingface_hub import snapshot_download
-from peft import LoraConfig, PeftModel, get_peft_model
-from safetensors.torch import load_file, save_file
+from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from safetensors.torch import load_file
 
-from gausscse import GaussCSEConfig, GaussCSEModel
-
-HEADS_FILE = "heads.safetensors"
-# the GaussCSEConfig fields beside the encoder's own config: what rebuilding the model from its backbone needs
-HEAD_CONFIG_FIELDS = (
-    "pooling",
-    "mean_activation",
-    "normalize_mean",
-    "head_init",
-    "frozen_mean",
-    "embedding_size",
-    "similarity_reduction",
-    "logvar_min",
-    "logvar_max",
-)
+from gausscse import GaussCSEModel
+from gausscse.model.modeling_gausscse import ADAPTER_WEIGHTS_FILE, HEADS_FILE
 
 
 def apply_lora(
@@ -58,44 +43,36 @@ def merge_lora(model: GaussCSEModel) -> GaussCSEModel:
     return model
 
 
-def save_adapter_model(model: GaussCSEModel, output_dir: str | Path) -> None:
-    """Save adapter + heads + GaussCSE config (see the module docstring)."""
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    model.encoder.save_pretrained(output_dir)
-    heads = {
-        f"{name}.{key}": value
-        for name in ("mean_head", "logvar_head")
-        for key, value in getattr(model, name).state_dict().items()
-    }
-    save_file({key: value.detach().cpu().contiguous() for key, value in heads.items()}, output_dir / HEADS_FILE)
-    config = model.config.to_dict()
-    config.pop("auto_map", None)  # no full weights here: AutoModel must not be pointed at code it cannot fill
-    (output_dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def is_adapter_folder(path: str | Path) -> bool:
-    """Whether ``path`` is a folder written by [`save_adapter_model`]."""
-    return (Path(path) / HEADS_FILE).is_file() and (Path(path) / "adapter_config.json").is_file()
-
-
-def load_adapter_model(path: str | Path, backbone: str | None = None) -> GaussCSEModel:
-    """Rebuild a model saved by [`save_adapter_model`]: the backbone (``backbone`` or the adapter's
-    ``base_model_name_or_path``), its adapter and the heads."""
-    path = Path(path) if Path(path).is_dir() else Path(snapshot_download(str(path)))  # a local folder or a Hub id
-    config = GaussCSEConfig.from_pretrained(path)
-    adapter_config = LoraConfig.from_pretrained(path)
-    base = backbone or adapter_config.base_model_name_or_path
-    model = GaussCSEModel.from_backbone(
-        base, start="paper", **{field: getattr(config, field) for field in HEAD_CONFIG_FIELDS}
-    )
-    model.encoder = PeftModel.from_pretrained(model.encoder, path)
-    heads = load_file(path / HEADS_FILE)
-    with torch.no_grad():
-        for key, value in heads.items():
-            head_name, parameter = key.split(".", 1)
-            getattr(getattr(model, head_name), parameter).copy_(value)
+def make_adapters_trainable(model: GaussCSEModel) -> GaussCSEModel:
+    """A loaded adapter folder continues training: its LoRA weights take gradients again (peft loads them frozen),
+    the backbone stays frozen, the heads train (the frozen μ path stays frozen). Returns ``model``."""
+    for name, parameter in model.encoder.named_parameters():
+        parameter.requires_grad_("lora_" in name)
+    for head in (model.mean_head, model.logvar_head):
+        head.requires_grad_(True)
+    model.freeze_mean_path()
     return model
 
 
-__all__ = ["apply_lora", "has_lora", "is_adapter_folder", "load_adapter_model", "merge_lora", "save_adapter_model"]
+def is_adapter_checkpoint(folder: str | Path) -> bool:
+    """Whether ``folder`` (a local ``checkpoint-N``) holds an adapter and heads rather than full weights."""
+    return (Path(folder) / HEADS_FILE).is_file() and (Path(folder) / ADAPTER_WEIGHTS_FILE).is_file()
+
+
+def load_adapter_checkpoint(model: GaussCSEModel, folder: str | Path) -> None:
+    """Put the adapter weights and heads of an adapter ``folder`` into ``model`` (which carries the same adapters):
+    how the Trainer resumes from, or keeps the best of, a LoRA model's checkpoints."""
+    result = set_peft_model_state_dict(model.encoder, load_file(str(Path(folder) / ADAPTER_WEIGHTS_FILE)))
+    if result.unexpected_keys:
+        raise ValueError(f"{folder}: the adapter does not fit this model (unexpected {result.unexpected_keys[:3]})")
+    model.load_head_weights(Path(folder) / HEADS_FILE)
+
+
+__all__ = [
+    "apply_lora",
+    "has_lora",
+    "is_adapter_checkpoint",
+    "load_adapter_checkpoint",
+    "make_adapters_trainable",
+    "merge_lora",
+]

@@ -11,12 +11,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, constants, get_token
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from gausscse import GaussCSEModel
 from gausscse.io import link_tree, replace_folder
 
-from .lora import has_lora, merge_lora, save_adapter_model
+from .lora import has_lora, merge_lora
 from .model_card import FIGURE_FILE, write_model_card
 from .trainer import check_finite_weights
 
@@ -51,14 +53,11 @@ def save_model_folder(
     staging = model_dir.parent / f".{model_dir.name}{STAGING_SUFFIX}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    adapter = has_lora(model) and not merge
-    if adapter:
-        save_adapter_model(model, staging)
-    else:
-        if has_lora(model):
-            merge_lora(model)
-        model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
+    if has_lora(model) and merge:
+        merge_lora(model)
+    adapter = has_lora(model)
+    model.get_tokenizer(tokenizer)  # save_pretrained writes it beside the weights
+    model.save_pretrained(staging)  # an adapter folder when the LoRA adapters stay unmerged
     if figure is not None:
         shutil.copyfile(figure, staging / FIGURE_FILE)
     write_model_card(
@@ -98,6 +97,38 @@ def replace_files(staging: Path, model_dir: Path, written: list[str], earlier: s
     shutil.rmtree(staging)
 
 
+class HubPushError(ValueError):
+    """``--push_to_hub`` cannot work (no repo id, no token, the Hub offline or unreachable): one line says why."""
+
+
+def check_hub_push(repo_id: str | None, token: str | None = None) -> None:
+    """Check, before training, that the final push can work: ``repo_id`` a valid ``user/name``, not offline mode, a
+    token (``token``, else ``HF_TOKEN`` / ``hf auth login``) the Hub accepts and whose account may write to the repo's
+    namespace. Raises [`HubPushError`] with one line."""
+    if not repo_id:
+        raise HubPushError("--push_to_hub needs --hub_model_id <user or org>/<name>")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise HubPushError(f"--hub_model_id {repo_id!r} is not a valid Hub repo id: {error}") from None
+    if constants.HF_HUB_OFFLINE:
+        raise HubPushError("--push_to_hub: the Hub is in offline mode (HF_HUB_OFFLINE=1); unset it or drop the flag")
+    token = token or get_token()
+    if not token:
+        raise HubPushError("--push_to_hub: no Hub token; run `hf auth login`, set HF_TOKEN or pass --hub_token")
+    try:
+        account = HfApi(token=token).whoami()
+    except Exception as error:  # whatever stops whoami (offline, refused, DNS, HTTP client errors) stops the push
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise HubPushError(f"--push_to_hub: cannot reach the Hub or the token was refused ({first_line})") from None
+    namespaces = {account.get("name"), *(org.get("name") for org in account.get("orgs", []))}
+    if "/" in repo_id and repo_id.split("/")[0] not in namespaces:
+        raise HubPushError(
+            f"--hub_model_id {repo_id}: the token's account ({account.get('name')}) cannot write to "
+            f"{repo_id.split('/')[0]!r}"
+        )
+
+
 def push_model_folder(
     model_dir: str | Path, repo_id: str, token: str | None = None, private: bool | None = None
 ) -> str:
@@ -113,4 +144,4 @@ def push_model_folder(
     return str(commit)
 
 
-__all__ = ["TRAIN_RESULTS_FILE", "push_model_folder", "save_model_folder"]
+__all__ = ["TRAIN_RESULTS_FILE", "HubPushError", "check_hub_push", "push_model_folder", "save_model_folder"]

@@ -24,6 +24,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from gausscse.io import write_atomic
 
 from .batch import split_batch_embeddings
+from .lora import is_adapter_checkpoint, load_adapter_checkpoint
 from .losses import EmbeddingKeepLoss, build_loss
 
 HEAD_PREFIXES = ("mean_head.", "logvar_head.")
@@ -160,6 +161,20 @@ class GaussCSETrainer(Trainer):
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         if self.args.should_save and folder.is_dir():
             write_atomic(folder / CHECKPOINT_COMPLETE, json.dumps({"global_step": self.state.global_step}) + "\n")
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        """Trainer's loading, and for a LoRA model's checkpoint (an adapter folder) its adapter and heads."""
+        if is_adapter_checkpoint(resume_from_checkpoint):
+            load_adapter_checkpoint(self.accelerator.unwrap_model(model or self.model), resume_from_checkpoint)
+        else:
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_best_model(self) -> None:
+        """Trainer's loading of the best checkpoint, and for a LoRA model (an adapter folder) its adapter and heads."""
+        if is_adapter_checkpoint(self.state.best_model_checkpoint):
+            load_adapter_checkpoint(self.accelerator.unwrap_model(self.model), self.state.best_model_checkpoint)
+        else:
+            super()._load_best_model()
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         """AdamW (or ``--optim``) with four groups: {heads, backbone} × {weight decay, none}; the heads use

@@ -1,0 +1,102 @@
+"""The one loader of GaussCSE models: evaluation, search, the demo and continued training all go through it.
+
+    from gausscse.loading import load_model
+
+    model = load_model("outputs/quickstart")                       # a training output
+    model = load_model("outputs/quickstart/checkpoint-300")        # a checkpoint
+    model = load_model("user/gausscse-minilm", revision="a1b2c3d")  # a Hub id, pinned to a commit
+
+Full folders, ``checkpoint-N`` folders, LoRA outputs merged or not (an adapter folder needs peft and fetches its
+backbone) and Hub ids all load the same way, with the installed package's code (no ``trust_remote_code``: the folder's
+own ``*.py`` never run here). The tokenizer saved beside the weights comes with the model, so ``model.encode`` works.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+from transformers import AutoConfig, AutoTokenizer
+
+from gausscse.model import GaussCSEModel
+
+CHECKPOINT_NAME = re.compile(r"checkpoint-\d+")
+
+
+class ModelLoadError(ValueError):
+    """No GaussCSE model could be loaded from what was given; the message says what to do."""
+
+
+def _checkpoint_hint(folder: Path) -> str:
+    """Where a folder without a model holds ``checkpoint-N`` folders (a run that never finished), name the last."""
+    checkpoints = sorted(
+        (path for path in folder.glob("checkpoint-*") if CHECKPOINT_NAME.fullmatch(path.name)),
+        key=lambda path: int(path.name.split("-")[1]),
+    )
+    return f"; it holds {len(checkpoints)} checkpoint(s): load {checkpoints[-1]}" if checkpoints else ""
+
+
+def check_model_reference(name_or_path: str | Path) -> None:
+    """A clear [`ModelLoadError`] for something that is neither a folder nor a possible Hub id."""
+    path = Path(name_or_path)
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(f"{name_or_path}: a file, not a model folder (give the folder that holds config.json)")
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{name_or_path}: no config.json in this folder, so no model{_checkpoint_hint(path)}")
+        return
+    try:
+        validate_repo_id(str(name_or_path))
+    except HFValidationError as error:
+        raise ModelLoadError(f"{name_or_path}: no such folder, and not a Hub repo id ({error})") from None
+
+
+def load_model(
+    name_or_path: str | Path,
+    revision: str | None = None,
+    device: str | torch.device | None = None,
+    *,
+    token: str | bool | None = None,
+    dtype: torch.dtype | None = None,
+) -> GaussCSEModel:
+    """A GaussCSE model from a folder or Hub id, in eval mode, with its tokenizer.
+
+    Args:
+        name_or_path: a training output, a ``checkpoint-N``, a ``save_pretrained`` / ``push_to_hub`` folder, a LoRA
+            output merged or not (adapter folder), or a Hub repo id of any of them.
+        revision: for a Hub id, the branch, tag or commit to load (pin a commit for reproducible results).
+        device: where to put the model (default: where it loads, the CPU).
+        token: Hub token for a private repo (default: the logged-in one).
+        dtype: the weights' dtype (default: as saved).
+
+    Raises:
+        ModelLoadError: nothing loadable there, or a model that is not a GaussCSE model (with what to do instead).
+    """
+    check_model_reference(name_or_path)
+    hub_kwargs = {key: value for key, value in (("revision", revision), ("token", token)) if value is not None}
+    try:
+        config = AutoConfig.from_pretrained(str(name_or_path), **hub_kwargs)
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"{name_or_path}: no loadable model config ({error})") from error
+    if config.model_type != GaussCSEModel.config_class.model_type:
+        raise ModelLoadError(
+            f"{name_or_path} is a {config.model_type!r} model, not a GaussCSE model: start one from it with "
+            "GaussCSEModel.from_backbone or gausscse-train --model_name_or_path"
+        )
+    try:
+        model = GaussCSEModel.from_pretrained(str(name_or_path), **hub_kwargs, **({"dtype": dtype} if dtype else {}))
+    except (OSError, ValueError, ImportError) as error:
+        raise ModelLoadError(f"{name_or_path}: the GaussCSE model does not load ({error})") from error
+    try:
+        model.get_tokenizer(AutoTokenizer.from_pretrained(str(name_or_path), config=model.config, **hub_kwargs))
+    except (OSError, ValueError):
+        pass  # no tokenizer saved with it: encode() says so and takes tokenizer=...
+    if device is not None:
+        model.to(device)
+    return model.eval()
+
+
+__all__ = ["ModelLoadError", "check_model_reference", "load_model"]

@@ -1,0 +1,421 @@
+"""Whatever a user shares loads everywhere: every writer × every reader, each load in a fresh process outside the
+checkout; push_to_hub checked without a network; remote code only on request.
+
+Writers: the training output, its ``checkpoint-N``, a LoRA run merged and unmerged (and its adapter checkpoint),
+``save_pretrained`` of a model loaded with ``AutoModel``, ``model.push_to_hub``, ``gausscse-train --push_to_hub`` and
+``as_sentence_transformer().save``. Readers: ``AutoModel`` and ``SentenceTransformer`` with ``trust_remote_code``, each
+in its own fresh process where the gausscse package cannot be imported (only the folder's own code runs), and the
+installed package's three entry points, ``gausscse-evaluate``, ``gausscse-search build`` and the demo's loader, run
+one after the other in one more fresh process per folder (they share one loader and no remote code; one process keeps
+the matrix inside CI's time). Every reader must give the same Gaussians: a folder saved with wrong weight names would
+load with fresh random weights, different in each process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+from huggingface_hub import HfApi
+from huggingface_hub.errors import EntryNotFoundError
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel
+
+import train_gausscse
+from gausscse.loading import ModelLoadError, load_model
+
+from .helpers import train_args
+
+SENTENCES = ["a man is playing a red guitar in a crowded park at noon", "a man is playing music"]
+VENV_BIN = Path(sys.executable).parent
+
+READERS = ("automodel", "sentence_transformers", "gausscse_evaluate", "gausscse_search", "demo")
+WRITERS = (
+    "training_output",
+    "checkpoint",
+    "lora_merged",
+    "lora_unmerged",
+    "lora_checkpoint",
+    "loaded_save_pretrained",
+    "model_push_to_hub",
+    "train_push_to_hub",
+    "sentence_transformer_save",
+)
+# What a reader prints: the μ and log σ² of SENTENCES as JSON on its last line.
+AUTOMODEL_READER = """
+import sys, json
+sys.modules["gausscse"] = None  # only the folder's own code
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel
+model = AutoModel.from_pretrained({folder!r}, trust_remote_code=True)
+embeddings = model.encode({sentences!r})
+print(json.dumps({{"mu": embeddings.mu.tolist(), "logvar": embeddings.logvar.tolist()}}))
+"""
+SENTENCE_TRANSFORMERS_READER = """
+import sys, json
+sys.modules["gausscse"] = None  # only the folder's own code
+from sentence_transformers import SentenceTransformer
+st = SentenceTransformer({folder!r}, trust_remote_code=True)
+features = st.encode({sentences!r}, output_value=None)
+query = st.encode_query({sentences!r})
+assert query.shape[1] == 2 * len(features[0]["mu"]) + 2, query.shape
+print(json.dumps({{"mu": [f["mu"].tolist() for f in features], "logvar": [f["logvar"].tolist() for f in features]}}))
+"""
+GAUSSCSE_READERS = """
+import json
+from pathlib import Path
+from gausscse.cli.evaluate import main as evaluate
+from gausscse.cli.search import main as search
+from gausscse.demo.core import direction, load_model
+evaluate(["--model", {folder!r}, "--tasks", "direction", "--max_examples", "8", "--no_plots", "--output", "evaluation"])
+Path("corpus.txt").write_text("\\n".join({sentences!r}) + "\\n")
+search(["build", "--model", {folder!r}, "--corpus", "corpus.txt", "--index", "index"])
+model = load_model({folder!r})
+direction(model, *{sentences!r})  # the demo's Direction tab
+embeddings = model.encode({sentences!r})
+print(json.dumps({{
+    "evaluation": json.loads(Path("evaluation/results.json").read_text()),
+    "indexed": len(Path("index/sentences.jsonl").read_text().splitlines()),
+    "mu": embeddings.mu.tolist(),
+    "logvar": embeddings.logvar.tolist(),
+}}))
+"""
+
+
+def fresh_env(cwd: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(cwd / "hf_modules"), TOKENIZERS_PARALLELISM="false")
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=cwd, env=fresh_env(cwd), capture_output=True, text=True, timeout=300)
+
+
+def python(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-c", code], cwd)
+
+
+def last_json(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def read(reader: str, folder: Path, cwd: Path) -> dict:
+    """Load ``folder`` with ``reader`` (``automodel``, ``sentence_transformers`` or ``gausscse``: the three installed
+    entry points) in a fresh process in ``cwd`` (outside the checkout); what it computed."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    code = {"automodel": AUTOMODEL_READER, "sentence_transformers": SENTENCE_TRANSFORMERS_READER}.get(
+        reader, GAUSSCSE_READERS
+    )
+    return last_json(python(code.format(folder=str(folder), sentences=SENTENCES), cwd))
+
+
+class CapturedCommit:
+    """Stand-ins for the Hub calls of an upload: ``create_repo`` and ``whoami`` answer as the Hub would, and the
+    operations handed to ``create_commit`` are written into ``folder`` (what the Hub repo would hold)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.operations: list[str] = []
+
+    def create_commit(self, api: HfApi, repo_id: str, operations, **kwargs):
+        for operation in operations:
+            target = self.folder / operation.path_in_repo
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = operation.path_or_fileobj
+            if isinstance(source, (str, Path)):
+                shutil.copyfile(source, target)
+            else:
+                target.write_bytes(source if isinstance(source, bytes) else source.read())
+            self.operations.append(operation.path_in_repo)
+        return f"https://huggingface.co/{repo_id}/commit/0"
+
+    def patches(self):
+        captured = self
+
+        def create_commit(api, repo_id, operations, **kwargs):
+            return captured.create_commit(api, repo_id, operations, **kwargs)
+
+        def create_repo(api, repo_id, **kwargs):
+            return mock.Mock(repo_id=repo_id)
+
+        return [
+            mock.patch.object(HfApi, "create_commit", create_commit),
+            mock.patch.object(HfApi, "create_repo", create_repo),
+            mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False),  # the suite runs offline; this is a push
+            mock.patch.object(HfApi, "whoami", lambda api, *args, **kwargs: {"name": "me", "orgs": []}),
+            mock.patch.object(HfApi, "_validate_yaml", lambda api, content, **kwargs: None),  # the Hub checks cards
+            # with hf_xet, upload_folder streams the same operations through its pipeline: take the one-commit path
+            mock.patch("huggingface_hub.hf_api.is_xet_available", return_value=False),
+            mock.patch("transformers.utils.hub.ModelCard.load", side_effect=EntryNotFoundError("no card yet")),
+        ]
+
+
+def captured_push(folder: Path, push) -> CapturedCommit:
+    captured = CapturedCommit(folder)
+    patches = captured.patches()
+    for patch in patches:
+        patch.start()
+    try:
+        push()
+    finally:
+        for patch in patches:
+            patch.stop()
+    return captured
+
+
+@pytest.fixture(scope="module")
+def shared_folders(tmp_path_factory, backbone, data_dir) -> dict[str, Path]:
+    """Every writer's folder, written from the tiny backbone."""
+    root = tmp_path_factory.mktemp("shared")
+    steps = ("--max_steps", "2", "--save_steps", "2")
+    output = train_gausscse.main(train_args(backbone, data_dir, root / "run", *steps, "--eval_steps", "2"))
+    merged = train_gausscse.main(
+        train_args(
+            backbone, data_dir, root / "merged", *steps, "--eval_strategy", "no", "--lora_r", "4", "--merge_lora"
+        )
+    )
+    unmerged = train_gausscse.main(
+        train_args(backbone, data_dir, root / "unmerged", *steps, "--eval_strategy", "no", "--lora_r", "4")
+    )
+    loaded_save = root / "loaded-save"
+    done = python(
+        f"import sys\nsys.modules['gausscse'] = None\nfrom transformers import AutoModel\n"
+        f"AutoModel.from_pretrained({str(output)!r}, trust_remote_code=True).save_pretrained({str(loaded_save)!r})",
+        root,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = AutoModel.from_pretrained(output, trust_remote_code=True)
+    captured_push(root / "model-push", lambda: loaded.push_to_hub("me/tiny-gausscse", token="hf_x"))
+    pushed_run = root / "train-push-run"
+    captured_push(
+        root / "train-push",
+        lambda: train_gausscse.main(
+            [
+                *train_args(backbone, data_dir, pushed_run, "--max_steps", "1", "--eval_strategy", "no"),
+                "--push_to_hub",
+                "--hub_model_id",
+                "me/tiny-gausscse",
+                "--hub_token",
+                "hf_x",
+            ]
+        ),
+    )
+    load_model(unmerged).as_sentence_transformer().save(str(root / "st-save"))
+    return {
+        "training_output": output,
+        "checkpoint": output / "checkpoint-2",
+        "lora_merged": merged,
+        "lora_unmerged": unmerged,
+        "lora_checkpoint": unmerged / "checkpoint-2",
+        "loaded_save_pretrained": loaded_save,
+        "model_push_to_hub": root / "model-push",
+        "train_push_to_hub": root / "train-push",
+        "sentence_transformer_save": root / "st-save",
+    }
+
+
+@pytest.fixture(scope="module")
+def matrix(shared_folders, tmp_path_factory) -> dict[tuple[str, str], dict | Exception]:
+    """Every (writer, reader) cell, two fresh processes at a time (the loads are independent)."""
+    scratch = tmp_path_factory.mktemp("readers")
+    cells = [(writer, reader) for writer in WRITERS for reader in ("automodel", "sentence_transformers", "gausscse")]
+
+    def cell(key: tuple[str, str]) -> dict | Exception:
+        try:
+            return read(key[1], shared_folders[key[0]], scratch / f"{key[0]}-{key[1]}")
+        except (AssertionError, OSError, ValueError, subprocess.SubprocessError) as error:
+            return error
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(cells, pool.map(cell, cells), strict=True))
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("reader", READERS)
+def test_every_reader_loads_every_writers_folder(matrix, writer, reader):
+    result = matrix[(writer, reader if reader in ("automodel", "sentence_transformers") else "gausscse")]
+    if isinstance(result, Exception):
+        raise result
+    reference = matrix[(writer, "automodel")]
+    assert not isinstance(reference, Exception)
+    if reader == "gausscse_evaluate":
+        (model_results,) = result["evaluation"]["models"].values()
+        assert "direction" in json.dumps(model_results)
+    elif reader == "gausscse_search":
+        assert result["indexed"] == len(SENTENCES)
+    else:  # the same Gaussians as AutoModel's (the demo reader: the model the demo loaded)
+        for key in ("mu", "logvar"):
+            torch.testing.assert_close(torch.tensor(result[key]), torch.tensor(reference[key]), rtol=1e-4, atol=1e-5)
+
+
+def encode_in_process(folder: Path) -> torch.Tensor:
+    return load_model(folder).encode(SENTENCES).mu
+
+
+def test_shared_folders_hold_the_trained_weights(shared_folders, matrix):
+    """The folders that should hold the same model give the same Gaussians: the checkpoint the final model was taken
+    from, the re-saved and pushed copies of a training output, and the sentence-transformers save of the LoRA run —
+    and these differ from the untrained backbone's (nothing silently re-initialised)."""
+
+    def automodel_mu(writer: str) -> torch.Tensor:
+        return torch.tensor(matrix[(writer, "automodel")]["mu"])
+
+    for copy, original in [
+        ("checkpoint", "training_output"),
+        ("loaded_save_pretrained", "training_output"),
+        ("model_push_to_hub", "training_output"),
+        ("lora_checkpoint", "lora_unmerged"),
+        ("sentence_transformer_save", "lora_unmerged"),
+    ]:
+        torch.testing.assert_close(automodel_mu(copy), automodel_mu(original), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(automodel_mu("lora_unmerged"), encode_in_process(shared_folders["lora_unmerged"]))
+    assert not torch.allclose(automodel_mu("training_output"), automodel_mu("lora_unmerged"), atol=1e-3)
+
+
+def test_uploads_carry_the_model_files_tokenizer_and_code(shared_folders):
+    for writer in ("model_push_to_hub", "train_push_to_hub"):
+        files = {path.name for path in shared_folders[writer].iterdir()}
+        assert {"config.json", "model.safetensors", "tokenizer.json", "modules.json"} <= files, writer
+        assert {"modeling_gausscse.py", "configuration_gausscse.py", "sentence_transformer_gausscse.py"} <= files
+        assert not any(name.startswith("checkpoint") for name in files)
+
+
+def test_every_written_file_is_readable_by_everyone_as_the_umask_says(shared_folders):
+    """safetensors writes 0600; a shared folder must not hide its weights from the group and others (0644)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for writer in ("training_output", "checkpoint", "lora_unmerged", "lora_checkpoint", "loaded_save_pretrained"):
+        modes = {path.name: path.stat().st_mode & 0o777 for path in shared_folders[writer].iterdir() if path.is_file()}
+        assert modes == dict.fromkeys(modes, 0o666 & ~umask), writer
+
+
+def test_a_lora_adapter_folder_is_small_and_names_its_backbone(shared_folders, backbone):
+    folder = shared_folders["lora_unmerged"]
+    assert not (folder / "model.safetensors").exists() and (folder / "heads.safetensors").is_file()
+    assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == str(backbone)
+    assert "auto_map" in json.loads((folder / "config.json").read_text())
+
+
+def test_a_lora_adapter_whose_backbone_is_gone_fails_with_what_to_do(shared_folders, tmp_path):
+    folder = tmp_path / "adapter"
+    shutil.copytree(shared_folders["lora_unmerged"], folder, ignore=shutil.ignore_patterns("checkpoint-*"))
+    adapter_config = json.loads((folder / "adapter_config.json").read_text())
+    adapter_config["base_model_name_or_path"] = str(tmp_path / "moved-backbone")
+    (folder / "adapter_config.json").write_text(json.dumps(adapter_config))
+    with pytest.raises(ModelLoadError, match=r"LoRA adapter on the backbone .*moved-backbone.* --merge_lora"):
+        load_model(folder)
+
+
+def test_weights_whose_names_do_not_fit_are_refused_not_loaded_at_random(shared_folders, tmp_path):
+    """The names an earlier LoRA save wrote (``encoder.base_model.model.*``): transformers alone would start those
+    weights at random and only log it; every reader refuses the folder instead."""
+    folder = tmp_path / "renamed"
+    shutil.copytree(shared_folders["training_output"], folder, ignore=shutil.ignore_patterns("checkpoint-*"))
+    state = load_file(folder / "model.safetensors")
+    renamed = {re.sub(r"^encoder\.", "encoder.base_model.model.", name): value for name, value in state.items()}
+    save_file(renamed, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError, match=r"weights do not fit .*missing keys: encoder\..*unexpected keys"):
+        load_model(folder)
+    done = python(AUTOMODEL_READER.format(folder=str(folder), sentences=SENTENCES), tmp_path)
+    assert done.returncode != 0 and "weights do not fit" in done.stderr
+
+
+def test_load_model_says_what_is_wrong(tmp_path, backbone, shared_folders):
+    with pytest.raises(ModelLoadError, match="no such folder, and not a Hub repo id"):
+        load_model(tmp_path / "no" / "such" / "model")
+    with pytest.raises(ModelLoadError, match=r"is a 'bert' model, not a GaussCSE model: .*from_backbone"):
+        load_model(backbone)
+    run_without_model = tmp_path / "unfinished"
+    shutil.copytree(shared_folders["training_output"] / "checkpoint-2", run_without_model / "checkpoint-2")
+    with pytest.raises(ModelLoadError, match=r"no config.json in this folder.*load .*checkpoint-2"):
+        load_model(run_without_model)
+
+
+# ------------------------------------------------------------------------------------- push_to_hub checked up front
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "message"),
+    [
+        ([], {"HF_HUB_OFFLINE": "1"}, "--push_to_hub needs --hub_model_id"),
+        (["--hub_model_id", "me/x"], {"HF_HUB_OFFLINE": "1"}, "offline mode"),
+        (["--hub_model_id", "me/x"], {"HF_HUB_OFFLINE": "0", "HF_TOKEN": "", "HF_HOME": "{tmp}"}, "no Hub token"),
+        (
+            ["--hub_model_id", "me/x", "--hub_token", "hf_x"],
+            {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"},
+            "cannot reach the Hub",
+        ),
+        (["--hub_model_id", "not a repo id"], {"HF_HUB_OFFLINE": "0"}, "not a valid Hub repo id"),
+    ],
+)
+def test_push_to_hub_that_cannot_work_stops_before_anything_is_written(
+    backbone, data_dir, tmp_path, flags, env, message
+):
+    output = tmp_path / "run"
+    command = ["gausscse-train", *train_args(backbone, data_dir, output, "--max_steps", "1"), "--push_to_hub", *flags]
+    environment = fresh_env(tmp_path)
+    environment.update({key: value.format(tmp=tmp_path) for key, value in env.items()})
+    done = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and message in done.stderr
+    assert done.stderr.startswith("gausscse-train: error: --")
+    assert not output.exists()
+
+
+# ---------------------------------------------------------------------------------------- remote code only on request
+
+MARKER_CODE = """from pathlib import Path
+Path({marker!r}).write_text("ran")
+from transformers import BertConfig, BertModel
+
+
+class MarkedConfig(BertConfig):
+    pass
+
+
+class MarkedModel(BertModel):
+    config_class = MarkedConfig
+"""
+
+
+def backbone_with_code(backbone: Path, folder: Path, marker: Path, model_type: str = "bert") -> Path:
+    """A copy of the tiny backbone whose config.json maps AutoConfig/AutoModel to its own code, which writes
+    ``marker`` when it runs."""
+    shutil.copytree(backbone, folder)
+    (folder / "marked.py").write_text(MARKER_CODE.format(marker=str(marker)))
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "marked.MarkedConfig", "AutoModel": "marked.MarkedModel"}
+    config["model_type"] = model_type
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_gausscse_train_runs_a_backbones_code_only_with_trust_remote_code(backbone, data_dir, tmp_path, trust):
+    marker = tmp_path / "marker.txt"
+    folder = backbone_with_code(backbone, tmp_path / "backbone-with-code", marker)
+    flags = ("--max_steps", "1", "--eval_strategy", "no", "--save_strategy", "no")
+    argv = train_args(folder, data_dir, tmp_path / "run", *flags) + (["--trust_remote_code"] if trust else [])
+    train_gausscse.main(argv)
+    assert marker.exists() == trust
+
+
+def test_a_backbone_that_only_its_own_code_can_load_stops_with_the_flag_to_pass(backbone, data_dir, tmp_path):
+    marker = tmp_path / "marker.txt"
+    folder = backbone_with_code(backbone, tmp_path / "backbone-with-code", marker, model_type="marked-bert")
+    argv = train_args(folder, data_dir, tmp_path / "run", "--max_steps", "1", "--eval_strategy", "no")
+    with pytest.raises(ValueError, match=r"needs its own Python code .* only with --trust_remote_code"):
+        train_gausscse.main(argv)
+    assert not marker.exists() and not (tmp_path / "run").exists()
