@@ -6,7 +6,7 @@ The same command is installed as ``gausscse-train``; the code is ``gausscse.cli.
 
 from gausscse.cli.train import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 if __name__ == "__main__":
     run()

@@ -55,7 +55,7 @@ def extra_only_modules() -> set[str]:
     }
 
 
-def test_the_version_is_one_string_in_the_package_its_metadata_and_the_card():
+def test_the_version_is_one_string_in_the_package_and_its_metadata():
     assert gausscse.__version__ == metadata.version("gausscse")
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "gausscse.__version__"}
 

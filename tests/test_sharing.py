@@ -7,8 +7,10 @@ Writers: the training output, its ``checkpoint-N``, a LoRA run merged and unmerg
 in its own fresh process where the gausscse package cannot be imported (only the folder's own code runs), and the
 installed package's three entry points, ``gausscse-evaluate``, ``gausscse-search build`` and the demo's loader, run
 one after the other in one more fresh process per folder (they share one loader and no remote code; one process keeps
-the matrix inside CI's time). Every reader must give the same Gaussians: a folder saved with wrong weight names would
-load with fresh random weights, different in each process.
+the matrix inside CI's time). Every reader must give the same Gaussians, copies the Gaussians of what they copy, and
+the trained models not those of an untrained one; weights that do not fit are refused (transformers alone would start
+them at random, identically in every process: the default seed is fixed, so agreement alone would not show it).
+Pushed folders also load by Hub id, from a Hub cache laid out as a download leaves it.
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ from unittest import mock
 
 import pytest
 import torch
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, ModelCard
 from huggingface_hub.errors import EntryNotFoundError
 from safetensors.torch import load_file, save_file
-from transformers import AutoModel
+from transformers import AutoModel, AutoTokenizer
 
 import train_gausscse
+from gausscse import GaussCSEModel
 from gausscse.loading import ModelLoadError, load_model
+from gausscse.training.output import HubPushError, check_hub_push
 
 from .helpers import train_args
 
@@ -48,6 +52,7 @@ WRITERS = (
     "loaded_save_pretrained",
     "model_push_to_hub",
     "train_push_to_hub",
+    "lora_push_to_hub",
     "sentence_transformer_save",
 )
 # What a reader prints: the μ and log σ² of SENTENCES as JSON on its last line.
@@ -55,7 +60,7 @@ AUTOMODEL_READER = """
 import sys, json
 sys.modules["gausscse"] = None  # only the folder's own code
 from safetensors.torch import load_file, save_file
-from transformers import AutoModel
+from transformers import AutoModel, AutoTokenizer
 model = AutoModel.from_pretrained({folder!r}, trust_remote_code=True)
 embeddings = model.encode({sentences!r})
 print(json.dumps({{"mu": embeddings.mu.tolist(), "logvar": embeddings.logvar.tolist()}}))
@@ -212,7 +217,9 @@ def shared_folders(tmp_path_factory, backbone, data_dir) -> dict[str, Path]:
             ]
         ),
     )
-    load_model(unmerged).as_sentence_transformer().save(str(root / "st-save"))
+    adapter_model = load_model(unmerged)
+    captured_push(root / "lora-push", lambda: adapter_model.push_to_hub("me/tiny-gausscse-lora", token="hf_x"))
+    adapter_model.as_sentence_transformer().save(str(root / "st-save"))
     return {
         "training_output": output,
         "checkpoint": output / "checkpoint-2",
@@ -222,6 +229,7 @@ def shared_folders(tmp_path_factory, backbone, data_dir) -> dict[str, Path]:
         "loaded_save_pretrained": loaded_save,
         "model_push_to_hub": root / "model-push",
         "train_push_to_hub": root / "train-push",
+        "lora_push_to_hub": root / "lora-push",
         "sentence_transformer_save": root / "st-save",
     }
 
@@ -260,36 +268,89 @@ def test_every_reader_loads_every_writers_folder(matrix, writer, reader):
             torch.testing.assert_close(torch.tensor(result[key]), torch.tensor(reference[key]), rtol=1e-4, atol=1e-5)
 
 
-def encode_in_process(folder: Path) -> torch.Tensor:
-    return load_model(folder).encode(SENTENCES).mu
+def automodel_gaussians(matrix, writer: str) -> torch.Tensor:
+    """μ and log σ² of SENTENCES as ``AutoModel`` loaded ``writer``'s folder, stacked ``(2, N, d)``."""
+    return torch.tensor([matrix[(writer, "automodel")]["mu"], matrix[(writer, "automodel")]["logvar"]])
 
 
-def test_shared_folders_hold_the_trained_weights(shared_folders, matrix):
-    """The folders that should hold the same model give the same Gaussians: the checkpoint the final model was taken
-    from, the re-saved and pushed copies of a training output, and the sentence-transformers save of the LoRA run —
-    and these differ from the untrained backbone's (nothing silently re-initialised)."""
-
-    def automodel_mu(writer: str) -> torch.Tensor:
-        return torch.tensor(matrix[(writer, "automodel")]["mu"])
-
+def test_shared_folders_hold_the_trained_weights(shared_folders, matrix, backbone):
+    """Folders that hold the same model give the same Gaussians: the checkpoint the final model was taken from, the
+    re-saved and pushed copies, the sentence-transformers save of the LoRA run; the LoRA run saved unmerged (backbone
+    + adapter + heads rebuilt by the shipped code) equals the same run merged into full weights; and the trained
+    models differ from the untrained one they started as (nothing re-initialised)."""
     for copy, original in [
         ("checkpoint", "training_output"),
         ("loaded_save_pretrained", "training_output"),
         ("model_push_to_hub", "training_output"),
         ("lora_checkpoint", "lora_unmerged"),
+        ("lora_push_to_hub", "lora_unmerged"),
         ("sentence_transformer_save", "lora_unmerged"),
+        ("lora_merged", "lora_unmerged"),  # the same seed, data and steps: only the saving differs
     ]:
-        torch.testing.assert_close(automodel_mu(copy), automodel_mu(original), rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(automodel_mu("lora_unmerged"), encode_in_process(shared_folders["lora_unmerged"]))
-    assert not torch.allclose(automodel_mu("training_output"), automodel_mu("lora_unmerged"), atol=1e-3)
+        torch.testing.assert_close(
+            automodel_gaussians(matrix, copy), automodel_gaussians(matrix, original), rtol=1e-4, atol=1e-5
+        )
+    torch.manual_seed(7)  # train_args' --seed: the heads the runs started from
+    untrained = GaussCSEModel.from_backbone(str(backbone)).eval()
+    untrained.get_tokenizer(AutoTokenizer.from_pretrained(backbone))
+    before = untrained.encode(SENTENCES)
+    for writer in ("training_output", "lora_unmerged"):
+        trained = automodel_gaussians(matrix, writer)
+        assert (trained[1] - before.logvar).abs().max() > 1e-3, writer
 
 
-def test_uploads_carry_the_model_files_tokenizer_and_code(shared_folders):
-    for writer in ("model_push_to_hub", "train_push_to_hub"):
-        files = {path.name for path in shared_folders[writer].iterdir()}
+def test_uploads_carry_the_model_files_tokenizer_and_code(shared_folders, tmp_path):
+    loaded = load_model(shared_folders["training_output"])
+    captured_push(  # save_pretrained(..., push_to_hub=True) uploads the folder once it is whole
+        tmp_path / "pushed",
+        lambda: loaded.save_pretrained(tmp_path / "saved", push_to_hub=True, repo_id="me/x", token="hf_x"),
+    )
+    folders = {writer: shared_folders[writer] for writer in ("model_push_to_hub", "train_push_to_hub")}
+    for writer, folder in {**folders, "save_pretrained_push": tmp_path / "pushed"}.items():
+        files = {path.name for path in folder.iterdir()}
         assert {"config.json", "model.safetensors", "tokenizer.json", "modules.json"} <= files, writer
         assert {"modeling_gausscse.py", "configuration_gausscse.py", "sentence_transformer_gausscse.py"} <= files
         assert not any(name.startswith("checkpoint") for name in files)
+    lora_files = {
+        str(path.relative_to(shared_folders["lora_push_to_hub"]))
+        for path in shared_folders["lora_push_to_hub"].rglob("*")
+        if path.is_file()
+    }
+    assert {
+        "heads.safetensors",
+        "adapter/adapter_config.json",
+        "adapter/adapter_model.safetensors",
+        "tokenizer.json",
+    } <= lora_files
+
+
+def hub_cache(folder: Path, cache: Path, repo_id: str) -> None:
+    """Lay ``folder`` out in ``cache`` as downloading the Hub repo ``repo_id`` leaves it (snapshot + ``refs/main``)."""
+    commit = "0" * 39 + "1"
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    shutil.copytree(folder, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+
+
+@pytest.mark.parametrize("writer", ["model_push_to_hub", "lora_push_to_hub"])
+def test_a_pushed_folder_loads_by_its_hub_id(shared_folders, matrix, tmp_path, writer):
+    """By Hub id, transformers takes a repo with a top-level adapter_config.json for a bare peft adapter and loads only
+    its backbone; the adapter folder keeps peft's files in adapter/, so both readers load the GaussCSE model."""
+    hub_cache(shared_folders[writer], tmp_path / "hub", "me/pushed")
+    for reader in ("AUTOMODEL", "SENTENCE_TRANSFORMERS"):
+        code = globals()[f"{reader}_READER"].format(folder="me/pushed", sentences=SENTENCES)
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env={**fresh_env(tmp_path), "HF_HUB_CACHE": str(tmp_path / "hub")},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        result = last_json(done)
+        reference = matrix[(writer, "automodel")]
+        torch.testing.assert_close(torch.tensor(result["mu"]), torch.tensor(reference["mu"]), rtol=1e-4, atol=1e-5)
 
 
 def test_every_written_file_is_readable_by_everyone_as_the_umask_says(shared_folders):
@@ -297,23 +358,35 @@ def test_every_written_file_is_readable_by_everyone_as_the_umask_says(shared_fol
     umask = os.umask(0)
     os.umask(umask)
     for writer in ("training_output", "checkpoint", "lora_unmerged", "lora_checkpoint", "loaded_save_pretrained"):
-        modes = {path.name: path.stat().st_mode & 0o777 for path in shared_folders[writer].iterdir() if path.is_file()}
+        folder = shared_folders[writer]
+        files = [
+            path for path in folder.rglob("*") if path.is_file() and "checkpoint-" not in str(path.relative_to(folder))
+        ]
+        modes = {str(path.relative_to(folder)): path.stat().st_mode & 0o777 for path in files}
         assert modes == dict.fromkeys(modes, 0o666 & ~umask), writer
 
 
-def test_a_lora_adapter_folder_is_small_and_names_its_backbone(shared_folders, backbone):
-    folder = shared_folders["lora_unmerged"]
+def test_a_lora_adapter_folder_is_small_names_its_backbone_and_keeps_its_card(shared_folders, backbone):
+    folder, merged = shared_folders["lora_unmerged"], shared_folders["lora_merged"]
     assert not (folder / "model.safetensors").exists() and (folder / "heads.safetensors").is_file()
-    assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == str(backbone)
+    weights = (folder / "heads.safetensors").stat().st_size + (
+        folder / "adapter/adapter_model.safetensors"
+    ).stat().st_size
+    assert weights < 0.1 * (merged / "model.safetensors").stat().st_size
+    adapter_config = json.loads((folder / "adapter" / "adapter_config.json").read_text())
+    assert adapter_config["base_model_name_or_path"] == str(backbone)
+    assert not (folder / "adapter_config.json").exists()  # at the top, AutoModel(hub id) would load a bare backbone
     assert "auto_map" in json.loads((folder / "config.json").read_text())
+    assert "gausscse" in ModelCard.load(folder / "README.md").data.tags  # peft's card did not replace it
+    assert not (folder / "checkpoint-2" / "README.md").exists()  # nor wrote one, with a local path, in checkpoints
 
 
 def test_a_lora_adapter_whose_backbone_is_gone_fails_with_what_to_do(shared_folders, tmp_path):
     folder = tmp_path / "adapter"
     shutil.copytree(shared_folders["lora_unmerged"], folder, ignore=shutil.ignore_patterns("checkpoint-*"))
-    adapter_config = json.loads((folder / "adapter_config.json").read_text())
+    adapter_config = json.loads((folder / "adapter" / "adapter_config.json").read_text())
     adapter_config["base_model_name_or_path"] = str(tmp_path / "moved-backbone")
-    (folder / "adapter_config.json").write_text(json.dumps(adapter_config))
+    (folder / "adapter" / "adapter_config.json").write_text(json.dumps(adapter_config))
     with pytest.raises(ModelLoadError, match=r"LoRA adapter on the backbone .*moved-backbone.* --merge_lora"):
         load_model(folder)
 
@@ -358,6 +431,7 @@ def test_load_model_says_what_is_wrong(tmp_path, backbone, shared_folders):
             "cannot reach the Hub",
         ),
         (["--hub_model_id", "not a repo id"], {"HF_HUB_OFFLINE": "0"}, "not a valid Hub repo id"),
+        (["--hub_model_id", "me/x", "--lora_r", "4"], {"HF_HUB_OFFLINE": "0"}, "which no one else has"),
     ],
 )
 def test_push_to_hub_that_cannot_work_stops_before_anything_is_written(
@@ -419,3 +493,77 @@ def test_a_backbone_that_only_its_own_code_can_load_stops_with_the_flag_to_pass(
     with pytest.raises(ValueError, match=r"needs its own Python code .* only with --trust_remote_code"):
         train_gausscse.main(argv)
     assert not marker.exists() and not (tmp_path / "run").exists()
+
+
+def test_a_read_only_token_cannot_push():
+    account = {"name": "me", "orgs": [], "auth": {"accessToken": {"role": "read"}}}
+    with (
+        mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False),
+        mock.patch.object(HfApi, "whoami", return_value=account),
+        pytest.raises(HubPushError, match="read-only"),
+    ):
+        check_hub_push("me/x", "hf_read")
+    with (
+        mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False),
+        mock.patch.object(HfApi, "whoami", return_value={**account, "auth": {"accessToken": {"role": "write"}}}),
+        pytest.raises(HubPushError, match="cannot write to 'someone-else'"),
+    ):
+        check_hub_push("someone-else/x", "hf_write")
+
+
+# ------------------------------------------------------------------------------- LoRA: resumed, continued, refused
+
+
+def lora_state(folder: Path) -> dict[str, torch.Tensor]:
+    """The adapter and head weights of an adapter folder."""
+    return {
+        **load_file(folder / "adapter" / "adapter_model.safetensors"),
+        **load_file(folder / "heads.safetensors"),
+    }
+
+
+def test_a_lora_run_resumed_from_its_adapter_checkpoint_ends_as_the_uninterrupted_run(backbone, data_dir, tmp_path):
+    flags = ("--max_steps", "4", "--save_steps", "2", "--eval_strategy", "no", "--lora_r", "4")
+    straight = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "straight", *flags))
+    resumed_dir = tmp_path / "resumed"
+    shutil.copytree(straight / "checkpoint-2", resumed_dir / "checkpoint-2")
+    resumed = train_gausscse.main(
+        [*train_args(backbone, data_dir, resumed_dir, *flags), "--resume_from_checkpoint", "true"]
+    )
+    expected, got, halfway = lora_state(straight), lora_state(resumed), lora_state(straight / "checkpoint-2")
+    assert expected.keys() == got.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], msg=name)
+    assert any(not torch.equal(expected[name], halfway[name]) for name in expected)  # steps 3-4 changed them
+
+
+def test_an_adapter_folder_continues_training_its_adapter(backbone, data_dir, tmp_path):
+    flags = ("--max_steps", "2", "--save_strategy", "no", "--eval_strategy", "no")
+    first = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "first", *flags, "--lora_r", "4"))
+    with pytest.raises(ValueError, match="carries LoRA adapters already: they continue training; drop --lora_r"):
+        train_gausscse.main(train_args(first, data_dir, tmp_path / "again", *flags, "--lora_r", "4"))
+    second = train_gausscse.main(train_args(first, data_dir, tmp_path / "second", *flags))
+    before, after = lora_state(first), lora_state(second)
+    changed = [name for name in before if "lora_" in name and not torch.equal(before[name], after[name])]
+    assert changed and json.loads((second / "adapter" / "adapter_config.json").read_text())[
+        "base_model_name_or_path"
+    ] == str(backbone)
+
+
+def test_lora_on_a_gausscse_folder_must_be_merged(shared_folders, data_dir, tmp_path):
+    argv = train_args(
+        shared_folders["training_output"], data_dir, tmp_path / "run", "--max_steps", "1", "--lora_r", "4"
+    )
+    with pytest.raises(ValueError, match="needs --merge_lora: an unmerged adapter names its backbone"):
+        train_gausscse.main(argv)
+
+
+def test_the_sentence_transformers_save_keeps_its_settings(shared_folders, tmp_path):
+    st = load_model(shared_folders["training_output"]).as_sentence_transformer()
+    st.prompts = {"query": "claim: "}
+    st.save(str(tmp_path / "st"))
+    saved = json.loads((tmp_path / "st" / "config_sentence_transformers.json").read_text())
+    assert saved["prompts"] == {"query": "claim: "} and saved["similarity_fn_name"] == "dot"
+    assert saved["requirements"]["sentence-transformers"]["specifier"] == ">=6"
+    modules = json.loads((tmp_path / "st" / "modules.json").read_text())
+    assert modules[0]["type"] == "sentence_transformer_gausscse.GaussCSETransformer"

@@ -63,6 +63,7 @@ SHIPPED_FILES = {
 def test_the_model_files_import_only_torch_transformers_and_each_other():
     allowed = {"torch", "transformers", "tqdm", "__future__", "inspect", "collections", "dataclasses", "typing"}
     allowed |= {"json", "os", "pathlib"}  # the config writes the sentence-transformers files
+    allowed |= {"tempfile"}  # an adapter folder's peft files are written in a scratch folder first
     allowed |= {"copy", "math"}  # the frozen μ path copies the encoder; σ² = 1/d at the identity start
     allowed |= {"huggingface_hub"}  # a transformers dependency: a Hub backbone's sentence-transformers pooling file
     allowed |= {"safetensors"}  # a transformers dependency: the heads file of an adapter folder

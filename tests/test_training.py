@@ -399,8 +399,8 @@ def test_lora_adapter_and_merged_folders_reload(backbone, data_dir, tmp_path):
     expected = model.encode(sentences, tokenizer=tokenizer).mu
 
     model.save_pretrained(tmp_path / "adapter")  # not merged: an adapter folder, no encoder.base_model.* names
-    assert {"adapter_config.json", "adapter_model.safetensors", "heads.safetensors"} <= {
-        path.name for path in (tmp_path / "adapter").iterdir()
+    assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors", "heads.safetensors"} <= {
+        str(path.relative_to(tmp_path / "adapter")) for path in (tmp_path / "adapter").rglob("*")
     }
     reloaded = load_model(tmp_path / "adapter")
     torch.testing.assert_close(reloaded.encode(sentences, tokenizer=tokenizer).mu, expected, rtol=1e-5, atol=1e-6)

@@ -144,7 +144,12 @@ def update_model_cards(paths: list[str], runs: list[ModelRun], max_examples: int
         print("Model cards left as they were: --max_examples scores subsets, not the test splits", file=sys.stderr)
         return
     for path, run in zip(paths, runs, strict=True):
-        if update_model_card(path, card_eval_results(run.results)):
+        try:
+            updated = update_model_card(path, card_eval_results(run.results))
+        except OSError as error:  # a read-only folder: the results are in --output all the same
+            print(f"Model card {Path(path) / 'README.md'} left as it was: {error}", file=sys.stderr)
+            continue
+        if updated:
             print(f"Wrote the results into the model card {Path(path) / 'README.md'}", file=sys.stderr)
 
 

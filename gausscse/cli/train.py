@@ -86,6 +86,11 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
                     "continue training; drop --lora_r"
                 )
             make_adapters_trainable(model)
+        elif model_args.lora_r > 0 and not model_args.merge_lora:
+            raise ValueError(
+                f"--lora_r on the GaussCSE model {model_args.model_name_or_path} needs --merge_lora: an unmerged "
+                "adapter names its backbone, and this model's fine-tuned encoder is not one anyone can fetch"
+            )
     else:
         model = GaussCSEModel.from_backbone(
             model_args.model_name_or_path,
@@ -200,7 +205,10 @@ def main(argv: list[str] | None = None) -> Path:
     )
     push = training_args.push_to_hub
     if push:  # before anything is read or written: a push that cannot work stops the run here, not after training
-        check_hub_push(training_args.hub_model_id, training_args.hub_token)
+        adapter = model_args.lora_r > 0 and not model_args.merge_lora
+        check_hub_push(
+            training_args.hub_model_id, training_args.hub_token, model_args.model_name_or_path if adapter else None
+        )
     training_args.push_to_hub = False  # push the final folder only, not every checkpoint
     training_args.resume_from_checkpoint = resolve_resume(training_args)
     check_output_dir(training_args)

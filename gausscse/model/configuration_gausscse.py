@@ -34,6 +34,13 @@ MEAN_ACTIVATIONS = ("tanh", "none")
 HEAD_INITS = ("random", "identity")
 
 
+def write_json_atomic(path: Path, content: Any) -> None:
+    """``content`` as indented JSON at ``path``, appearing whole (a temporary file beside it, then ``os.replace``)."""
+    partial = path.with_name(f".{path.name}.tmp")
+    partial.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
 def _check_choice(argument: str, value: Any, valid: tuple[str, ...]) -> None:
     if value not in valid:
         raise ValueError(f"{argument} must be one of {valid}, got {value!r}")
@@ -127,10 +134,14 @@ class GaussCSEConfig(PreTrainedConfig):
         appears whole (temporary file + ``os.replace``)."""
         super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
         for name, content in SENTENCE_TRANSFORMERS_FILES.items():
-            target = Path(save_directory) / name
-            partial = target.with_name(f".{name}.tmp")
-            partial.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
-            os.replace(partial, target)
+            write_json_atomic(Path(save_directory) / name, content)
 
 
-__all__ = ["HEAD_INITS", "MEAN_ACTIVATIONS", "POOLINGS", "SENTENCE_TRANSFORMERS_FILES", "GaussCSEConfig"]
+__all__ = [
+    "HEAD_INITS",
+    "MEAN_ACTIVATIONS",
+    "POOLINGS",
+    "SENTENCE_TRANSFORMERS_FILES",
+    "GaussCSEConfig",
+    "write_json_atomic",
+]

@@ -11,6 +11,7 @@ import inspect
 import json
 import math
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,14 +45,18 @@ FALLBACK_MAX_LENGTH = 512  # for an encoder that states no limit
 # activation, a neutral (zero) log-variance head and the frozen μ path; "auto" = "backbone" for a sentence-transformers
 # model (a folder or Hub repo with modules.json and 1_Pooling/config.json), "paper" for any other encoder.
 STARTS = ("auto", "paper", "backbone")
-# An adapter folder (a model whose encoder carries LoRA adapters, saved unmerged): peft's adapter_config.json and
-# adapter_model.safetensors, the two heads in HEADS_FILE, and the GaussCSE config + code; the backbone itself is not in
-# it but named by adapter_config.json's base_model_name_or_path (a Hub id, or a local folder on the writer's machine).
+# An adapter folder (a model whose encoder carries LoRA adapters, saved unmerged): the two heads in HEADS_FILE, the
+# GaussCSE config + code, and peft's adapter_config.json and adapter_model.safetensors in ADAPTER_FOLDER — not at the
+# top, where transformers' AutoModel would take the folder for a bare peft adapter and load only its backbone. The
+# backbone itself is named by adapter_config.json's base_model_name_or_path (a Hub id, or a local folder).
+ADAPTER_FOLDER = "adapter"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 HEADS_FILE = "heads.safetensors"
 HEAD_NAMES = ("mean_head", "logvar_head")
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "force_download")
+# save_pretrained(..., push_to_hub=True, ...): the arguments it hands to push_to_hub once the folder is written
+PUSH_ARGUMENTS = ("repo_id", "token", "private", "commit_message", "revision", "create_pr", "commit_description")
 
 logger = logging.get_logger(__name__)
 
@@ -223,19 +228,19 @@ def check_loading_info(name_or_path: str | Path, info: dict) -> None:
     if problems:
         listed = "; ".join(f"{kind.replace('_', ' ')}: {', '.join(names[:3])}" for kind, names in problems.items())
         raise ValueError(
-            f"{name_or_path}: its weights do not fit a GaussCSE model of its config ({listed}, ...); loading it "
-            "would start those weights at random. Was it saved by another version, or edited? Re-save it with "
-            "GaussCSEModel.save_pretrained"
+            f"{name_or_path}: its weights do not fit a GaussCSE model of its config ({listed}); loading it would "
+            "start those weights at random. A folder written by an earlier gausscse (a LoRA model saved unmerged "
+            "wrote encoder.base_model.model.* names) or edited by hand: load it with the version that wrote it, merge "
+            "or save it again there"
         )
 
 
-def share_weight_files(folder: Path) -> None:
-    """Give the ``*.safetensors`` files of ``folder`` the mode every other written file has (0644 under the usual
-    umask 022): safetensors writes them 0600, readable by their owner only."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in folder.glob("*.safetensors"):
-        path.chmod(0o666 & ~umask)
+def share_weight_files(weight_files: Sequence[Path], like: Path) -> None:
+    """Give ``weight_files`` the mode of ``like`` (a file the same save wrote with ``open``: 0644 under the usual umask
+    022): safetensors writes its files 0600, readable by their owner only."""
+    mode = like.stat().st_mode & 0o777
+    for path in weight_files:
+        path.chmod(mode)
 
 
 def _encoder_init_kwargs(config) -> dict:
@@ -331,9 +336,10 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """``PreTrainedModel.from_pretrained`` for a full folder; an adapter folder (``HEADS_FILE`` +
-        ``adapter_config.json``, see [`save_pretrained`]) is rebuilt from its backbone, adapter and heads
-        ([`_from_adapter_folder`]). Then [`freeze_mean_path`] (loading puts fresh parameters in place)."""
+        """``PreTrainedModel.from_pretrained`` for a full folder, refusing weights that do not fit
+        ([`check_loading_info`]); an adapter folder (one with ``HEADS_FILE``, see [`save_pretrained`]) is rebuilt from
+        its backbone, adapter and heads ([`_from_adapter_folder`]). Then [`freeze_mean_path`] (loading puts fresh
+        parameters in place)."""
         heads_file = adapter_heads_file(pretrained_model_name_or_path, kwargs)
         if heads_file is not None:
             model = cls._from_adapter_folder(pretrained_model_name_or_path, heads_file, **kwargs)
@@ -359,11 +365,15 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         hub_kwargs = {key: value for key, value in kwargs.items() if key in HUB_KWARGS and value is not None}
         if config is None:
             config = GaussCSEConfig.from_pretrained(name_or_path, **hub_kwargs)
-        adapter_config = json.loads(
-            Path(cached_file(str(name_or_path), ADAPTER_CONFIG_FILE, **hub_kwargs)).read_text(encoding="utf-8")
-        )
+        subfolder = "/".join(part for part in (hub_kwargs.pop("subfolder", ""), ADAPTER_FOLDER) if part)
+        # peft's files, fetched (or found in the cache) beside each other: peft then reads a local folder
+        adapter_files = [
+            Path(cached_file(str(name_or_path), name, subfolder=subfolder, **hub_kwargs))
+            for name in (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE)
+        ]
+        adapter_config = json.loads(adapter_files[0].read_text(encoding="utf-8"))
         base = adapter_config.get("base_model_name_or_path")
-        encoder_kwargs = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
+        encoder_kwargs = {key: kwargs[key] for key in ("dtype", "token", "cache_dir") if kwargs.get(key) is not None}
         try:
             encoder = AutoModel.from_pretrained(base, **_encoder_init_kwargs(config.encoder_config), **encoder_kwargs)
         except (OSError, ValueError, TypeError) as error:
@@ -373,44 +383,68 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
                 "Hub id or a local copy of that backbone, or share the model merged (train with --merge_lora)"
             ) from error
         model = cls(config, encoder=encoder)
-        peft_kwargs = {key: value for key, value in hub_kwargs.items() if key != "local_files_only"}
-        model.encoder = PeftModel.from_pretrained(encoder, str(name_or_path), **peft_kwargs)
+        model.encoder = PeftModel.from_pretrained(encoder, str(adapter_files[0].parent))
         model.load_head_weights(heads_file)
         model.name_or_path = str(name_or_path)  # encode() finds the tokenizer here
-        return model.eval()
+        return model.to(encoder.dtype).eval()  # the heads in the backbone's dtype
 
     def load_head_weights(self, heads_file: str | Path) -> None:
         """Copy the μ and log σ² heads of a ``HEADS_FILE`` (keys ``mean_head.weight``, ...) into this model."""
         heads = load_file(str(heads_file))
-        expected = {f"{name}.{key}" for name in HEAD_NAMES for key in getattr(self, name).state_dict()}
-        if set(heads) != expected:
-            raise ValueError(f"{heads_file}: expected the tensors {sorted(expected)}, found {sorted(heads)}")
+        expected = {
+            f"{name}.{key}": tuple(value.shape)
+            for name in HEAD_NAMES
+            for key, value in getattr(self, name).state_dict().items()
+        }
+        found = {key: tuple(value.shape) for key, value in heads.items()}
+        if found != expected:
+            raise ValueError(f"{heads_file}: expected the tensors (name: shape) {expected}, found {found}")
         with torch.no_grad():
             for key, value in heads.items():
                 head_name, parameter = key.split(".", 1)
                 getattr(getattr(self, head_name), parameter).copy_(value)
 
     def save_pretrained(
-        self, save_directory: str | Path, *args, is_main_process: bool = True, state_dict: dict | None = None, **kwargs
+        self,
+        save_directory: str | Path,
+        *args,
+        is_main_process: bool = True,
+        state_dict: dict | None = None,
+        push_to_hub: bool = False,
+        **kwargs,
     ) -> None:
         """``PreTrainedModel.save_pretrained`` (weights, config, the code files and the sentence-transformers files),
         plus the tokenizer, so the folder (and ``push_to_hub``, which saves through here) encodes wherever it is
         loaded. With LoRA adapters on the encoder (not merged) it writes an adapter folder instead of full weights:
-        ``adapter_config.json`` + ``adapter_model.safetensors`` (peft), ``HEADS_FILE``, config and code; it loads with
+        ``HEADS_FILE``, config and code, and peft's adapter files in ``ADAPTER_FOLDER``; it loads with
         ``from_pretrained`` / ``AutoModel`` / sentence-transformers like a full folder (peft needed).
-        ``state_dict`` (as Trainer passes it for checkpoints) is used for full folders only."""
+        ``state_dict`` (as Trainer passes it for checkpoints) is used for full folders only. ``push_to_hub=True``
+        uploads once the whole folder is written (``repo_id``, default the folder's name, and the other arguments
+        of [`push_to_hub`] in ``kwargs``)."""
         if not is_main_process:
             return
+        hub_arguments = {key: kwargs.pop(key) for key in PUSH_ARGUMENTS if key in kwargs}
+        folder = Path(save_directory)
         if has_adapter(self.encoder):
-            self._save_adapter_folder(Path(save_directory))
+            weight_files = self._save_adapter_folder(folder)
         else:
-            super().save_pretrained(save_directory, *args, state_dict=state_dict, **kwargs)
-        self._save_tokenizer(Path(save_directory))
-        share_weight_files(Path(save_directory))
+            super().save_pretrained(folder, *args, state_dict=state_dict, **kwargs)
+            weight_files = list(folder.glob("model*.safetensors"))
+        self._save_tokenizer(folder)
+        share_weight_files(weight_files, like=folder / "config.json")
+        if push_to_hub:
+            self.push_to_hub(hub_arguments.pop("repo_id", folder.name), **hub_arguments)
 
-    def _save_adapter_folder(self, folder: Path) -> None:
+    def _save_adapter_folder(self, folder: Path) -> list[Path]:
+        """The adapter folder of [`save_pretrained`]; returns the weight files written. peft's files are written in a
+        scratch folder first: its ``save_pretrained`` also rewrites the folder's ``README.md`` (as a peft card)."""
         folder.mkdir(parents=True, exist_ok=True)
-        self.encoder.save_pretrained(folder)
+        adapter_folder = folder / ADAPTER_FOLDER
+        adapter_folder.mkdir(exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as scratch:
+            self.encoder.save_pretrained(scratch)
+            for name in (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE):
+                os.replace(Path(scratch) / name, adapter_folder / name)
         heads = {
             f"{name}.{key}": value.detach().cpu().contiguous()
             for name in HEAD_NAMES
@@ -419,6 +453,7 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         save_file(heads, folder / HEADS_FILE, metadata={"format": "pt"})
         custom_object_save(self, folder, config=self.config)  # the code files, and auto_map in the config
         self.config.save_pretrained(folder)
+        return [folder / HEADS_FILE, adapter_folder / ADAPTER_WEIGHTS_FILE]
 
     def _save_tokenizer(self, folder: Path) -> None:
         try:
@@ -748,6 +783,7 @@ def start_fields(name_or_path: str, start: str = "auto", hub_kwargs: dict | None
 
 __all__ = [
     "ADAPTER_CONFIG_FILE",
+    "ADAPTER_FOLDER",
     "ADAPTER_WEIGHTS_FILE",
     "HEADS_FILE",
     "STARTS",

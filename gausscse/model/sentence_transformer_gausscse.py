@@ -21,8 +21,6 @@ the total KL) is ranked by the ``sum`` form on these routes, which is logged whe
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ import torch
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
-from .configuration_gausscse import SENTENCE_TRANSFORMERS_FILES
+from .configuration_gausscse import SENTENCE_TRANSFORMERS_FILES, write_json_atomic
 from .gaussian import KL_REDUCTIONS, SEARCH_DIRECTIONS, kl_feature_map
 from .modeling_gausscse import GaussCSEModel, _check_sentences, resolve_max_length
 
@@ -161,15 +159,16 @@ class GaussCSETransformer(InputModule):
 class GaussCSESentenceTransformer(SentenceTransformer):
     """A ``SentenceTransformer`` of one [`GaussCSETransformer`] whose ``save`` (and ``save_pretrained``,
     ``push_to_hub``) names the module by the file shipped in the folder, ``sentence_transformer_gausscse``, as a
-    folder loaded with ``trust_remote_code`` does; sentence-transformers' own ``save`` would name the Python path it
-    was imported from (``gausscse.model...``), which loads only where the gausscse package is installed."""
+    folder loaded with ``trust_remote_code`` does (sentence-transformers' own ``save`` would name the Python path it
+    was imported from, ``gausscse.model...``, which loads only where the gausscse package is installed), and keeps this
+    object's settings (prompts, similarity function, ...) in ``config_sentence_transformers.json``, which the module's
+    ``save_pretrained`` rewrites with the defaults."""
 
     def save(self, path: str, *args, **kwargs) -> None:
         super().save(path, *args, **kwargs)
-        target = Path(path) / "modules.json"
-        partial = target.with_name(".modules.json.tmp")
-        partial.write_text(json.dumps(SENTENCE_TRANSFORMERS_FILES["modules.json"], indent=2) + "\n", encoding="utf-8")
-        os.replace(partial, target)
+        defaults = SENTENCE_TRANSFORMERS_FILES["config_sentence_transformers.json"]
+        write_json_atomic(Path(path) / "config_sentence_transformers.json", {**defaults, **self._get_model_config()})
+        write_json_atomic(Path(path) / "modules.json", SENTENCE_TRANSFORMERS_FILES["modules.json"])
 
 
 def to_sentence_transformer(model: GaussCSEModel, tokenizer=None, direction: str = "entailing") -> SentenceTransformer:

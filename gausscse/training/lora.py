@@ -1,10 +1,10 @@
 """LoRA on the backbone of a GaussCSE model (``peft``): adapters in the encoder, the μ/σ² heads trained fully.
 
 A LoRA model is saved either merged ([`merge_lora`], then a plain GaussCSE folder) or, by ``save_pretrained`` itself,
-as an adapter folder: ``adapter_config.json`` + ``adapter_model.safetensors`` (the encoder's adapter),
-``heads.safetensors`` (the two heads) and the GaussCSE config + code. Both load everywhere a GaussCSE folder loads
-(``AutoModel`` / ``SentenceTransformer`` with ``trust_remote_code``, ``gausscse.loading.load_model``); an adapter
-folder needs peft and its backbone. Trainer checkpoints of a LoRA model are adapter folders too
+as an adapter folder: ``heads.safetensors`` (the two heads), the GaussCSE config + code, and in ``adapter/`` peft's
+``adapter_config.json`` + ``adapter_model.safetensors`` (the encoder's adapter). Both load everywhere a GaussCSE
+folder loads (``AutoModel`` / ``SentenceTransformer`` with ``trust_remote_code``, ``gausscse.loading.load_model``);
+an adapter folder needs peft and its backbone. Trainer checkpoints of a LoRA model are adapter folders too
 ([`load_adapter_checkpoint`] puts one back into the model being trained).
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from gausscse import GaussCSEModel
-from gausscse.model.modeling_gausscse import ADAPTER_WEIGHTS_FILE, HEADS_FILE
+from gausscse.model.modeling_gausscse import ADAPTER_FOLDER, ADAPTER_WEIGHTS_FILE, HEADS_FILE, has_adapter
 
 
 def apply_lora(
@@ -33,8 +33,8 @@ def apply_lora(
 
 
 def has_lora(model: GaussCSEModel) -> bool:
-    """Whether the model's encoder carries LoRA adapters."""
-    return isinstance(model.encoder, PeftModel)
+    """Whether the model's encoder carries LoRA adapters (not merged)."""
+    return has_adapter(model.encoder)
 
 
 def merge_lora(model: GaussCSEModel) -> GaussCSEModel:
@@ -56,15 +56,20 @@ def make_adapters_trainable(model: GaussCSEModel) -> GaussCSEModel:
 
 def is_adapter_checkpoint(folder: str | Path) -> bool:
     """Whether ``folder`` (a local ``checkpoint-N``) holds an adapter and heads rather than full weights."""
-    return (Path(folder) / HEADS_FILE).is_file() and (Path(folder) / ADAPTER_WEIGHTS_FILE).is_file()
+    return (Path(folder) / HEADS_FILE).is_file() and (Path(folder) / ADAPTER_FOLDER / ADAPTER_WEIGHTS_FILE).is_file()
 
 
 def load_adapter_checkpoint(model: GaussCSEModel, folder: str | Path) -> None:
     """Put the adapter weights and heads of an adapter ``folder`` into ``model`` (which carries the same adapters):
     how the Trainer resumes from, or keeps the best of, a LoRA model's checkpoints."""
-    result = set_peft_model_state_dict(model.encoder, load_file(str(Path(folder) / ADAPTER_WEIGHTS_FILE)))
-    if result.unexpected_keys:
-        raise ValueError(f"{folder}: the adapter does not fit this model (unexpected {result.unexpected_keys[:3]})")
+    adapter = load_file(str(Path(folder) / ADAPTER_FOLDER / ADAPTER_WEIGHTS_FILE))
+    result = set_peft_model_state_dict(model.encoder, adapter)
+    missing = [name for name in result.missing_keys if "lora_" in name]
+    if result.unexpected_keys or missing:
+        raise ValueError(
+            f"{folder}: the adapter does not fit this model (unexpected: {result.unexpected_keys[:3]}, missing: "
+            f"{missing[:3]})"
+        )
     model.load_head_weights(Path(folder) / HEADS_FILE)
 
 

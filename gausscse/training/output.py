@@ -19,7 +19,7 @@ from gausscse import GaussCSEModel
 from gausscse.io import link_tree, replace_folder
 
 from .lora import has_lora, merge_lora
-from .model_card import FIGURE_FILE, write_model_card
+from .model_card import FIGURE_FILE, is_hub_id, write_model_card
 from .trainer import check_finite_weights
 
 TRAIN_RESULTS_FILE = "train_results.json"
@@ -101,16 +101,22 @@ class HubPushError(ValueError):
     """``--push_to_hub`` cannot work (no repo id, no token, the Hub offline or unreachable): one line says why."""
 
 
-def check_hub_push(repo_id: str | None, token: str | None = None) -> None:
-    """Check, before training, that the final push can work: ``repo_id`` a valid ``user/name``, not offline mode, a
-    token (``token``, else ``HF_TOKEN`` / ``hf auth login``) the Hub accepts and whose account may write to the repo's
-    namespace. Raises [`HubPushError`] with one line."""
+def check_hub_push(repo_id: str | None, token: str | None = None, adapter_backbone: str | None = None) -> None:
+    """Check, before training, that the final push can work: ``repo_id`` a valid ``user/name``; with
+    ``adapter_backbone`` (a LoRA model saved unmerged) a backbone others can fetch, a Hub id; not offline mode; a token
+    (``token``, else ``HF_TOKEN`` / ``hf auth login``) the Hub accepts, with write access, whose account may write to
+    the repo's namespace. Raises [`HubPushError`] with one line."""
     if not repo_id:
         raise HubPushError("--push_to_hub needs --hub_model_id <user or org>/<name>")
     try:
         validate_repo_id(repo_id)
     except HFValidationError as error:
         raise HubPushError(f"--hub_model_id {repo_id!r} is not a valid Hub repo id: {error}") from None
+    if adapter_backbone is not None and not is_hub_id(adapter_backbone):
+        raise HubPushError(
+            f"--push_to_hub with --lora_r and no --merge_lora uploads an adapter on the local backbone "
+            f"{adapter_backbone}, which no one else has: add --merge_lora, or start from the backbone's Hub id"
+        )
     if constants.HF_HUB_OFFLINE:
         raise HubPushError("--push_to_hub: the Hub is in offline mode (HF_HUB_OFFLINE=1); unset it or drop the flag")
     token = token or get_token()
@@ -121,6 +127,9 @@ def check_hub_push(repo_id: str | None, token: str | None = None) -> None:
     except Exception as error:  # whatever stops whoami (offline, refused, DNS, HTTP client errors) stops the push
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise HubPushError(f"--push_to_hub: cannot reach the Hub or the token was refused ({first_line})") from None
+    role = account.get("auth", {}).get("accessToken", {}).get("role")
+    if role == "read":
+        raise HubPushError("--push_to_hub: the Hub token is read-only; use a token with write access")
     namespaces = {account.get("name"), *(org.get("name") for org in account.get("orgs", []))}
     if "/" in repo_id and repo_id.split("/")[0] not in namespaces:
         raise HubPushError(
