@@ -405,6 +405,25 @@ def test_weights_whose_names_do_not_fit_are_refused_not_loaded_at_random(shared_
     assert done.returncode != 0 and "weights do not fit" in done.stderr
 
 
+def test_an_adapter_or_heads_that_do_not_fit_are_refused(shared_folders, tmp_path):
+    folder = tmp_path / "adapter"
+    shutil.copytree(shared_folders["lora_unmerged"], folder, ignore=shutil.ignore_patterns("checkpoint-*"))
+    weights = load_file(folder / "adapter" / "adapter_model.safetensors")
+    dropped = next(name for name in weights if "lora_B" in name)
+    save_file(
+        {name: value for name, value in weights.items() if name != dropped},
+        folder / "adapter" / "adapter_model.safetensors",
+    )
+    with pytest.raises(ModelLoadError, match=r"the adapter does not fit this model .*missing: \[.*lora_B"):
+        load_model(folder)
+    save_file(weights, folder / "adapter" / "adapter_model.safetensors")
+    heads = load_file(folder / "heads.safetensors")
+    heads["logvar_head.bias"] = torch.zeros(3)
+    save_file(heads, folder / "heads.safetensors")
+    with pytest.raises(ModelLoadError, match=r"heads.safetensors: expected the tensors"):
+        load_model(folder)
+
+
 def test_load_model_says_what_is_wrong(tmp_path, backbone, shared_folders):
     with pytest.raises(ModelLoadError, match="no such folder, and not a Hub repo id"):
         load_model(tmp_path / "no" / "such" / "model")

@@ -34,7 +34,7 @@ from gausscse.training.arguments import DataArguments, GaussCSETrainingArguments
 from gausscse.training.batch import TripletCollator
 from gausscse.training.lora import apply_lora, has_lora, make_adapters_trainable
 from gausscse.training.losses import uses_contradictions
-from gausscse.training.output import HubPushError, check_hub_push, push_model_folder, save_model_folder
+from gausscse.training.output import check_hub_push, push_model_folder, save_model_folder
 from gausscse.training.trainer import GaussCSETrainer, is_complete_checkpoint, latest_complete_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -291,11 +291,12 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 def run() -> None:
-    """Console-script entry point (``gausscse-train``); a push to the Hub that cannot work ends it with one line and
-    exit status 2, before anything is written."""
+    """Console-script entry point (``gausscse-train``): errors in the input (bad flags, data, a backbone that needs
+    --trust_remote_code, a push to the Hub that cannot work — checked before anything is written) end it with one line
+    and exit status 2, without a traceback."""
     try:
         main(sys.argv[1:])
-    except HubPushError as error:
+    except (ValueError, FileNotFoundError, FileExistsError) as error:  # HubPushError and DataError are ValueErrors
         print(f"gausscse-train: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 

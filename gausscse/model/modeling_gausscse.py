@@ -341,11 +341,12 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         its backbone, adapter and heads ([`_from_adapter_folder`]). Then [`freeze_mean_path`] (loading puts fresh
         parameters in place)."""
         heads_file = adapter_heads_file(pretrained_model_name_or_path, kwargs)
+        wants_info = kwargs.pop("output_loading_info", False)
         if heads_file is not None:
             model = cls._from_adapter_folder(pretrained_model_name_or_path, heads_file, **kwargs)
             model.freeze_mean_path()
-            return model
-        wants_info = kwargs.pop("output_loading_info", False)
+            fitted = {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
+            return (model, fitted) if wants_info else model  # the adapter and heads were checked on loading
         model, info = super().from_pretrained(
             pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
         )
@@ -384,9 +385,21 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             ) from error
         model = cls(config, encoder=encoder)
         model.encoder = PeftModel.from_pretrained(encoder, str(adapter_files[0].parent))
+        model.load_adapter_weights(adapter_files[1])  # again, checked: peft only warns about missing weights
         model.load_head_weights(heads_file)
         model.name_or_path = str(name_or_path)  # encode() finds the tokenizer here
         return model.to(encoder.dtype).eval()  # the heads in the backbone's dtype
+
+    def load_adapter_weights(self, adapter_weights_file: str | Path) -> None:
+        """Put the LoRA weights of an ``ADAPTER_WEIGHTS_FILE`` into this model's encoder (which carries the same
+        adapters); every LoRA weight of the encoder must be in the file and every tensor of the file must fit."""
+        result = set_peft_model_state_dict(self.encoder, load_file(str(adapter_weights_file)))
+        missing = [name for name in result.missing_keys if "lora_" in name]
+        if result.unexpected_keys or missing:
+            raise ValueError(
+                f"{adapter_weights_file}: the adapter does not fit this model (unexpected: "
+                f"{result.unexpected_keys[:3]}, missing: {missing[:3]})"
+            )
 
     def load_head_weights(self, heads_file: str | Path) -> None:
         """Copy the μ and log σ² heads of a ``HEADS_FILE`` (keys ``mean_head.weight``, ...) into this model."""

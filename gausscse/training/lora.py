@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
-from safetensors.torch import load_file
+from peft import LoraConfig, get_peft_model
 
 from gausscse import GaussCSEModel
 from gausscse.model.modeling_gausscse import ADAPTER_FOLDER, ADAPTER_WEIGHTS_FILE, HEADS_FILE, has_adapter
@@ -62,14 +61,7 @@ def is_adapter_checkpoint(folder: str | Path) -> bool:
 def load_adapter_checkpoint(model: GaussCSEModel, folder: str | Path) -> None:
     """Put the adapter weights and heads of an adapter ``folder`` into ``model`` (which carries the same adapters):
     how the Trainer resumes from, or keeps the best of, a LoRA model's checkpoints."""
-    adapter = load_file(str(Path(folder) / ADAPTER_FOLDER / ADAPTER_WEIGHTS_FILE))
-    result = set_peft_model_state_dict(model.encoder, adapter)
-    missing = [name for name in result.missing_keys if "lora_" in name]
-    if result.unexpected_keys or missing:
-        raise ValueError(
-            f"{folder}: the adapter does not fit this model (unexpected: {result.unexpected_keys[:3]}, missing: "
-            f"{missing[:3]})"
-        )
+    model.load_adapter_weights(Path(folder) / ADAPTER_FOLDER / ADAPTER_WEIGHTS_FILE)
     model.load_head_weights(Path(folder) / HEADS_FILE)
 
 
