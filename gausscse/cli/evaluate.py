@@ -246,8 +246,13 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def run() -> None:
-    """Console-script entry point (``gausscse-evaluate``)."""
-    main()
+    """Console-script entry point (``gausscse-evaluate``): errors in the input (a missing file or model, an unknown
+    task) are printed as one line with exit status 2, without a traceback."""
+    try:
+        main()
+    except (ValueError, FileNotFoundError, FileExistsError) as error:  # DataError and ModelLoadError are ValueErrors
+        print(f"gausscse-evaluate: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

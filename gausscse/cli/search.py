@@ -22,9 +22,10 @@ from pathlib import Path
 import torch
 
 from gausscse.data.sources import read_table
+from gausscse.io import check_replaceable
 from gausscse.loading import ModelLoadError, load_model
 from gausscse.model import GaussCSEModel
-from gausscse.search.index import BACKENDS
+from gausscse.search.index import BACKENDS, SETTINGS_FILE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> list[list[dict]] | None:
 
     args = build_parser().parse_args(argv)
     if args.command == "build":
+        check_replaceable(args.index, SETTINGS_FILE, "--index")  # before the corpus is encoded, not after
         sentences = read_corpus(Path(args.corpus), args.column)
         model = load_search_model(args.model, args.device)
         corpus = SentenceIndex.build(
@@ -105,12 +107,16 @@ def main(argv: list[str] | None = None) -> list[list[dict]] | None:
         return None
     if args.k < 1:
         raise ValueError(f"-k must be a positive integer, got {args.k}")
+    queries = args.entailing or args.entailed_by
+    blank = [index for index, query in enumerate(queries, start=1) if not query.strip()]
+    if blank:
+        flag = "--entailing" if args.entailing else "--entailed_by"
+        raise ValueError(f"{flag}: query {blank[0]} is empty; give the sentences to search with")
     corpus = SentenceIndex.load(args.index)
     model_name = args.model or corpus.model_name
     if model_name is None:
         raise ValueError(f"--index {args.index} does not record its model: pass --model")
     model = load_search_model(model_name, args.device)
-    queries = args.entailing or args.entailed_by
     search = corpus.entailing if args.entailing else corpus.entailed_by
     hits = [[vars(hit) for hit in row] for row in search(model, queries, min(args.k, len(corpus)))]
     if args.json:

@@ -16,6 +16,7 @@ uploads exactly those files. Checkpoints are ``<output_dir>/checkpoint-N`` (``--
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import sys
 import tempfile
@@ -35,7 +36,12 @@ from gausscse.training.batch import TripletCollator
 from gausscse.training.lora import apply_lora, has_lora, make_adapters_trainable
 from gausscse.training.losses import uses_contradictions
 from gausscse.training.output import check_hub_push, push_model_folder, save_model_folder
-from gausscse.training.trainer import GaussCSETrainer, is_complete_checkpoint, latest_complete_checkpoint
+from gausscse.training.trainer import (
+    RUN_ARGUMENTS_FILE,
+    GaussCSETrainer,
+    is_complete_checkpoint,
+    latest_complete_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +129,13 @@ def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArg
             rows = rows[: data_args.eval_max_examples]
         if not rows:
             raise DataError(f"{data_args.validation_file}: no labelled row to evaluate on")
+        entailment = sum(label == "entailment" for _, _, label in rows)
+        if entailment in (0, len(rows)):
+            raise DataError(
+                f"--validation_file {data_args.validation_file}: all {len(rows)} labelled rows are "
+                f"{'entailment' if entailment else 'neutral or contradiction'}; the binary NLI evaluation needs "
+                "entailment rows and others (or pass --eval_strategy no)"
+            )
         premises, hypotheses, labels = (list(column) for column in zip(*rows, strict=True))
         pairs, name = (
             NLIPairs(
@@ -171,17 +184,89 @@ def resolve_resume(training_args: GaussCSETrainingArguments) -> str | None:
     return str(value)
 
 
+# The flags that fix what a run trains: a resumed run must keep them (its steps so far were taken with them). Not among
+# them: how long it runs (max_steps, epochs), when it saves, evaluates or logs, where, and with how many workers.
+RUN_FIXED_FLAGS = (
+    "model_name_or_path",
+    *MODEL_FIELDS,
+    "start",
+    "freeze_backbone",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_target_modules",
+    "train_datasets",
+    "train_file",
+    "dataset_name",
+    "dataset_config_name",
+    "train_split",
+    "data_shape",
+    "max_seq_length",
+    "max_train_examples",
+    "pack_sequences",
+    "pack_length",
+    "drop_bad_rows",
+    "loss",
+    "temperature",
+    "simcse_weight",
+    "retrieval_weight",
+    "keep_weight",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "head_learning_rate",
+    "weight_decay",
+    "warmup_steps",
+    "lr_scheduler_type",
+    "seed",
+    "bf16",
+)
+
+
+def run_arguments(*arguments) -> dict:
+    """The ``RUN_FIXED_FLAGS`` values of the parsed argument dataclasses, as JSON values (what a checkpoint records)."""
+    values = {}
+    for group in arguments:
+        for name in RUN_FIXED_FLAGS:
+            if hasattr(group, name):
+                values[name] = json.loads(json.dumps(getattr(group, name), default=str))
+    return values
+
+
+def check_resume_arguments(checkpoint: str, current: dict) -> None:
+    """Refuse to resume ``checkpoint`` with flags that differ from those its run was trained with, naming each; a
+    checkpoint written before runs recorded them is resumed with a warning."""
+    recorded_file = Path(checkpoint) / RUN_ARGUMENTS_FILE
+    if not recorded_file.is_file():
+        logger.warning("%s records no run arguments: the resumed run is not checked against them", checkpoint)
+        return
+    recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
+    changed = [
+        f"--{name} {current[name]!r} (the checkpoint's run: {recorded[name]!r})"
+        for name in RUN_FIXED_FLAGS
+        if name in recorded and name in current and recorded[name] != current[name]
+    ]
+    if changed:
+        raise ValueError(
+            f"--resume_from_checkpoint {checkpoint} was trained with other settings, and a resumed run must keep them "
+            f"(give the values of the checkpoint's run, or start a new run): {'; '.join(changed)}"
+        )
+
+
 def check_output_dir(training_args: GaussCSETrainingArguments) -> None:
-    """A non-empty ``--output_dir`` holds an earlier run: refuse it unless ``--overwrite_output_dir`` or a resume."""
+    """A non-empty ``--output_dir`` holds an earlier run: refuse it unless ``--overwrite_output_dir`` or a resume from
+    one of its own checkpoints (a checkpoint of another run does not make this folder's model replaceable)."""
     output_dir = Path(training_args.output_dir)
-    if training_args.resume_from_checkpoint or training_args.overwrite_output_dir:
+    resume = training_args.resume_from_checkpoint
+    if training_args.overwrite_output_dir or (resume and Path(resume).resolve().parent == output_dir.resolve()):
         return
     if output_dir.is_dir() and any(output_dir.iterdir()):
         held = sorted(path.name for path in output_dir.iterdir())[:5]
+        elsewhere = f" (--resume_from_checkpoint {resume} is not one of its checkpoints)" if resume else ""
         raise ValueError(
-            f"--output_dir {output_dir} is not empty (it holds {', '.join(held)}, ...): an earlier run would be "
-            "replaced. Pass --overwrite_output_dir to replace it, --resume_from_checkpoint true to continue it, or "
-            "choose another --output_dir"
+            f"--output_dir {output_dir} is not empty (it holds {', '.join(held)}, ...){elsewhere}: an earlier run "
+            "would be replaced. Pass --overwrite_output_dir to replace it, --resume_from_checkpoint true to continue "
+            "it, or choose another --output_dir"
         )
 
 
@@ -212,6 +297,9 @@ def main(argv: list[str] | None = None) -> Path:
     training_args.push_to_hub = False  # push the final folder only, not every checkpoint
     training_args.resume_from_checkpoint = resolve_resume(training_args)
     check_output_dir(training_args)
+    fixed = run_arguments(model_args, data_args, training_args)
+    if training_args.resume_from_checkpoint:
+        check_resume_arguments(training_args.resume_from_checkpoint, fixed)
     set_seed(training_args.seed)
 
     examples, data_stats = load_training_examples(data_args.data_spec(), drop_bad_rows=data_args.drop_bad_rows)
@@ -246,6 +334,7 @@ def main(argv: list[str] | None = None) -> Path:
         ),
         processing_class=tokenizer,
         evaluator=evaluator,
+        run_arguments=fixed,
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     metrics = trainer.evaluate()

@@ -25,6 +25,7 @@ An exact repeat of an (premise, hypothesis, label) row or of a whole example is 
 from __future__ import annotations
 
 import codecs
+import csv
 import gzip
 import logging
 import zlib
@@ -56,16 +57,18 @@ SHAPE_ROLES: dict[str, tuple[str, ...]] = {
     "triplet": ("anchor", "positive", "negative"),
     "pair": ("anchor", "positive"),
 }
-# Data file formats: suffix (after an optional .gz) -> datasets builder and its keyword arguments.
+# Data file formats: suffix (after an optional .gz) -> datasets builder and its keyword arguments. CSV and TSV are
+# read by [`read_delimited`], not by the datasets builder (pandas): every cell is text, only an empty cell is missing.
 FILE_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
     ".csv": ("csv", {}),
-    ".tsv": ("csv", {"sep": "\t"}),
+    ".tsv": ("tsv", {}),
     ".json": ("json", {}),
     ".jsonl": ("json", {}),
     ".parquet": ("parquet", {}),
 }
 UNLABELLED = (-1, "-")  # SNLI's gold label "-" (no majority) and the Hub's −1
 INTEGER_LABELS = dict(enumerate(NLI_LABELS))  # the Hub's ids: 0 entailment, 1 neutral, 2 contradiction
+INTEGER_LABEL_TEXT = {str(number): label for number, label in INTEGER_LABELS.items()}  # the ids as CSV/TSV text
 
 
 class DataError(ValueError):
@@ -232,19 +235,86 @@ def check_utf8(path: Path, decoder: codecs.IncrementalDecoder, block: bytes, lin
 
 def read_table(path: str | Path) -> datasets.Dataset:
     """The rows of one data file (see [`FILE_FORMATS`]); ``DataError`` naming the file when it cannot be read or
-    holds no row."""
+    holds no row.
+
+    CSV and TSV cells are all text, verbatim (``None``, ``NA``, ``null``, ``nan``, ``N/A``, ``0`` are sentences or
+    labels like any other); only an empty cell is missing (``None``). TSV has no quoting: each line is one row, split
+    on tabs. CSV follows standard quoting (RFC 4180: a quote inside a quoted cell is doubled; a quoted cell may hold
+    commas and line breaks); a malformed CSV or a row with the wrong number of fields is a ``DataError`` naming the
+    file and line."""
     path = Path(path)
     builder, kwargs, compressed = file_format(path)
     check_readable(path, compressed, text=builder != "parquet")
-    try:
-        rows = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
-    except Exception as error:  # datasets/pyarrow/pandas raise many types; the user needs the file name
-        if "corresponds to no data" in str(error):  # datasets' words for a file with a header and no row
-            raise DataError(f"{path}: no rows") from error
-        raise DataError(f"{path}: could not be read as {builder.upper()} ({type(error).__name__}: {error})") from error
+    if builder in ("csv", "tsv"):
+        rows = read_delimited(path, compressed, tsv=builder == "tsv")
+    else:
+        try:
+            rows = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+        except Exception as error:  # datasets/pyarrow raise many types; the user needs the file name
+            if "corresponds to no data" in str(error):  # datasets' words for a file with a header and no row
+                raise DataError(f"{path}: no rows") from error
+            raise DataError(
+                f"{path}: could not be read as {builder.upper()} ({type(error).__name__}: {error})"
+            ) from error
     if len(rows) == 0:
         raise DataError(f"{path}: no rows")
     return rows
+
+
+def read_delimited(path: Path, compressed: bool, tsv: bool) -> datasets.Dataset:
+    """A CSV (standard quoting) or TSV (no quoting: one row a line, split on tabs) file with a header line, as string
+    columns; an empty cell is ``None``, any other cell its text verbatim. Blank lines are skipped. ``DataError``
+    naming the file and line for malformed quoting, a row with the wrong number of fields or a repeated column name."""
+    opened = gzip.open(path, "rt", encoding="utf-8-sig", newline="\n" if tsv else "") if compressed else None
+    with opened or path.open(encoding="utf-8-sig", newline="\n" if tsv else "") as handle:
+        header: list[str] | None = None
+        columns: list[list[str | None]] = []
+        for line, fields in tsv_records(handle) if tsv else csv_records(handle, path):
+            if fields in ([], [""]):  # a blank line
+                continue
+            if header is None:
+                header = fields
+                repeated = sorted({name for name in header if header.count(name) > 1})
+                if repeated:
+                    raise DataError(f"{path}, line {line}: repeated column name(s) {repeated} in the header")
+                columns = [[] for _ in header]
+                continue
+            if len(fields) != len(header):
+                hint = "; a TSV cell cannot hold a tab" if tsv and len(fields) > len(header) else ""
+                raise DataError(
+                    f"{path}, line {line}: {len(fields)} fields, expected {len(header)} as in the header "
+                    f"({', '.join(header)}){hint}"
+                )
+            for column, value in zip(columns, fields, strict=True):
+                column.append(value if value != "" else None)
+    if header is None:
+        raise DataError(f"{path}: no rows")
+    features = datasets.Features({name: datasets.Value("string") for name in header})
+    return datasets.Dataset.from_dict(dict(zip(header, columns, strict=True)), features=features)
+
+
+def tsv_records(handle: Iterable[str]) -> Iterable[tuple[int, list[str]]]:
+    """``(line number, fields)`` of each line of a TSV file: split on tabs, every field verbatim (no quoting)."""
+    for line, text in enumerate(handle, start=1):
+        yield line, text.removesuffix("\n").removesuffix("\r").split("\t")
+
+
+def csv_records(handle: Iterable[str], path: Path) -> Iterable[tuple[int, list[str]]]:
+    """``(first line, fields)`` of each record of a CSV file (standard quoting, strict); ``DataError`` naming the file
+    and the line where a malformed record starts (e.g. a quote left open swallows the lines after it)."""
+    reader = csv.reader(handle, strict=True)
+    while True:
+        start = reader.line_num + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            raise DataError(
+                f"{path}, line {start}: malformed CSV ({error}); a quoted cell must end with a quote and a quote "
+                'inside it is written twice (""), or the cell is not quoted at all'
+            ) from None
+        yield start, fields
 
 
 def load_file_source(path: str | Path, shape: str = "auto", columns: Mapping[str, str] | None = None) -> SourceRows:
@@ -298,14 +368,16 @@ def load_source(name: str, data_dir: str | Path | None = None) -> SourceRows:
 
 
 def normalize_label(label: Any) -> str | None:
-    """``entailment``/``neutral``/``contradiction`` from a string (any case) or the Hub's id 0/1/2; ``None`` for an
-    unlabelled row (−1 or ``-``); raises ``ValueError`` for anything else."""
+    """``entailment``/``neutral``/``contradiction`` from a string (any case) or the Hub's id 0/1/2 (also as text, as
+    CSV/TSV cells hold it); ``None`` for an unlabelled row (−1 or ``-``); raises ``ValueError`` for anything else."""
     if isinstance(label, bool):
         raise ValueError(f"unknown label {label!r}")
     if isinstance(label, int) and label in INTEGER_LABELS:
         return INTEGER_LABELS[label]
-    if label in UNLABELLED:
+    if label in UNLABELLED or (isinstance(label, str) and label.strip() in ("-1", "-")):
         return None
+    if isinstance(label, str) and label.strip() in INTEGER_LABEL_TEXT:  # a CSV/TSV cell holds the id as text
+        return INTEGER_LABEL_TEXT[label.strip()]
     if isinstance(label, str) and label.strip().lower() in NLI_LABELS:
         return label.strip().lower()
     raise ValueError(

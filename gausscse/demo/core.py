@@ -4,6 +4,7 @@ search over a small corpus, and their figures. Bad input raises [`DemoError`] wi
 from __future__ import annotations
 
 import threading
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,10 +106,16 @@ def load_model(name_or_path: str) -> GaussCSEModel:
         ) from error
 
 
+def visible_text(text: str) -> str:
+    """``text`` without Unicode format characters (category Cf: zero-width spaces and joiners, BOM, ...)."""
+    return "".join(character for character in text if unicodedata.category(character) != "Cf").strip()
+
+
 def check_sentence(argument: str, text: str | None) -> str:
-    """``text`` stripped; [`DemoError`] naming ``argument`` when it is empty or too long."""
+    """``text`` stripped; [`DemoError`] naming ``argument`` when it is empty (blank or only invisible format characters
+    such as zero-width spaces) or too long."""
     text = (text or "").strip()
-    if not text:
+    if not text or not visible_text(text):
         raise DemoError(f"{argument} is empty: type a sentence")
     if len(text) > MAX_CHARACTERS:
         raise DemoError(f"{argument} has {len(text)} characters; at most {MAX_CHARACTERS}")
@@ -158,7 +165,13 @@ class Direction:
         }
 
     def verdict(self) -> str:
-        """Markdown: the similarity rule's answer, the variance rule's, and whether they agree."""
+        """Markdown: the similarity rule's answer, the variance rule's, and whether they agree; for two sentences with
+        the same scores (e.g. the same sentence twice) that neither rule can tell a direction."""
+        if self.sim_ab == self.sim_ba and self.generality_a == self.generality_b:
+            return (
+                f"**No direction**: sim(A‖B) = sim(B‖A) = {self.sim_ab:.{DISPLAY_DIGITS}f} and both Gaussians are "
+                "equally broad, so neither rule says which entails which (the same sentence twice gives this)."
+            )
         entailing, entailed = ("A", "B") if self.a_entails_b else ("B", "A")
         general, specific = ("A", "B") if self.a_is_more_general else ("B", "A")
         agreement = "agrees" if self.a_entails_b == self.a_is_more_general else "disagrees"

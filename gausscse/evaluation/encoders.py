@@ -32,7 +32,7 @@ from gausscse.data.features import (
     rows_of,
     unique_sentences,
 )
-from gausscse.loading import load_model
+from gausscse.loading import ModelLoadError, check_model_reference, load_model
 from gausscse.model.gaussian import similarity
 from gausscse.model.modeling_gausscse import (
     TOKEN_POOLINGS,
@@ -282,6 +282,10 @@ def load_encoder(
     when its ``train_results.json`` says it was trained with the ``simcse`` loss), else a :class:`PointEncoder`.
     ``name_or_path``: a local folder or Hub id."""
     name = Path(name_or_path).name or str(name_or_path)
+    try:
+        check_model_reference(name_or_path)
+    except ModelLoadError as error:
+        raise ValueError(f"--model/--baseline {error}") from None
     try:
         config = AutoConfig.from_pretrained(name_or_path)
     except (OSError, ValueError) as error:

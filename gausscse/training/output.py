@@ -53,6 +53,25 @@ def save_model_folder(
     staging = model_dir.parent / f".{model_dir.name}{STAGING_SUFFIX}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
+    try:
+        _write_model_folder(model, tokenizer, model_dir, staging, card, results, merge, figure)
+    except BaseException:  # a full disk, a kill signal turned into an exception, ...: no half-built folder stays
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return model_dir
+
+
+def _write_model_folder(
+    model: GaussCSEModel,
+    tokenizer: Any,
+    model_dir: Path,
+    staging: Path,
+    card: Mapping[str, Any],
+    results: Mapping[str, Any],
+    merge: bool,
+    figure: str | Path | None,
+) -> None:
+    """The body of [`save_model_folder`]: build the folder in ``staging``, then swap it in."""
     if has_lora(model) and merge:
         merge_lora(model)
     adapter = has_lora(model)
@@ -79,7 +98,6 @@ def save_model_folder(
                 link_tree(entry, staging / entry.name)
     if not replace_folder(staging, model_dir):
         replace_files(staging, model_dir, written, earlier)
-    return model_dir
 
 
 def replace_files(staging: Path, model_dir: Path, written: list[str], earlier: set[str]) -> None:

@@ -30,6 +30,7 @@ from .losses import EmbeddingKeepLoss, build_loss
 HEAD_PREFIXES = ("mean_head.", "logvar_head.")
 # Written into checkpoint-N last, when everything else of it is on disk: a checkpoint without it was cut short.
 CHECKPOINT_COMPLETE = "checkpoint-complete.json"
+RUN_ARGUMENTS_FILE = "run_arguments.json"  # what fixed the run a checkpoint belongs to (a resume must match)
 
 
 class NonFiniteError(FloatingPointError):
@@ -88,7 +89,10 @@ class GaussCSETrainer(Trainer):
         All other arguments are ``Trainer``'s; ``args`` is a ``GaussCSETrainingArguments``.
     """
 
-    def __init__(self, *args, evaluator=None, **kwargs):
+    def __init__(self, *args, evaluator=None, run_arguments: dict[str, Any] | None = None, **kwargs):
+        """``evaluator``: the dev evaluator (``evaluation.fast``); ``run_arguments``: the arguments that fix what a run
+        trains, written into every checkpoint (``RUN_ARGUMENTS_FILE``) so a resume can be checked against them."""
+        self.run_arguments = run_arguments
         if evaluator is not None:
             # Trainer insists on an eval_dataset when evaluating; the evaluator holds its own data.
             kwargs.setdefault("eval_dataset", [evaluator])
@@ -159,6 +163,8 @@ class GaussCSETrainer(Trainer):
         check_finite_weights(self.accelerator.unwrap_model(self.model), f"checkpoint at step {self.state.global_step}")
         super()._save_checkpoint(model, trial)
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.args.should_save and folder.is_dir() and self.run_arguments is not None:
+            write_atomic(folder / RUN_ARGUMENTS_FILE, json.dumps(self.run_arguments, indent=2, default=str) + "\n")
         if self.args.should_save and folder.is_dir():
             write_atomic(folder / CHECKPOINT_COMPLETE, json.dumps({"global_step": self.state.global_step}) + "\n")
 
