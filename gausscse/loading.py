@@ -13,7 +13,6 @@ own ``*.py`` never run here). The tokenizer saved beside the weights comes with 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import torch
@@ -23,20 +22,42 @@ from transformers import AutoConfig, AutoTokenizer
 
 from gausscse.model import GaussCSEModel
 
-CHECKPOINT_NAME = re.compile(r"checkpoint-\d+")
+CHECKPOINT_PREFIX = "checkpoint-"  # Trainer's checkpoint-N folders inside an output folder
+# Written into checkpoint-N last, when everything else of it is on disk: a checkpoint without it was cut short.
+CHECKPOINT_COMPLETE = "checkpoint-complete.json"
 
 
 class ModelLoadError(ValueError):
     """No GaussCSE model could be loaded from what was given; the message says what to do."""
 
 
-def _checkpoint_hint(folder: Path) -> str:
-    """Where a folder without a model holds ``checkpoint-N`` folders (a run that never finished), name the last."""
-    checkpoints = sorted(
-        (path for path in folder.glob("checkpoint-*") if CHECKPOINT_NAME.fullmatch(path.name)),
-        key=lambda path: int(path.name.split("-")[1]),
-    )
-    return f"; it holds {len(checkpoints)} checkpoint(s): load {checkpoints[-1]}" if checkpoints else ""
+def is_complete_checkpoint(folder: str | Path) -> bool:
+    """Whether ``folder`` is a checkpoint whose save finished (see ``CHECKPOINT_COMPLETE``)."""
+    return (Path(folder) / CHECKPOINT_COMPLETE).is_file()
+
+
+def latest_complete_checkpoint(output_dir: str | Path) -> Path | None:
+    """The ``checkpoint-N`` of ``output_dir`` with the largest N whose save finished; half-written ones are skipped."""
+    found = [
+        (int(path.name.removeprefix(CHECKPOINT_PREFIX)), path)
+        for path in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*")
+        if path.name.removeprefix(CHECKPOINT_PREFIX).isdigit() and is_complete_checkpoint(path)
+    ]
+    return max(found)[1] if found else None
+
+
+def valid_repo_id(name: str) -> bool:
+    """Whether ``name`` is spelled as a Hub repository id."""
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether ``name`` can be a Hub repository id (a local folder's path is not one)."""
+    return not Path(name).exists() and valid_repo_id(name)
 
 
 def check_model_reference(name_or_path: str | Path) -> None:
@@ -46,7 +67,9 @@ def check_model_reference(name_or_path: str | Path) -> None:
         if not path.is_dir():
             raise ModelLoadError(f"{name_or_path}: a file, not a model folder (give the folder that holds config.json)")
         if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{name_or_path}: no config.json in this folder, so no model{_checkpoint_hint(path)}")
+            latest = latest_complete_checkpoint(path)  # a run that never finished
+            hint = f"; it holds checkpoints: load the latest complete one, {latest}" if latest else ""
+            raise ModelLoadError(f"{name_or_path}: no config.json in this folder, so no model{hint}")
         return
     try:
         validate_repo_id(str(name_or_path))
@@ -99,4 +122,13 @@ def load_model(
     return model.eval()
 
 
-__all__ = ["ModelLoadError", "check_model_reference", "load_model"]
+__all__ = [
+    "CHECKPOINT_COMPLETE",
+    "ModelLoadError",
+    "check_model_reference",
+    "is_complete_checkpoint",
+    "is_hub_id",
+    "latest_complete_checkpoint",
+    "load_model",
+    "valid_repo_id",
+]

@@ -40,14 +40,21 @@ def tiny_model(model_type: str = "bert", seed: int = 0, **config_kwargs) -> Gaus
     return GaussCSEModel(GaussCSEConfig(encoder_config=tiny_encoder_config(model_type), **config_kwargs)).eval()
 
 
+def fresh_env(cwd: Path) -> dict[str, str]:
+    """The environment of a fresh process run in ``cwd``: offline, without PYTHONPATH, its own remote-code module
+    cache, this interpreter's console scripts (``gausscse-train``, ...) on the PATH."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(cwd / "hf_modules"), TOKENIZERS_PARALLELISM="false")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
 def run_fresh_python(code: str, cwd: Path) -> str:
     """Run ``code`` in a new interpreter that cannot import this project (its editable install is blocked: only the
     other site-packages), return stdout."""
     code = 'import sys\nsys.modules["gausscse"] = None  # the installed project is off limits here\n' + code
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(cwd / "hf_modules"), TOKENIZERS_PARALLELISM="false")
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", code], cwd=cwd, env=fresh_env(cwd), capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout

@@ -37,10 +37,9 @@ from gausscse import GaussCSEModel
 from gausscse.loading import ModelLoadError, load_model
 from gausscse.training.output import HubPushError, check_hub_push
 
-from .helpers import train_args
+from .helpers import fresh_env, train_args
 
 SENTENCES = ["a man is playing a red guitar in a crowded park at noon", "a man is playing music"]
-VENV_BIN = Path(sys.executable).parent
 
 READERS = ("automodel", "sentence_transformers", "gausscse_evaluate", "gausscse_search", "demo")
 WRITERS = (
@@ -94,13 +93,6 @@ print(json.dumps({{
     "logvar": embeddings.logvar.tolist(),
 }}))
 """
-
-
-def fresh_env(cwd: Path) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(cwd / "hf_modules"), TOKENIZERS_PARALLELISM="false")
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-    return env
 
 
 def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:

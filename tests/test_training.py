@@ -25,13 +25,13 @@ from gausscse.data.sources import BadRowError, build_examples, load_source
 from gausscse.data.tokenize import tokenize_examples
 from gausscse.evaluation.encoders import load_encoder
 from gausscse.io import exchange_paths
-from gausscse.loading import load_model
+from gausscse.loading import CHECKPOINT_COMPLETE, load_model
 from gausscse.training.arguments import parse_arguments
 from gausscse.training.batch import TripletCollator, split_batch_embeddings
 from gausscse.training.lora import apply_lora, merge_lora
 from gausscse.training.losses import GaussCSELoss
 from gausscse.training.output import save_model_folder
-from gausscse.training.trainer import CHECKPOINT_COMPLETE, GaussCSETrainer, NonFiniteError, is_head_parameter
+from gausscse.training.trainer import GaussCSETrainer, NonFiniteError, is_head_parameter
 
 from .helpers import nli_rows, train_args, write_jsonl_gz
 

@@ -29,19 +29,14 @@ from transformers import AutoConfig, AutoTokenizer, set_seed
 from gausscse import GaussCSEModel
 from gausscse.data.sources import DataError, DataStats, load_file_source, load_training_examples, source_rows
 from gausscse.data.tokenize import tokenize_examples
-from gausscse.loading import load_model
+from gausscse.loading import is_complete_checkpoint, latest_complete_checkpoint, load_model
 from gausscse.model.modeling_gausscse import resolve_max_length
 from gausscse.training.arguments import DataArguments, GaussCSETrainingArguments, ModelArguments, parse_arguments
 from gausscse.training.batch import TripletCollator
 from gausscse.training.lora import apply_lora, has_lora, make_adapters_trainable
 from gausscse.training.losses import uses_contradictions
 from gausscse.training.output import check_hub_push, push_model_folder, save_model_folder
-from gausscse.training.trainer import (
-    RUN_ARGUMENTS_FILE,
-    GaussCSETrainer,
-    is_complete_checkpoint,
-    latest_complete_checkpoint,
-)
+from gausscse.training.trainer import RUN_ARGUMENTS_FILE, GaussCSETrainer
 
 logger = logging.getLogger(__name__)
 
@@ -310,6 +305,7 @@ def main(argv: list[str] | None = None) -> Path:
         model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code
     )
     model = build_model(model_args)
+    model.get_tokenizer(tokenizer)  # its saves (checkpoints, the final folder) write this one, not a reloaded copy
     max_length = resolve_max_length(tokenizer, model.config.encoder_config, data_args.max_seq_length)
     if max_length < data_args.max_seq_length:
         logger.warning("--max_seq_length %d is above the encoder's limit: %d", data_args.max_seq_length, max_length)

@@ -30,9 +30,9 @@ from transformers.models.auto.modeling_auto import MODEL_MAPPING
 from transformers.utils import ModelOutput, cached_file, logging
 
 try:  # only an adapter (LoRA) folder needs peft; in a try block, so transformers' import check does not require it
-    from peft import PeftModel, set_peft_model_state_dict
+    from peft import PeftConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 except ImportError:
-    PeftModel = set_peft_model_state_dict = None
+    PeftConfig = PeftModel = get_peft_model = set_peft_model_state_dict = None
 
 from .configuration_gausscse import GaussCSEConfig
 from .gaussian import GaussianEmbeddings, similarity, similarity_matrix
@@ -358,9 +358,10 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
     def _from_adapter_folder(
         cls, name_or_path: str | Path, heads_file: str, config: GaussCSEConfig | None = None, **kwargs
     ) -> GaussCSEModel:
-        """An adapter folder as a model: the backbone its ``adapter_config.json`` names, the LoRA adapter on it
-        (``PeftModel.from_pretrained``) and the heads of ``HEADS_FILE``; a ``frozen_mean`` model's μ path is a copy of
-        the backbone (it is never trained). ``kwargs``: the Hub arguments (``revision``, ``token``, ...), ``dtype``."""
+        """An adapter folder as a model: the backbone its ``adapter_config.json`` names, the LoRA adapters that config
+        describes, their weights ([`load_adapter_weights`], checked) and the heads of ``HEADS_FILE``; a ``frozen_mean``
+        model's μ path is a copy of the backbone (it is never trained). ``kwargs``: the Hub arguments (``revision``,
+        ``token``, ...), ``dtype``."""
         if PeftModel is None:
             raise ImportError(f"{name_or_path} holds a LoRA adapter (not merged): loading it needs `pip install peft`")
         hub_kwargs = {key: value for key, value in kwargs.items() if key in HUB_KWARGS and value is not None}
@@ -372,8 +373,9 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             Path(cached_file(str(name_or_path), name, subfolder=subfolder, **hub_kwargs))
             for name in (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE)
         ]
-        adapter_config = json.loads(adapter_files[0].read_text(encoding="utf-8"))
-        base = adapter_config.get("base_model_name_or_path")
+        adapter_config = PeftConfig.from_pretrained(str(adapter_files[0].parent))
+        adapter_config.inference_mode = True  # loaded adapters are frozen, as peft's own loading leaves them
+        base = adapter_config.base_model_name_or_path
         encoder_kwargs = {key: kwargs[key] for key in ("dtype", "token", "cache_dir") if kwargs.get(key) is not None}
         try:
             encoder = AutoModel.from_pretrained(base, **_encoder_init_kwargs(config.encoder_config), **encoder_kwargs)
@@ -384,8 +386,8 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
                 "Hub id or a local copy of that backbone, or share the model merged (train with --merge_lora)"
             ) from error
         model = cls(config, encoder=encoder)
-        model.encoder = PeftModel.from_pretrained(encoder, str(adapter_files[0].parent))
-        model.load_adapter_weights(adapter_files[1])  # again, checked: peft only warns about missing weights
+        model.encoder = get_peft_model(encoder, adapter_config)
+        model.load_adapter_weights(adapter_files[1])  # once, and checked (peft's own loading only warns)
         model.load_head_weights(heads_file)
         model.name_or_path = str(name_or_path)  # encode() finds the tokenizer here
         return model.to(encoder.dtype).eval()  # the heads in the backbone's dtype

@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
 
 from gausscse import __version__
 from gausscse.data.registry import HUB_SOURCES
 from gausscse.io import write_atomic
+from gausscse.loading import is_hub_id, valid_repo_id
 from gausscse.model.gaussian import check_reduction
 
 # The built-in training sources (``--train_datasets``) as Hub datasets.
@@ -107,20 +106,6 @@ scores, ids = index.entailing(model.encode({json.dumps([EXAMPLE_CLAIM])}), k=2) 
 print([passages[i] for i in ids[0]], scores[0])"""
 
 # ------------------------------------------------------------------------------------------- base model, datasets
-
-
-def valid_repo_id(name: str) -> bool:
-    """Whether ``name`` is spelled as a Hub repository id."""
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
-
-
-def is_hub_id(name: str) -> bool:
-    """Whether ``name`` can be a Hub repository id (a local folder's path is not one)."""
-    return not Path(name).exists() and valid_repo_id(name)
 
 
 def cache_snapshot_id(folder: Path) -> str | None:

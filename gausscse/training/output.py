@@ -17,9 +17,10 @@ from huggingface_hub.utils import validate_repo_id
 
 from gausscse import GaussCSEModel
 from gausscse.io import link_tree, replace_folder
+from gausscse.loading import is_hub_id
 
 from .lora import has_lora, merge_lora
-from .model_card import FIGURE_FILE, is_hub_id, write_model_card
+from .model_card import FIGURE_FILE, write_model_card
 from .trainer import check_finite_weights
 
 TRAIN_RESULTS_FILE = "train_results.json"

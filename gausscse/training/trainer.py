@@ -22,14 +22,13 @@ from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from gausscse.io import write_atomic
+from gausscse.loading import CHECKPOINT_COMPLETE
 
 from .batch import split_batch_embeddings
 from .lora import is_adapter_checkpoint, load_adapter_checkpoint
 from .losses import EmbeddingKeepLoss, build_loss
 
 HEAD_PREFIXES = ("mean_head.", "logvar_head.")
-# Written into checkpoint-N last, when everything else of it is on disk: a checkpoint without it was cut short.
-CHECKPOINT_COMPLETE = "checkpoint-complete.json"
 RUN_ARGUMENTS_FILE = "run_arguments.json"  # what fixed the run a checkpoint belongs to (a resume must match)
 
 
@@ -50,21 +49,6 @@ def check_finite_weights(model: nn.Module, what: str) -> None:
     name = first_non_finite(model.named_parameters())
     if name is not None:
         raise NonFiniteError(f"{what}: parameter {name} holds NaN or inf values; nothing was saved")
-
-
-def is_complete_checkpoint(folder: str | Path) -> bool:
-    """Whether ``folder`` is a checkpoint whose save finished (see ``CHECKPOINT_COMPLETE``)."""
-    return (Path(folder) / CHECKPOINT_COMPLETE).is_file()
-
-
-def latest_complete_checkpoint(output_dir: str | Path) -> Path | None:
-    """The ``checkpoint-N`` of ``output_dir`` with the largest N whose save finished; half-written ones are skipped."""
-    found = [
-        (int(path.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")), path)
-        for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
-        if path.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-").isdigit() and is_complete_checkpoint(path)
-    ]
-    return max(found)[1] if found else None
 
 
 def default_retrieval_weight(retrieval_weight: float | None, model: nn.Module) -> float:
@@ -225,12 +209,10 @@ class GaussCSETrainer(Trainer):
 
 
 __all__ = [
-    "CHECKPOINT_COMPLETE",
+    "RUN_ARGUMENTS_FILE",
     "GaussCSETrainer",
     "NonFiniteError",
     "check_finite_weights",
     "default_retrieval_weight",
-    "is_complete_checkpoint",
     "is_head_parameter",
-    "latest_complete_checkpoint",
 ]
