@@ -135,7 +135,7 @@ def run_method(
             index.entailing(query_gaussians[:WARM_UP_QUERIES], k)  # first touch of the index's memory, untimed
             for ef_search in ef_values if method == "faiss-hnsw" else [None]:
                 if ef_search is not None:
-                    index.faiss_direction("entailing").faiss_index.hnsw.efSearch = ef_search
+                    index.faiss_direction("entailing").set_ef_search(ef_search)
                 start = time.perf_counter()
                 _, found = index.entailing(query_gaussians, k)
                 label = method if ef_search is None else f"{method} (ef {ef_search})"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -29,13 +30,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     os.close(descriptor)
     try:
         yield Path(temporary)
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; a result file gets the usual permissions
+        os.chmod(temporary, 0o666 & ~current_umask())  # mkstemp makes 0600; a result file gets the usual permissions
         os.replace(temporary, path)
     finally:
         Path(temporary).unlink(missing_ok=True)
 
 
-def _umask() -> int:
+def current_umask() -> int:
     """The process's umask (read by setting it and restoring it at once)."""
     mask = os.umask(0o022)
     os.umask(mask)
@@ -124,31 +125,146 @@ def check_replaceable(folder: str | Path, marker: str, flag: str = "") -> None:
 
 @contextmanager
 def atomic_folder(folder: str | Path, marker: str) -> Iterator[Path]:
-    """Yield an empty staging folder beside ``folder``; on a clean exit it takes ``folder``'s place whole
-    ([`replace_folder`]), on an exception it is deleted and ``folder`` is left as it was. An existing ``folder`` is
-    only replaced when it is empty or holds ``marker`` (a file this kind of folder always has), so a wrong path
-    never wipes someone's data."""
+    """Yield an empty staging folder beside ``folder``; on a clean exit [`write_manifest`] records its files and it
+    takes ``folder``'s place whole ([`replace_folder`]), on an exception it is deleted and ``folder`` is left as it
+    was. An existing ``folder`` is only replaced when it is empty or holds ``marker`` (a file this kind of folder
+    always has), so a wrong path never wipes someone's data. A symbolic link is kept: its target is replaced."""
     folder = Path(folder)
+    if folder.is_symlink():
+        folder = folder.resolve()
     check_replaceable(folder, marker)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
     try:
         yield staging
-        staging.chmod(0o777 & ~_umask())
+        write_manifest(staging)
+        staging.chmod(0o777 & ~current_umask())
         if not replace_folder(staging, folder):
             raise OSError(f"could not replace {folder} atomically")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+MANIFEST_FILE = "manifest.json"
+READ_ATTEMPTS = 20  # whole-folder reads retried when the folder is replaced while it is read
+HASH_BLOCK = 1 << 20
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(HASH_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """``manifest.json`` in ``folder``: the size and SHA-256 of each of its files, so that a reader can tell a whole
+    folder from a damaged one ([`read_folder`])."""
+    files = {
+        path.name: {"size": path.stat().st_size, "sha256": file_sha256(path)}
+        for path in sorted(folder.iterdir())
+        if path.is_file() and path.name != MANIFEST_FILE
+    }
+    write_json(folder / MANIFEST_FILE, {"files": files})
+
+
+class FolderReplacedError(OSError):
+    """The folder was replaced by a new save while it was being read (the read is retried)."""
+
+
+def read_folder(folder: str | Path, kind: str) -> dict[str, bytes]:
+    """Every file of a folder written by [`atomic_folder`], all from one version of it: ``{name: bytes}``.
+
+    The files are opened through one handle on the folder (``openat``), so a save that swaps a new folder in while
+    this runs cannot mix its files with the old ones: a file of the old folder that is already gone means the read
+    starts again on the new one. Each file named in ``manifest.json`` must be there with its recorded size and
+    SHA-256, else ``ValueError`` names the file (folders saved before manifests existed are read as they are).
+    ``kind`` names what the folder should be, for the messages.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a saved {kind}: no such folder")
+    for _ in range(READ_ATTEMPTS):
+        try:
+            return _read_folder_once(folder, kind)
+        except FolderReplacedError:
+            continue
+    raise OSError(f"{folder} was replaced {READ_ATTEMPTS} times while being read; try again")
+
+
+def _read_folder_once(folder: Path, kind: str) -> dict[str, bytes]:
+    """One attempt of [`read_folder`]."""
+    by_handle = os.open in os.supports_dir_fd and os.listdir in os.supports_fd
+    handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if by_handle else None
+
+    def replaced() -> bool:  # the folder this handle opened is no longer the one at its path (a save swapped it)
+        if handle is None:
+            return False
+        opened = os.fstat(handle)
+        try:
+            current = os.stat(folder)
+        except FileNotFoundError:
+            return True
+        return (opened.st_dev, opened.st_ino) != (current.st_dev, current.st_ino)
+
+    def read(name: str) -> bytes | None:
+        try:
+            descriptor = os.open(name if by_handle else folder / name, os.O_RDONLY, dir_fd=handle)
+        except FileNotFoundError:
+            if replaced():
+                raise FolderReplacedError(str(folder)) from None
+            return None
+        with os.fdopen(descriptor, "rb") as opened:
+            return opened.read()
+
+    try:
+        names = sorted(os.listdir(handle if by_handle else folder))
+        manifest_bytes = read(MANIFEST_FILE) if MANIFEST_FILE in names else None
+        if manifest_bytes is None:  # an older folder (its files as they are), or one being deleted after a swap
+            files = {name: read(name) for name in names if not name.startswith(".")}
+            if replaced():
+                raise FolderReplacedError(str(folder))
+            return {name: data for name, data in files.items() if data is not None}
+        try:
+            listed = {
+                name: (int(record["size"]), str(record["sha256"]))
+                for name, record in json.loads(manifest_bytes)["files"].items()
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"{folder / MANIFEST_FILE} is damaged ({error!r}): save the {kind} again") from None
+        files = {}
+        for name, (size, sha256) in listed.items():
+            data = read(name)
+            if data is None:
+                raise ValueError(f"{folder / name} is missing (listed in {MANIFEST_FILE}): save the {kind} again")
+            if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+                if replaced():
+                    raise FolderReplacedError(str(folder))
+                raise ValueError(
+                    f"{folder / name} changed after it was saved (size or SHA-256 differs from {MANIFEST_FILE}): "
+                    f"the {kind} is damaged; save it again"
+                )
+            files[name] = data
+        return files
+    finally:
+        if handle is not None:
+            os.close(handle)
+
+
 __all__ = [
     "atomic_folder",
     "atomic_path",
     "check_replaceable",
+    "current_umask",
     "exchange_paths",
+    "file_sha256",
     "json_safe",
     "link_tree",
+    "read_folder",
     "replace_folder",
     "write_atomic",
     "write_json",
+    "write_manifest",
 ]

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from unittest import mock
 
@@ -12,8 +15,10 @@ import datasets
 import pandas as pd
 import pytest
 import torch
+import transformers
+from tokenizers import normalizers
 from torch.utils.data import DataLoader
-from transformers import AutoConfig
+from transformers import AutoConfig, AutoTokenizer
 
 from gausscse.data.sources import (
     BadRowError,
@@ -28,7 +33,7 @@ from gausscse.data.sources import (
     read_table,
     resolve_shape,
 )
-from gausscse.data.tokenize import text_id, tokenize_examples
+from gausscse.data.tokenize import text_id, tokenize_examples, tokenizer_fingerprint
 from gausscse.training.batch import TripletCollator, text_batch_layout
 
 from .helpers import MINILM_PATH, nli_rows, write_jsonl_gz
@@ -240,7 +245,6 @@ def test_unreadable_files_are_named(tmp_path):
         "plain.csv.gz": (b"premise,hypothesis,label\na,b,entailment\n", "not a gzip file"),
         "empty.csv": (b"", "the file is empty"),
         "garbage.parquet": (b"this is not parquet", "could not be read as PARQUET"),
-        "broken.jsonl": (b'{"premise": "a", "hypothesis": \n', "could not be read as JSON"),
         "header_only.csv": (b"premise,hypothesis,label\n", "no rows"),
         "train.txt": (b"a\tb\n", "unknown data file format"),
     }
@@ -251,6 +255,21 @@ def test_unreadable_files_are_named(tmp_path):
             load_file_source(path)
     with pytest.raises(DataError, match="no such file"):
         load_file_source(tmp_path / "missing.csv")
+    json_cases = {  # JSON the json module cannot read either: the line is named
+        "broken.jsonl": (
+            b'{"premise": "a", "hypothesis": "b", "label": 0}\n{"premise": "a", "hypothesis": \n',
+            2,
+            "not JSON",
+        ),
+        "array_line.jsonl": (b'{"premise": "a", "hypothesis": "b", "label": 0}\n\n[1, 2]\n', 3, "not a JSON object"),
+        "broken.json": (b'[{"premise": "a",\n "hypothesis": "b" "label": 0}]', 2, "not JSON"),
+    }
+    for name, (content, line, message) in json_cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(DataError, match=rf"{path}, line {line}: {message}") as caught:
+            load_file_source(path)
+        assert "DatasetGenerationError" not in str(caught.value)
     latin_csv = tmp_path / "latin1.csv"
     latin_csv.write_bytes(b"premise,hypothesis,label\nA caf\xe9 is open.,A place is open.,entailment\n")
     with pytest.raises(DataError, match=rf"{latin_csv}, line 2: not UTF-8 text \(byte 0xe9 at column 6\)"):
@@ -362,6 +381,59 @@ def test_typed_formats_keep_their_nulls_and_na_words(tmp_path, suffix):
     assert stats.bad_rows_dropped == 1 and stats.examples == 5
 
 
+MIXED_LABEL_ROWS = [  # label ids and names in one column, as a file merged from two sources may hold them
+    {"premise": "A man plays a guitar.", "hypothesis": "A man plays music.", "label": 0},
+    {"premise": "A man plays a guitar.", "hypothesis": "A man sleeps.", "label": "contradiction"},
+    {"premise": "A man plays a guitar.", "hypothesis": "A man is famous.", "label": 1},
+    {"premise": "Two dogs run.", "hypothesis": "Animals move.", "label": "entailment"},
+    {"premise": "Two dogs run.", "hypothesis": "Cats fly.", "label": 2},
+    {"premise": "Two dogs run.", "hypothesis": "Dogs sleep.", "label": -1},
+    {"premise": "Two dogs run.", "hypothesis": "Dogs nap.", "label": "-"},
+]
+MIXED_LABEL_EXAMPLES = [
+    ("A man plays a guitar.", "A man plays music.", "A man sleeps."),
+    ("Two dogs run.", "Animals move.", "Cats fly."),
+]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".json", ".json.gz", ".csv", ".tsv"])
+def test_a_label_column_mixing_ids_and_names_reads_each_label(tmp_path, suffix):
+    """0 and "entailment" are both entailment, −1 and "-" both unlabelled, whichever the file format (Parquet cannot
+    hold such a column: a column has one type)."""
+    path = write_table(tmp_path / f"mixed{suffix}", MIXED_LABEL_ROWS)
+    assert read_table(path)["label"] == ["0", "contradiction", "1", "entailment", "2", "-1", "-"]  # as a CSV holds it
+    dataset, stats = build_examples([load_file_source(path)])
+    assert examples_of(dataset) == MIXED_LABEL_EXAMPLES
+    assert (stats.rows, stats.neutral_rows, stats.unlabelled_rows, stats.bad_rows_dropped) == (7, 1, 2, 0)
+    bad = write_table(tmp_path / f"bad{suffix}", [*MIXED_LABEL_ROWS, {"premise": "p", "hypothesis": "h", "label": 3}])
+    with pytest.raises(BadRowError, match=r"(line 8|row 7): unknown label '3' \(expected one of entailment"):
+        build_examples([load_file_source(bad)])
+
+
+@pytest.mark.parametrize("first_label", [0, "entailment"])
+def test_labels_whose_type_changes_past_the_first_block_of_a_big_file(tmp_path, first_label):
+    """The JSON reader reads 10 MB blocks, each column of one type: ids in the first block and names after it failed
+    the read ("An error occurred while generating the dataset"); names first and a block mixing ids and names gave
+    that block's names quoted ('"entailment"': "unknown label" for each)."""
+    filler = " and ".join(["a man plays a red guitar in the park"] * 24)  # ~1 kB: 11,000 rows pass 10 MB
+    head = [{"premise": f"{k}: {filler}", "hypothesis": f"Music {k}.", "label": first_label} for k in range(11_000)]
+    tail = [
+        {"premise": "Two dogs run.", "hypothesis": "Animals move.", "label": "entailment"},
+        {"premise": "Two dogs run.", "hypothesis": "Cats fly.", "label": 2},
+        {"premise": "Two dogs run.", "hypothesis": "Dogs sleep.", "label": "contradiction"},
+        {"premise": "Two dogs run.", "hypothesis": "Pets move.", "label": 0},
+    ]
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in head + tail))
+    assert path.stat().st_size > 10 << 20
+    dataset, stats = build_examples([load_file_source(path)])
+    assert stats.examples == len(head) + 2 and stats.bad_rows_dropped == 0
+    assert examples_of(dataset)[-2:] == [
+        ("Two dogs run.", "Animals move.", "Cats fly."),
+        ("Two dogs run.", "Pets move.", "Dogs sleep."),
+    ]
+
+
 # -------------------------------------------------------------------------------------------------- tokenisation
 
 
@@ -378,6 +450,9 @@ class CountingTokenizer:
     def __call__(self, texts, **kwargs):
         self.texts.extend(texts)
         return self.tokenizer(texts, **kwargs)
+
+    def __getstate__(self):  # its cache key is the wrapped tokenizer's, not the texts it counted
+        return {"tokenizer": self.tokenizer}
 
 
 def test_each_example_is_tokenized_once_and_cached(minilm_tokenizer, data_dir, tmp_path):
@@ -402,6 +477,80 @@ def test_each_example_is_tokenized_once_and_cached(minilm_tokenizer, data_dir, t
     assert again.texts == [] and cached[:] == tokenized[:]  # loaded from the cache file
     tokenize_examples(examples, again, 24, cache_dir=tmp_path)
     assert len(again.texts) == len(present)  # another max_length is another cache entry
+
+
+CASED_EXAMPLES = [
+    {"premise": "Paris Is In France.", "entailment": "France Has A Capital.", "contradiction": "Paris Is In Spain."},
+    {
+        "premise": "THE DOG RUNS FAST ACROSS THE WIDE GREEN FIELD.",
+        "entailment": "An Animal Moves.",
+        "contradiction": None,
+    },
+]
+
+
+def tokenized_columns(dataset: datasets.Dataset) -> dict[str, list]:
+    return {name: dataset[name] for name in dataset.column_names}
+
+
+def test_a_tokenizer_changed_in_place_is_another_cache_key(tmp_path):
+    """The cache key hashes the tokenizer's state, not its class, path and size: lower-casing switched off (the
+    normaliser replaced) or the truncation side changed in place tokenises again, never reusing the stale ids."""
+    examples = datasets.Dataset.from_list(CASED_EXAMPLES)
+    tokenizer = AutoTokenizer.from_pretrained(MINILM_PATH)  # its own copy: changed in place below
+    lowercased = tokenized_columns(tokenize_examples(examples, tokenizer, 8, cache_dir=tmp_path))
+    tokenizer.backend_tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False)
+    cased = tokenized_columns(tokenize_examples(examples, tokenizer, 8, cache_dir=tmp_path))
+    assert cased == tokenized_columns(tokenize_examples(examples, tokenizer, 8))  # as with no cache
+    assert cased["premise_input_ids"] != lowercased["premise_input_ids"]
+    tokenizer.truncation_side = "left"  # a Python-side setting the call reads
+    left = tokenized_columns(tokenize_examples(examples, tokenizer, 8, cache_dir=tmp_path))
+    assert left == tokenized_columns(tokenize_examples(examples, tokenizer, 8)) and left != cased
+    assert len(list(tmp_path.glob("tokenized-*.arrow"))) == 3
+    # a slow (Python) tokenizer: its basic tokenizer's lower-casing
+    slow_class = getattr(transformers, "BertTokenizerLegacy", None)
+    if slow_class is None:
+        return
+    slow = slow_class.from_pretrained(MINILM_PATH)
+    lowercased = tokenized_columns(tokenize_examples(examples, slow, 8, cache_dir=tmp_path))
+    slow.basic_tokenizer.do_lower_case = False
+    cased = tokenized_columns(tokenize_examples(examples, slow, 8, cache_dir=tmp_path))
+    assert cased == tokenized_columns(tokenize_examples(examples, slow, 8)) and cased != lowercased
+
+
+FINGERPRINT_CODE = """
+import transformers
+from gausscse.data.tokenize import tokenizer_fingerprint
+path = {path!r}
+print(tokenizer_fingerprint(transformers.AutoTokenizer.from_pretrained(path)))
+slow = getattr(transformers, "BertTokenizerLegacy", None)
+print(tokenizer_fingerprint(slow.from_pretrained(path)) if slow else "")
+"""
+
+
+def test_the_same_tokenizer_loaded_again_hits_the_cache(tmp_path):
+    """Two loads of one tokenizer (in this process, after one of them was used, or in a process with another string
+    hash seed) give one cache key: the rerun loads the cached ids."""
+    examples = datasets.Dataset.from_list(CASED_EXAMPLES)
+    first, second = (AutoTokenizer.from_pretrained(MINILM_PATH) for _ in range(2))
+    keys = [tokenizer_fingerprint(first)]
+    tokenize_examples(examples, first, 8, cache_dir=tmp_path)  # a call sets the backend's truncation and padding
+    keys += [tokenizer_fingerprint(first), tokenizer_fingerprint(second)]
+    with mock.patch.object(type(second), "__call__", side_effect=AssertionError("tokenised again")):
+        cached = tokenize_examples(examples, second, 8, cache_dir=tmp_path)
+    assert tokenized_columns(cached) == tokenized_columns(tokenize_examples(examples, first, 8))
+    assert len(list(tmp_path.glob("tokenized-*.arrow"))) == 1
+    slow_class = getattr(transformers, "BertTokenizerLegacy", None)
+    slow_keys = (
+        {tokenizer_fingerprint(slow_class.from_pretrained(MINILM_PATH)) for _ in range(2)} if slow_class else set()
+    )
+    seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"  # another order of the sets of strings
+    env = {**os.environ, "PYTHONHASHSEED": seed, "HF_HUB_OFFLINE": "1"}
+    code = FINGERPRINT_CODE.format(path=str(MINILM_PATH))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    fast_key, slow_key = result.stdout.split("\n")[:2]
+    assert set(keys) == {fast_key} and slow_keys <= {slow_key}
 
 
 TEXT_EXAMPLES = [

@@ -53,6 +53,20 @@ def test_a_failed_final_save_leaves_the_old_model_and_no_staging_folder(backbone
     assert {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()} == before
 
 
+def test_the_final_model_saved_through_a_symlinked_output_dir_keeps_the_link(backbone, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
+    target = tmp_path / "disk" / "run"
+    target.mkdir(parents=True)
+    link = tmp_path / "out"
+    link.symlink_to(target, target_is_directory=True)
+    for _ in range(2):  # into the empty folder, then over the model saved there
+        save_model_folder(GaussCSEModel.from_backbone(str(backbone), start="paper"), tokenizer, link, CARD, {})
+        assert link.is_symlink() and link.resolve() == target.resolve()
+        assert (target / "config.json").is_file() and (target / "model.safetensors").is_file()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["disk", "out"]
+    assert sorted(path.name for path in target.parent.iterdir()) == ["run"]  # no staging left
+
+
 @pytest.mark.parametrize("label", ["entailment", "contradiction"])
 def test_a_validation_file_with_one_class_is_refused_before_training(backbone, data_dir, tmp_path, label):
     validation = tmp_path / "validation.jsonl.gz"

@@ -3,10 +3,13 @@ k = 1 and k = len), several adds, save/load with FAISS files, named errors, the 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +17,7 @@ import torch
 from gausscse import GaussianEmbeddings
 from gausscse.cli.search import main as search_main
 from gausscse.cli.search import read_corpus
-from gausscse.search import GaussianIndex, SentenceIndex
+from gausscse.search import GaussianIndex, SentenceIndex, faiss_backend
 from gausscse.search import index as index_module
 
 from .helpers import reference_similarity
@@ -109,36 +112,42 @@ def test_faiss_indexes_grow_with_later_adds_and_round_trip(backend, tmp_path):
     index.entailing(queries, 3)  # builds the 'entailing' FAISS index from 30 items
     index.add(items[30:])  # reaches the built index (added, or rebuilt when outside its transform)
     check_against_brute_force(index, queries, items, k=5)
-    assert {name: built.faiss_index.ntotal for name, built in index._faiss.items()} == {
-        "entailing": 50,
-        "entailed_by": 50,
-    }
+    assert {name: built.size for name, built in index._faiss.items()} == {"entailing": 50, "entailed_by": 50}
     index.save(tmp_path / "index")
     transforms = [] if backend == "faiss" else ["entailed_by.transform.safetensors", "entailing.transform.safetensors"]
     assert sorted(path.name for path in (tmp_path / "index").iterdir()) == sorted(
-        ["entailed_by.faiss", "entailing.faiss", "gaussians.safetensors", "index_config.json", *transforms]
+        [
+            "entailed_by.faiss",
+            "entailing.faiss",
+            "gaussians.safetensors",
+            "index_config.json",
+            "manifest.json",
+            *transforms,
+        ]
     )
     loaded = GaussianIndex.load(tmp_path / "index")
-    assert {name: built.faiss_index.ntotal for name, built in loaded._faiss.items()} == {
-        "entailing": 50,
-        "entailed_by": 50,
-    }  # read back, not rebuilt
+    assert {name: built.size for name, built in loaded._faiss.items()} == {"entailing": 50, "entailed_by": 50}
     check_against_brute_force(loaded, queries, items, k=5)
 
 
-def test_an_approximate_index_is_extended_in_place_or_rebuilt_when_an_item_falls_outside_it():
+def test_an_approximate_index_is_extended_in_place_or_rebuilt_when_items_fall_outside_it(monkeypatch):
+    monkeypatch.setattr(faiss_backend, "MAX_OUTLIERS", 2)
     items = gaussians(40, seed=10)
     index = GaussianIndex(12, "sum", "faiss-hnsw", candidates_per_result=41)
     index.add(items)
     built = index.faiss_direction("entailing")
-    index.add(items[:1])  # a copy of a stored item fits the transform: added in place
+    assert len(built.transform["outliers"]) == 0
+    index.add(items[:1])  # a copy of a stored item fits the transform: added to the graph
     assert index.faiss_direction("entailing") is built and built.faiss_index.ntotal == 41
-    narrow = GaussianEmbeddings(items.mu[:1], torch.full((1, 12), -9.0))  # 1/σ² = e^9: far outside
-    index.add(narrow)
+    narrow = GaussianEmbeddings(items.mu[:2], torch.full((2, 12), -9.0))  # 1/σ² = e^9: far outside
+    index.add(narrow)  # kept beside the graph, scored exactly for every query
+    assert index.faiss_direction("entailing") is built and built.transform["outliers"].tolist() == [41, 42]
+    index.add(narrow[:1])  # a third one is more than MAX_OUTLIERS: rebuilt
     rebuilt = index.faiss_direction("entailing")
-    assert rebuilt is not built and rebuilt.faiss_index.ntotal == 42
+    assert rebuilt is not built and rebuilt.size == 44
     all_items = GaussianEmbeddings(
-        torch.cat([items.mu, items.mu[:1], narrow.mu]), torch.cat([items.logvar, items.logvar[:1], narrow.logvar])
+        torch.cat([items.mu, items.mu[:1], narrow.mu, narrow.mu[:1]]),
+        torch.cat([items.logvar, items.logvar[:1], narrow.logvar, narrow.logvar[:1]]),
     )
     check_against_brute_force(index, gaussians(3, seed=11), all_items, k=4, directions=("entailing",))
 
@@ -327,3 +336,252 @@ def test_gaussians_of_another_copy_of_the_class_are_accepted():
     index = GaussianIndex(12, "sum")
     index.add(ShippedGaussianEmbeddings(items.mu, items.logvar))
     check_against_brute_force(index, ShippedGaussianEmbeddings(queries.mu, queries.logvar), items, k=3)
+
+
+def extreme_items(count: int = 1001, dim: int = 16) -> GaussianEmbeddings:
+    """Ordinary items and, at id 500, μ = 1e8 with log σ² = −10: extreme (μ²/σ² ≈ 2e20) but within the limits."""
+    items = gaussians(count, seed=21, dim=dim)
+    items.mu[500], items.logvar[500] = 1e8, -10.0
+    return items
+
+
+@pytest.mark.parametrize("backend", ["faiss", "faiss-hnsw"])
+@pytest.mark.parametrize("direction", ["entailing", "entailed_by"])
+def test_an_extreme_but_valid_item_keeps_every_backend_correct(backend, direction):
+    items = extreme_items()
+    queries = gaussians(6, seed=22, dim=16)
+    queries.logvar[0] = 25.0  # an extreme query too (σ² = e^25)
+    queries.mu[1], queries.logvar[1] = items.mu[500], items.logvar[500]  # the extreme item itself
+    exact = GaussianIndex(16, "sum", "torch")
+    exact.add(items)
+    index = GaussianIndex(16, "sum", backend)
+    index.add(items)
+    scores, ids = getattr(index, direction)(queries, 10)
+    assert (ids >= 0).all() and torch.isfinite(scores).all()  # hits for every query, none dropped as −1 / −inf
+    expected_scores, expected_ids = getattr(exact, direction)(queries, len(items))
+    assert ids[1, 0] == 500 and scores[1, 0] == 1.0  # sim(x‖x) = 1: the extreme item finds itself
+    ordinary = [0, 2, 3, 4, 5]  # for the extreme query every other KL is ~1e20: float32 cannot order them
+    if backend == "faiss":
+        assert ids[ordinary].tolist() == expected_ids[ordinary, :10].tolist()
+    else:  # approximate: recall@10 as without the extreme item (measured: 0.96 with it, 0.92–0.98 without)
+        found = [
+            len(set(row.tolist()) & set(best.tolist())) for row, best in zip(ids, expected_ids[:, :10], strict=True)
+        ]
+        assert sum(found[row] for row in ordinary) / (10 * len(ordinary)) >= 0.9, found
+    torch.testing.assert_close(scores, exact.rescore(queries, ids, direction)[0])  # re-scored exactly
+    if backend == "faiss":  # the exact backend orders all of them, the extreme item last
+        all_scores, all_ids = getattr(index, direction)(queries, len(items))
+        assert all_ids.tolist() == expected_ids.tolist()
+        torch.testing.assert_close(all_scores, expected_scores)
+
+
+def test_items_an_index_cannot_score_are_refused_at_add_naming_the_row():
+    items = gaussians(4, seed=23)
+    index = GaussianIndex(12, "sum")
+    too_far = GaussianEmbeddings(items.mu.clone(), items.logvar.clone())
+    too_far.mu[1, 0] = 1e16  # μ² = 1e32
+    with pytest.raises(ValueError, match=r"embeddings\[1\] is too extreme to search.* reaches 1e\+32"):
+        index.add(too_far)
+    assert len(index) == 0  # nothing half-added
+    index.add(items)
+    with pytest.raises(ValueError, match=r"queries\[1\] is too extreme"):
+        index.entailing(too_far, 2)
+
+
+@pytest.mark.parametrize("backend", ["faiss", "faiss-hnsw"])
+def test_a_saved_faiss_index_answers_its_first_query_without_building(backend, tmp_path, monkeypatch):
+    items, queries = gaussians(300, seed=24), gaussians(4, seed=25)
+    index = GaussianIndex(12, "sum", backend)
+    index.add(items)  # never queried: no FAISS index built yet
+    expected = {direction: getattr(index, direction)(queries, 5) for direction in ("entailing", "entailed_by")}
+    GaussianIndex(12, "sum", backend).save(tmp_path / "empty")  # an empty index saves without FAISS files
+    fresh = GaussianIndex(12, "sum", backend)
+    fresh.add(items)
+    fresh.save(tmp_path / "index")
+    assert {"entailing.faiss", "entailed_by.faiss"} <= {path.name for path in (tmp_path / "index").iterdir()}
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the loaded index rebuilt its FAISS index")
+
+    monkeypatch.setattr(faiss_backend.FaissDirection, "build", no_build)
+    loaded = GaussianIndex.load(tmp_path / "index")
+    for direction, (scores, ids) in expected.items():
+        loaded_scores, loaded_ids = getattr(loaded, direction)(queries, 5)
+        assert loaded_ids.tolist() == ids.tolist()
+        torch.testing.assert_close(loaded_scores, scores)
+
+
+def test_saving_into_a_symlinked_folder_keeps_the_link(tmp_path):
+    target = tmp_path / "real" / "index"
+    target.parent.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    items = gaussians(10, seed=26)
+    for count in (5, 10):  # a new folder behind the link, then a replaced one
+        index = GaussianIndex(12, "sum")
+        index.add(items[:count])
+        SentenceIndex(index, [f"s{number}" for number in range(count)]).save(link)
+        assert link.is_symlink() and link.resolve() == target.resolve()
+        assert len(SentenceIndex.load(link)) == count == len(SentenceIndex.load(target))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link", "real"]  # no stray staging or link
+    assert sorted(path.name for path in target.parent.iterdir()) == ["index"]
+
+
+def two_corpora() -> list[SentenceIndex]:
+    """Two different SentenceIndexes: every Gaussian of corpus "A" has μ = 0, of corpus "B" μ = 1; their sentences
+    start with the corpus's letter."""
+    corpora = []
+    for letter, mean, count in (("A", 0.0, 200), ("B", 1.0, 300)):
+        index = GaussianIndex(12, "sum")
+        index.add(GaussianEmbeddings(torch.full((count, 12), mean), torch.zeros(count, 12)))
+        corpora.append(SentenceIndex(index, [f"{letter}{number}" for number in range(count)], letter))
+    return corpora
+
+
+WRITER = """
+import sys, time
+sys.path.insert(0, {root!r})
+from tests.test_search import two_corpora
+corpora = two_corpora()
+end = time.monotonic() + {seconds}
+saves = 0
+while time.monotonic() < end:
+    corpora[saves % 2].save({folder!r})
+    saves += 1
+print(saves)
+"""
+
+
+def test_a_load_during_saves_sees_one_whole_index(tmp_path):
+    """A writer process saves two different corpora over one folder as fast as it can; every load must pair one
+    corpus's Gaussians with its own sentences and model name (the old one-file-at-a-time read mixed them in 7 %)."""
+    folder = tmp_path / "index"
+    two_corpora()[0].save(folder)
+    root = str(Path(__file__).resolve().parents[1])
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER.format(root=root, seconds=6, folder=str(folder))],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    loads, seen = 0, set()
+    try:
+        while writer.poll() is None:
+            corpus = SentenceIndex.load(folder)
+            letter = corpus.model_name
+            expected_mean = 0.0 if letter == "A" else 1.0
+            assert len(corpus) == (200 if letter == "A" else 300)
+            assert all(sentence.startswith(letter) for sentence in corpus.sentences), letter
+            assert bool((corpus.index.mu == expected_mean).all()), letter
+            loads, seen = loads + 1, seen | {letter}
+    finally:
+        writer.kill()
+        saves = writer.communicate()[0]
+    assert writer.returncode in (0, -9)
+    assert seen == {"A", "B"} and loads > 50, (loads, seen, saves)
+
+
+def test_damaged_index_files_are_named(tmp_path):
+    index = GaussianIndex(12, "sum", "faiss")
+    index.add(gaussians(8, seed=27))
+    corpus = SentenceIndex(index, [f"s{number}" for number in range(8)], "m")
+    corpus.save(tmp_path / "index")
+
+    def damaged(name: str, content: bytes | None, manifest: bool = False) -> Path:
+        """A copy of the saved index with ``name`` replaced (``None``: removed); without its manifest unless
+        ``manifest`` (an index saved before manifests existed)."""
+        copy = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(tmp_path / "index", copy)
+        if not manifest:
+            (copy / "manifest.json").unlink()
+        if content is None:
+            (copy / name).unlink()
+        else:
+            (copy / name).write_bytes(content)
+        return copy
+
+    lines = (tmp_path / "index" / "sentences.jsonl").read_text().splitlines()
+    cases = {
+        ("gaussians.safetensors", b"garbage", True): r"gaussians.safetensors changed after it was saved",
+        ("sentences.jsonl", None, True): r"sentences.jsonl is missing \(listed in manifest.json\)",
+        ("manifest.json", b"{", True): r"manifest.json is damaged",
+        ("gaussians.safetensors", b"garbage", False): r"gaussians.safetensors is damaged",
+        ("index_config.json", b'{\n  "dim": 12,\n  oops\n}', False): r"index_config.json line 3: not valid JSON",
+        ("index_config.json", b'{"dim": 12}', False): r"index_config.json has no 'reduction'",
+        ("entailing.faiss", b"garbage!", False): r"entailing.faiss is not a FAISS index FAISS can read",
+        ("sentences.jsonl", "\n".join([*lines[:5], "{oops", *lines[6:]]).encode(), False): r"sentences.jsonl line 6",
+        ("sentences.jsonl", "\n".join([*lines[:5], "7", *lines[6:]]).encode(), False): r"line 6: expected a JSON str",
+        ("corpus.json", b"[1]", False): r"corpus.json must hold a JSON object",
+    }
+    for (name, content, manifest), message in cases.items():
+        with pytest.raises(ValueError, match=message):
+            SentenceIndex.load(damaged(name, content, manifest))
+    with pytest.raises(FileNotFoundError, match=r"gaussians.safetensors is missing"):
+        SentenceIndex.load(damaged("gaussians.safetensors", None))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gausscse.search",
+            "query",
+            "--index",
+            str(damaged("corpus.json", b"{", True)),
+            "--entailing",
+            "x",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=300,
+    )
+    assert done.returncode == 2 and "corpus.json changed after it was saved" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("content", [b"not gzip at all", gzip.compress(b"A dog runs.\nA cat sleeps.\n")[:-12]])
+def test_a_bad_gzip_corpus_is_named(tmp_path, content):
+    path = tmp_path / "corpus.txt.gz"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=r"--corpus .*corpus.txt.gz: not a whole gzip file"):
+        read_corpus(path, None)
+
+
+def test_an_index_refuses_another_model_unless_asked(tiny_model_folder, make_tiny_model, minilm_tokenizer, tmp_path):
+    other = tmp_path / "other"
+    make_tiny_model(similarity_reduction="sum", seed=1).save_pretrained(other)
+    minilm_tokenizer.save_pretrained(other)
+    corpus_path = tmp_path / "corpus.txt"
+    corpus_path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    relative_model = os.path.relpath(tiny_model_folder, workdir)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.getcwd()}
+    build = ["build", "--model", relative_model, "--corpus", str(corpus_path), "--index", "ix"]
+    done = subprocess.run(
+        [sys.executable, "-m", "gausscse.search", *build], capture_output=True, text=True, env=env, cwd=workdir
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    index = workdir / "ix"
+    query = [sys.executable, "-m", "gausscse.search", "query", "--index", str(index), "--entailing", "A man."]
+    elsewhere = subprocess.run(query, capture_output=True, text=True, env=env, cwd=tmp_path)  # another folder
+    assert elsewhere.returncode == 0, elsewhere.stderr[-2000:]  # the relative --model was stored resolved
+    refused = subprocess.run([*query, "--model", str(other)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "was built with" in refused.stderr and "--allow_model_mismatch" in refused.stderr, refused.stderr
+    allowed = subprocess.run(
+        [*query, "--model", str(other), "--allow_model_mismatch"], capture_output=True, text=True, env=env
+    )
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    from gausscse import GaussCSEModel
+    from gausscse.search import ModelMismatchError, model_fingerprint
+
+    corpus = SentenceIndex.load(index)
+    same = GaussCSEModel.from_pretrained(tiny_model_folder).eval()
+    assert model_fingerprint(same) == corpus.model_fingerprint  # saved and loaded again: the same model
+    assert corpus.entailing(same, ["A man."], k=2)
+    with pytest.raises(ModelMismatchError, match="was built with"):
+        corpus.entailed_by(GaussCSEModel.from_pretrained(other).eval(), ["A man."], k=2)
+    changed = GaussCSEModel.from_pretrained(tiny_model_folder).eval()
+    changed.config.similarity_reduction = "mean_kl"  # same weights, another similarity
+    with pytest.raises(ModelMismatchError):
+        corpus.entailing(changed, ["A man."], k=2)

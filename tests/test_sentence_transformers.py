@@ -1,20 +1,24 @@
 """The sentence-transformers face: a saved GaussCSE folder loads as a SentenceTransformer (trust_remote_code), plain
-encode gives μ, encode_query / encode_document give vectors whose dot product is −KL (checked against
-torch.distributions), the ranking equals the model's own ``sum`` / ``mean_kl`` similarity row by row, and folders
-round-trip between sentence-transformers and transformers."""
+encode gives μ, encode_query / encode_document give float32 vectors whose dot product is −KL (checked against
+torch.distributions), the ranking equals the model's own ``sum`` / ``mean_kl`` similarity row by row, the options that
+would break dot = −KL on those routes (normalize_embeddings, quantised precision, truncate_dim) are refused, the
+route dimension is reported, and folders round-trip between sentence-transformers and transformers."""
 
 from __future__ import annotations
 
 import copy
 import json
 
+import numpy as np
 import pytest
 import scipy.stats
 import torch
+from sentence_transformers import SentenceTransformer
 from transformers.utils import logging as transformers_logging
 
 from gausscse import GaussCSEConfig, GaussCSEModel
 from gausscse.model.configuration_gausscse import SENTENCE_TRANSFORMERS_FILES
+from gausscse.model.sentence_transformer_gausscse import GaussCSESentenceTransformer, GaussCSETransformer
 from studies import retrieval
 
 from .helpers import nli_rows, tiny_encoder_config, write_jsonl_gz
@@ -54,6 +58,16 @@ def reference_kl(mu_a: torch.Tensor, logvar_a: torch.Tensor, mu_b: torch.Tensor,
     )
 
 
+def assert_dot_is_minus_kl(query: torch.Tensor, document: torch.Tensor, kl: torch.Tensor) -> None:
+    """The route vectors are float32 and query · document = −KL to float32 rounding: within (n + 2)·ε·Σ_k |q_k d_k|,
+    the error bound of an n-term float32 inner product plus the rounding of the vectors themselves to float32."""
+    assert query.dtype == document.dtype == torch.float32, (query.dtype, document.dtype)
+    error = ((query @ document.T).double() + kl).abs()
+    epsilon = torch.finfo(torch.float32).eps
+    bound = (query.shape[1] + 2) * epsilon * (query.double().abs() @ document.double().abs().T)
+    assert (error <= bound).all(), (error / bound).max()
+
+
 @pytest.fixture(scope="module")
 def saved_folder(tmp_path_factory, minilm_tokenizer):
     folder = tmp_path_factory.mktemp("st") / "gausscse-tiny"
@@ -80,6 +94,12 @@ else:
 st = SentenceTransformer({str(saved_folder)!r}, trust_remote_code=True)
 claims, passages = {CLAIMS!r}, {PASSAGES!r}
 details = st.encode(claims, output_value=None)
+refusals = []
+for options in ({{"normalize_embeddings": True}}, {{"precision": "int8"}}):
+    try:
+        st.encode_query(claims, **options)
+    except ValueError as error:
+        refusals.append(str(error))
 torch.save({{
     "mu": st.encode(claims, convert_to_tensor=True),
     "query": st.encode_query(claims, convert_to_tensor=True),
@@ -87,12 +107,15 @@ torch.save({{
     "scores": st.similarity(st.encode_query(claims), st.encode_document(passages)),
     "details_mu": torch.stack([row["mu"] for row in details]),
     "details_logvar": torch.stack([row["logvar"] for row in details]),
+    "refusals": refusals,
 }}, {str(tmp_path / "st.pt")!r})
 print(type(st[0]).__module__.split(".")[0], st.similarity_fn_name, st.get_embedding_dimension())
+print(type(st).__name__, st.get_embedding_dimension(task="query"), st.encode_document(passages).dtype)
 """,
         cwd=tmp_path,
     )
-    assert output.split() == ["transformers_modules", "dot", "32"]
+    # the plain SentenceTransformer a Hub user holds gets the module's checks and reports both dimensions
+    assert output.split() == ["transformers_modules", "dot", "32", "GaussCSESentenceTransformer", "66", "float32"]
     got = torch.load(tmp_path / "st.pt")
     model = GaussCSEModel.from_pretrained(saved_folder)
     claims, passages = model.encode(CLAIMS), model.encode(PASSAGES)
@@ -102,8 +125,12 @@ print(type(st[0]).__module__.split(".")[0], st.similarity_fn_name, st.get_embedd
     kl = reference_kl(claims.mu, claims.logvar, passages.mu, passages.logvar)  # KL(claim_i‖passage_j)
     assert kl.min() > 0.1 and kl.std() > 0.1  # the Gaussians differ
     assert got["query"].shape == (4, 66) and got["document"].shape == (7, 66)  # 2d + 2
-    torch.testing.assert_close(got["query"] @ got["document"].T, -kl, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(got["scores"], -kl, rtol=1e-5, atol=1e-5)
+    assert_dot_is_minus_kl(got["query"], got["document"], kl)
+    torch.testing.assert_close(got["scores"], got["query"] @ got["document"].T, rtol=1e-6, atol=1e-6)
+    assert [message.split(":")[0] for message in got["refusals"]] == [
+        "encode_query(normalize_embeddings=True) is refused",
+        "encode_query(precision='int8') is refused",
+    ]
 
 
 @pytest.mark.parametrize("reduction", ["sum", "mean_kl"])
@@ -122,7 +149,8 @@ def test_dot_of_the_routes_ranks_every_row_as_the_models_own_similarity(directio
     else:  # sim(passage‖claim): the passages the claim entails first
         expected = model.similarity(passages, claims).T
     scale = 1 if reduction == "sum" else model.config.embedding_size
-    torch.testing.assert_close((1.0 / (1.0 - scores / scale)).float(), expected, rtol=1e-5, atol=0)
+    assert scores.dtype == torch.float32  # float32 route vectors: sim to float32 rounding of the KL's terms
+    torch.testing.assert_close(1.0 / (1.0 - scores / scale), expected, rtol=1e-4, atol=0)
     for row in range(len(CLAIMS)):
         rho = scipy.stats.spearmanr(scores[row].numpy(), expected[row].numpy()).statistic
         assert rho == pytest.approx(1.0, abs=1e-12), (row, rho)
@@ -224,3 +252,103 @@ def test_the_retrieval_study_ranks_the_routes_as_the_kl_and_reports(reduction, m
     assert json.loads((tmp_path / "out/retrieval.json").read_text())["scores"] == results["scores"]
     report = (tmp_path / "out/RETRIEVAL.md").read_text()
     assert f"{100 * results['scores']['mu_cosine']['MRR@10']:.2f}" in report and "predates `modules.json`" in report
+
+
+@pytest.mark.parametrize("route", ["query", "document"])
+def test_the_routes_refuse_normalize_embeddings(route, minilm_tokenizer):
+    """A unit-length route vector no longer has dot = −KL (issue 23: top-5 agreement with the exact ranking 0.77):
+    refused with why and what to do; μ (plain encode) and direction="none" routes still normalise."""
+    st = spread_model().as_sentence_transformer(minilm_tokenizer)
+    with pytest.raises(ValueError, match=rf"^encode_{route}\(normalize_embeddings=True\) is refused") as refused:
+        getattr(st, f"encode_{route}")(CLAIMS, normalize_embeddings=True)
+    message = str(refused.value)
+    assert "query · document = −KL" in message and "st.similarity" in message
+    assert "st.encode(texts, normalize_embeddings=True)" in message  # the cosine alternative: μ
+    with pytest.raises(ValueError, match=rf"^encode_{route}\(normalize_embeddings=True\) is refused"):
+        st.encode(CLAIMS, task=route, normalize_embeddings=True)  # the route, by task
+    mu = st.encode(CLAIMS, normalize_embeddings=True, convert_to_tensor=True)
+    torch.testing.assert_close(mu.norm(dim=1), torch.ones(len(CLAIMS)))
+    points = spread_model().as_sentence_transformer(minilm_tokenizer, direction="none")
+    normalised = getattr(points, f"encode_{route}")(CLAIMS, normalize_embeddings=True, convert_to_tensor=True)
+    torch.testing.assert_close(normalised, mu)
+
+
+@pytest.mark.parametrize("precision", ["int8", "uint8", "binary", "ubinary"])
+def test_the_routes_refuse_quantised_precision(precision, minilm_tokenizer):
+    """Quantising the route vectors destroys the −KL ranking (issue 23: int8 top-5 agreement 0.27): refused on both
+    routes; μ (plain encode) still quantises."""
+    st = spread_model().as_sentence_transformer(minilm_tokenizer)
+    for route in ("query", "document"):
+        with pytest.raises(ValueError, match=rf"^encode_{route}\(precision='{precision}'\) is refused") as refused:
+            getattr(st, f"encode_{route}")(CLAIMS, precision=precision)
+        assert "query · document = −KL" in str(refused.value) and "st.encode(texts, precision=" in str(refused.value)
+    expected = {"int8": np.int8, "uint8": np.uint8, "binary": np.int8, "ubinary": np.uint8}[precision]
+    assert st.encode(CLAIMS, precision=precision).dtype == expected
+
+
+def test_the_routes_refuse_truncate_dim(minilm_tokenizer):
+    """A truncated route vector is a part of the −KL sum: refused whether truncate_dim is passed or set on the
+    model; μ truncates as for any model."""
+    st = spread_model().as_sentence_transformer(minilm_tokenizer)
+    with pytest.raises(ValueError, match=r"^encode_query\(truncate_dim=8\) is refused"):
+        st.encode_query(CLAIMS, truncate_dim=8)
+    st.truncate_dim = 8
+    with pytest.raises(ValueError, match=r"^encode_document\(truncate_dim=8\) is refused.*truncate_embeddings\(None"):
+        st.encode_document(PASSAGES)
+    assert st.encode(CLAIMS).shape == (len(CLAIMS), 8)
+    with st.truncate_embeddings(None):
+        assert st.encode_query(CLAIMS).shape == (len(CLAIMS), 66)
+
+
+def test_the_route_vectors_are_float32_and_their_dot_is_minus_kl(minilm_tokenizer):
+    """precision="float32" (the default) gives float32 on the routes, as numpy and as tensors; the dot product is −KL
+    (torch.distributions) to float32 rounding, on the model's sentences and on Gaussians over the whole log σ² clamp
+    range, identical pairs (KL = 0, where the expanded square cancels most) included."""
+    model = spread_model()
+    st = model.as_sentence_transformer(minilm_tokenizer)
+    assert st.encode_query(CLAIMS, precision="float32").dtype == np.float32
+    assert st.encode_document(PASSAGES).dtype == np.float32
+    query = st.encode_query(CLAIMS, convert_to_tensor=True)
+    document = st.encode_document(PASSAGES, convert_to_tensor=True)
+    claims, passages = (
+        model.encode(CLAIMS, tokenizer=minilm_tokenizer),
+        model.encode(PASSAGES, tokenizer=minilm_tokenizer),
+    )
+    kl = reference_kl(claims.mu, claims.logvar, passages.mu, passages.logvar)
+    assert_dot_is_minus_kl(query, document, kl)
+    assert torch.equal((query @ document.T).argsort(dim=1), (-kl).argsort(dim=1))  # the same ranking
+    torch.manual_seed(1)
+    mu, logvar = torch.tanh(2 * torch.randn(12, 32)), torch.empty(12, 32).uniform_(-10.0, 10.0)
+    mu[6:], logvar[6:] = mu[:6] + 1e-3 * torch.randn(6, 32), logvar[:6]  # documents: the 6 queries, 6 near-copies
+    for direction, (first, second) in {
+        "entailing": (slice(0, 6), slice(None)),
+        "entailed_by": (slice(None), slice(0, 6)),
+    }.items():
+        module = GaussCSETransformer(model, minilm_tokenizer, direction=direction)
+        query, document = module.route(mu[:6], logvar[:6], "query"), module.route(mu, logvar, "document")
+        kl = reference_kl(mu[first], logvar[first], mu[second], logvar[second])
+        assert_dot_is_minus_kl(query, document, kl if direction == "entailing" else kl.T)
+
+
+def test_the_route_dimension_is_reported(minilm_tokenizer):
+    """get_embedding_dimension() is what encode returns (μ: d, as sentence-transformers defines it); with task=
+    "query" / "document" it is the route's 2d + 2 (d with direction="none"), on the model and on its module."""
+    st = spread_model().as_sentence_transformer(minilm_tokenizer)
+    assert st.get_embedding_dimension() == st.encode(CLAIMS).shape[1] == 32
+    assert st.get_embedding_dimension(task="query") == st.encode_query(CLAIMS).shape[1] == 66
+    assert st.get_embedding_dimension(task="document") == st.encode_document(PASSAGES).shape[1] == 66
+    assert st[0].get_embedding_dimension() == 32 and st[0].get_embedding_dimension(task="document") == 66
+    points = spread_model().as_sentence_transformer(minilm_tokenizer, direction="none")
+    assert points.get_embedding_dimension(task="query") == points.encode_query(CLAIMS).shape[1] == 32
+    with pytest.raises(ValueError, match="task must be 'query', 'document' or None, got 'passage'"):
+        st.get_embedding_dimension(task="passage")
+
+
+def test_a_plain_sentence_transformer_of_the_module_gets_the_checks(minilm_tokenizer):
+    """SentenceTransformer(modules=[GaussCSETransformer(...)]), as a folder loads: the module's on_model_ready hook
+    makes it a GaussCSESentenceTransformer, so the route options are checked and the route dimension reported."""
+    st = SentenceTransformer(modules=[GaussCSETransformer(spread_model(), minilm_tokenizer)], similarity_fn_name="dot")
+    assert type(st) is GaussCSESentenceTransformer
+    with pytest.raises(ValueError, match=r"^encode_query\(normalize_embeddings=True\) is refused"):
+        st.encode_query(CLAIMS, normalize_embeddings=True)
+    assert st.get_embedding_dimension(task="query") == 66

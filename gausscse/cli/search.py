@@ -17,6 +17,7 @@ import argparse
 import gzip
 import json
 import sys
+import zlib
 from pathlib import Path
 
 import torch
@@ -49,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     direction.add_argument("--entailed_by", nargs="+", metavar="PREMISE", help="find what these entail")
     query.add_argument("-k", type=int, default=5, help="hits per query")
     query.add_argument("--json", action="store_true", help="print the hits as JSON")
+    query.add_argument(
+        "--allow_model_mismatch",
+        action="store_true",
+        help="search with a --model other than the one the index was built with (its scores are not comparable)",
+    )
     query.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     return parser
 
@@ -66,6 +72,8 @@ def read_corpus(path: Path, column: str | None) -> list[str]:
                 sentences = handle.read().splitlines()
         except UnicodeDecodeError as error:
             raise ValueError(f"--corpus {path}: not UTF-8 text ({error})") from error
+        except (gzip.BadGzipFile, EOFError, zlib.error) as error:  # not gzip, cut short, damaged
+            raise ValueError(f"--corpus {path}: not a whole gzip file ({error})") from None
     else:
         table = read_table(path)
         if column is None:
@@ -92,7 +100,7 @@ def load_search_model(name_or_path: str, device: str) -> GaussCSEModel:
 
 def main(argv: list[str] | None = None) -> list[list[dict]] | None:
     """Run a subcommand; ``query`` returns the hits (a list per query of ``{"id", "sentence", "score"}``)."""
-    from gausscse.search.corpus import SentenceIndex
+    from gausscse.search.corpus import ModelMismatchError, SentenceIndex
 
     args = build_parser().parse_args(argv)
     if args.command == "build":
@@ -116,9 +124,18 @@ def main(argv: list[str] | None = None) -> list[list[dict]] | None:
     model_name = args.model or corpus.model_name
     if model_name is None:
         raise ValueError(f"--index {args.index} does not record its model: pass --model")
+    if args.model is None and Path(model_name).is_absolute() and not Path(model_name).exists():
+        raise FileNotFoundError(
+            f"--index {args.index} was built with the model folder {model_name}, which is not there any more: pass "
+            "--model with its new place"
+        )
     model = load_search_model(model_name, args.device)
     search = corpus.entailing if args.entailing else corpus.entailed_by
-    hits = [[vars(hit) for hit in row] for row in search(model, queries, min(args.k, len(corpus)))]
+    try:
+        rows = search(model, queries, min(args.k, len(corpus)), allow_model_mismatch=args.allow_model_mismatch)
+    except ModelMismatchError as error:
+        raise ValueError(f"--model {model_name}: {error}") from None
+    hits = [[vars(hit) for hit in row] for row in rows]
     if args.json:
         print(json.dumps(hits, ensure_ascii=False, indent=2))
     else:

@@ -20,10 +20,13 @@ import json
 import logging
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
 import numpy as np
+import torch.distributed as dist
 from transformers import AutoConfig, AutoTokenizer, set_seed
 
 from gausscse import GaussCSEModel
@@ -36,6 +39,7 @@ from gausscse.training.batch import TripletCollator
 from gausscse.training.lora import apply_lora, has_lora, make_adapters_trainable
 from gausscse.training.losses import uses_contradictions
 from gausscse.training.output import check_hub_push, push_model_folder, save_model_folder
+from gausscse.training.run_lock import OutputDirLockedError, RunLock
 from gausscse.training.trainer import RUN_ARGUMENTS_FILE, GaussCSETrainer
 
 logger = logging.getLogger(__name__)
@@ -276,8 +280,37 @@ def final_evaluation_figure(evaluator, model_name: str, folder: Path) -> Path | 
     return plot_dev_summary(evaluator.last_encoded, evaluator.pairs, title, folder / "evaluation.png")
 
 
+@contextmanager
+def hold_output_dir(training_args: GaussCSETrainingArguments) -> Iterator[None]:
+    """Hold ``--output_dir``'s run lock ([`gausscse.training.run_lock.RunLock`], a file beside the folder) until the
+    block ends, exception or not: a second run into a folder a running one holds is refused with
+    [`OutputDirLockedError`], ``--overwrite_output_dir`` or not. With several processes (``accelerate launch``,
+    ``torchrun``) only the main process (``process_index`` 0) takes the lock, and it tells the others in one collective
+    call whether it got it, so every process of a refused run stops before touching the folder."""
+    lock = RunLock(training_args.output_dir) if training_args.process_index == 0 else None
+    refusal: Exception | None = None
+    if lock is not None:
+        try:
+            lock.acquire()
+        except Exception as error:  # told to the other processes first, then raised
+            refusal = error
+    if training_args.world_size > 1 and dist.is_available() and dist.is_initialized():
+        decision = [None if refusal is None else str(refusal)]
+        dist.broadcast_object_list(decision, src=0)
+        if refusal is None and decision[0] is not None:
+            refusal = OutputDirLockedError(decision[0])
+    if refusal is not None:
+        raise refusal
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 def main(argv: list[str] | None = None) -> Path:
-    """Parse → build → train → evaluate → save (+ card) → optional push. Returns the final model folder."""
+    """Parse → lock ``--output_dir`` → build → train → evaluate → save (+ card) → optional push → unlock. Returns the
+    final model folder."""
     model_args, data_args, training_args = parse_arguments(argv)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -290,6 +323,15 @@ def main(argv: list[str] | None = None) -> Path:
             training_args.hub_model_id, training_args.hub_token, model_args.model_name_or_path if adapter else None
         )
     training_args.push_to_hub = False  # push the final folder only, not every checkpoint
+    with hold_output_dir(training_args):  # before the folder is looked at; held until its model is saved and pushed
+        return train_and_save(model_args, data_args, training_args, push)
+
+
+def train_and_save(
+    model_args: ModelArguments, data_args: DataArguments, training_args: GaussCSETrainingArguments, push: bool
+) -> Path:
+    """The body of [`main`], run while it holds ``--output_dir``: check the folder and the resume, train, evaluate,
+    save the final model (+ card) and push it when ``push``. Returns the final model folder."""
     training_args.resume_from_checkpoint = resolve_resume(training_args)
     check_output_dir(training_args)
     fixed = run_arguments(model_args, data_args, training_args)
@@ -377,11 +419,12 @@ def main(argv: list[str] | None = None) -> Path:
 
 def run() -> None:
     """Console-script entry point (``gausscse-train``): errors in the input (bad flags, data, a backbone that needs
-    --trust_remote_code, a push to the Hub that cannot work — checked before anything is written) end it with one line
-    and exit status 2, without a traceback."""
+    --trust_remote_code, a push to the Hub that cannot work, an --output_dir another run holds — checked before
+    anything is written) end it with one line and exit status 2, without a traceback."""
     try:
         main(sys.argv[1:])
-    except (ValueError, FileNotFoundError, FileExistsError) as error:  # HubPushError and DataError are ValueErrors
+    # HubPushError and DataError are ValueErrors, OutputDirLockedError (a held --output_dir) a FileExistsError
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
         print(f"gausscse-train: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -11,9 +11,10 @@ Each source has one of three shapes, recognised from its column names (see [`COL
 ``--data_shape`` / ``--columns role=name``:
 
 * ``nli``: ``premise``, ``hypothesis``, ``label`` (strings entailment/neutral/contradiction, or the Hub's integer ids
-  0/1/2; −1 and ``-`` mark unlabelled rows, which are skipped and counted). Rows of all NLI sources are grouped by
-  premise as SimCSE builds its triplets: each entailment hypothesis of a premise becomes one example, paired with a
-  contradiction hypothesis of the same premise (cycling through them when there are fewer) or with none;
+  0/1/2, also as text and mixed with names in one column; −1 and ``-`` mark unlabelled rows, which are skipped and
+  counted). Rows of all NLI sources are grouped by premise as SimCSE builds its triplets: each entailment hypothesis
+  of a premise becomes one example, paired with a contradiction hypothesis of the same premise (cycling through them
+  when there are fewer) or with none;
 * ``triplet``: ``anchor``/``positive``/``negative`` (SimCSE's ``sent0``/``sent1``/``hard_neg``): one example a row;
 * ``pair``: ``anchor``/``positive``: one example a row, without a contradiction (masked out of V_C by the loss).
 
@@ -25,16 +26,21 @@ An exact repeat of an (premise, hypothesis, label) row or of a whole example is 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import gzip
+import itertools
+import json
 import logging
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import datasets
+import pyarrow as pa
+from datasets.packaged_modules.json.json import JsonConfig
 
 from gausscse.data.registry import HUB_SOURCES, LOCAL_FILES, NLI_LABELS, default_data_dir, load_split
 
@@ -59,13 +65,20 @@ SHAPE_ROLES: dict[str, tuple[str, ...]] = {
 }
 # Data file formats: suffix (after an optional .gz) -> datasets builder and its keyword arguments. CSV and TSV are
 # read by [`read_delimited`], not by the datasets builder (pandas): every cell is text, only an empty cell is missing.
+# JSON: the builder reads the file in blocks with pyarrow, each column of one type. A column whose values mix types
+# (a label column of 0, "entailment", 2, -1) came out as JSON text in some blocks (labels '"entailment"', quotes and
+# all) or failed the read, depending on where in the file the types change; `on_mixed_types=None` (where datasets
+# has the option) makes every such file fail there, and [`read_json`] reads it.
+_JSON_KWARGS = {"on_mixed_types": None} if "on_mixed_types" in {f.name for f in fields(JsonConfig)} else {}
 FILE_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
     ".csv": ("csv", {}),
     ".tsv": ("tsv", {}),
-    ".json": ("json", {}),
-    ".jsonl": ("json", {}),
+    ".json": ("json", _JSON_KWARGS),
+    ".jsonl": ("json", _JSON_KWARGS),
     ".parquet": ("parquet", {}),
 }
+# The JSON builder logs an error before it fails on a column of mixed types, which [`read_json`] then reads.
+JSON_BUILDER_LOGGER = "datasets.packaged_modules.json.json"
 UNLABELLED = (-1, "-")  # SNLI's gold label "-" (no majority) and the Hub's −1
 INTEGER_LABELS = dict(enumerate(NLI_LABELS))  # the Hub's ids: 0 entailment, 1 neutral, 2 contradiction
 INTEGER_LABEL_TEXT = {str(number): label for number, label in INTEGER_LABELS.items()}  # the ids as CSV/TSV text
@@ -241,7 +254,10 @@ def read_table(path: str | Path) -> datasets.Dataset:
     labels like any other); only an empty cell is missing (``None``). TSV has no quoting: each line is one row, split
     on tabs. CSV follows standard quoting (RFC 4180: a quote inside a quoted cell is doubled; a quoted cell may hold
     commas and line breaks); a malformed CSV or a row with the wrong number of fields is a ``DataError`` naming the
-    file and line."""
+    file and line.
+
+    JSON and JSON Lines values keep their JSON types; a column whose values mix types (a label column of ``0``,
+    ``"entailment"``, ``2``, ``-1``) is read as text (see [`read_json`]), wherever in the file the types change."""
     path = Path(path)
     builder, kwargs, compressed = file_format(path)
     check_readable(path, compressed, text=builder != "parquet")
@@ -249,16 +265,35 @@ def read_table(path: str | Path) -> datasets.Dataset:
         rows = read_delimited(path, compressed, tsv=builder == "tsv")
     else:
         try:
-            rows = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+            with quiet_logger(JSON_BUILDER_LOGGER if builder == "json" else None):
+                rows = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
         except Exception as error:  # datasets/pyarrow raise many types; the user needs the file name
             if "corresponds to no data" in str(error):  # datasets' words for a file with a header and no row
                 raise DataError(f"{path}: no rows") from error
-            raise DataError(
-                f"{path}: could not be read as {builder.upper()} ({type(error).__name__}: {error})"
-            ) from error
+            if builder != "json":
+                raise DataError(
+                    f"{path}: could not be read as {builder.upper()} ({type(error).__name__}: {error})"
+                ) from error
+            # mixed types in a column (see FILE_FORMATS), or not JSON: the json module reads it or names the line
+            rows = read_json(path, compressed)
     if len(rows) == 0:
         raise DataError(f"{path}: no rows")
     return rows
+
+
+@contextlib.contextmanager
+def quiet_logger(name: str | None) -> Iterator[None]:
+    """Drop the records of logger ``name`` (none: nothing dropped) while the block runs."""
+    if name is None:
+        yield
+        return
+    target = logging.getLogger(name)
+    drop = lambda record: False  # noqa: E731
+    target.addFilter(drop)
+    try:
+        yield
+    finally:
+        target.removeFilter(drop)
 
 
 def read_delimited(path: Path, compressed: bool, tsv: bool) -> datasets.Dataset:
@@ -291,6 +326,70 @@ def read_delimited(path: Path, compressed: bool, tsv: bool) -> datasets.Dataset:
         raise DataError(f"{path}: no rows")
     features = datasets.Features({name: datasets.Value("string") for name in header})
     return datasets.Dataset.from_dict(dict(zip(header, columns, strict=True)), features=features)
+
+
+def read_json(path: Path, compressed: bool) -> datasets.Dataset:
+    """A JSON Lines file (one object a line; blank lines skipped) or one JSON array of objects, read with the json
+    module: the reader of the files pyarrow cannot read, those with a column whose values mix JSON types.
+
+    A key missing from a row is ``None`` (as ``null``). A column of one type keeps it (pyarrow's inference: ``0`` and
+    ``0.5`` are numbers); a column mixing types is text: a string as it is, ``null`` missing (``None``), any other
+    value its JSON text (``0`` → ``"0"``, ``true`` → ``"true"``), as a CSV cell holds it. So a label column of ``0``,
+    ``"entailment"``, ``2``, ``-1`` holds ``"0"``, ``"entailment"``, ``"2"``, ``"-1"``: the labels they are
+    (see [`normalize_label`]). ``DataError`` naming the file and line for text that is not JSON or a row that is not
+    an object."""
+    opened = gzip.open(path, "rt", encoding="utf-8-sig", newline="\n") if compressed else None
+    with opened or path.open(encoding="utf-8-sig", newline="\n") as handle:
+        records = list(json_records(handle, path))
+    columns: dict[str, list[Any]] = {}
+    for index, record in enumerate(records):
+        for name in record:
+            if name not in columns:  # a key first seen here: null in the rows before
+                columns[name] = [None] * index
+        for name, values in columns.items():
+            values.append(record.get(name))
+    if not records:
+        raise DataError(f"{path}: no rows")
+    arrays = {}
+    for name, values in columns.items():
+        try:
+            arrays[name] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # values of more than one JSON type
+            types = sorted({type(value).__name__ for value in values if value is not None})
+            logger.info("%s: column %r mixes JSON types (%s); read as text", path, name, ", ".join(types))
+            arrays[name] = pa.array(
+                [value if value is None or isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                 for value in values],
+                pa.string(),
+            )  # fmt: skip
+    return datasets.Dataset(pa.table(arrays))
+
+
+def json_records(handle: TextIO, path: Path) -> Iterable[dict[str, Any]]:
+    """The objects of a JSON Lines file or of one JSON array (its first character ``[``); ``DataError`` naming the
+    file and line for text that is not JSON or a value that is not an object."""
+    first = handle.readline()
+    if first.lstrip().startswith("["):
+        text = first + handle.read()
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path}, line {error.lineno}: not JSON ({error.msg}, column {error.colno})") from None
+        for index, value in enumerate(values):
+            if not isinstance(value, dict):
+                raise DataError(f"{path}: item {index} of the JSON array is not an object: {value!r:.80}")
+            yield value
+        return
+    for line, text in enumerate(itertools.chain([first], handle), start=1):
+        if not text.strip():
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path}, line {line}: not JSON ({error.msg}, column {error.colno})") from None
+        if not isinstance(value, dict):
+            raise DataError(f"{path}, line {line}: not a JSON object: {value!r:.80}")
+        yield value
 
 
 def tsv_records(handle: Iterable[str]) -> Iterable[tuple[int, list[str]]]:

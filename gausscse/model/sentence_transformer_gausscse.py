@@ -7,11 +7,18 @@ The routes (``direction="entailing"``, the default), with A and B the maps of ``
 KL(q‖x) = ⟨A(q), B(x)⟩:
 
 * ``encode(texts)`` → μ (d values): a point embedding for cosine similarity (STS, clustering), as for any model;
-* ``encode_query(claims)`` → −A(q) and ``encode_document(passages)`` → B(x) (2d + 2 values each, float64), so that
-  ``dot(encode_query(q), encode_document(x)) = −KL(N_q‖N_x)``: the ``sum`` similarity is sim(q‖x) = 1 / (1 − dot),
-  the ``mean_kl`` one 1 / (1 − dot / d), and sentence-transformers' ``dot`` ranks first the passages that entail the
-  claim, exactly as the model's own similarity for these two reductions;
+* ``encode_query(claims)`` → −A(q) and ``encode_document(passages)`` → B(x) (2d + 2 values each, float32: computed
+  in float64, returned as sentence-transformers' ``precision="float32"`` says), so that
+  ``dot(encode_query(q), encode_document(x)) = −KL(N_q‖N_x)`` to float32 rounding: the ``sum`` similarity is
+  sim(q‖x) = 1 / (1 − dot), the ``mean_kl`` one 1 / (1 − dot / d), and sentence-transformers' ``dot`` ranks first
+  the passages that entail the claim, as the model's own similarity for these two reductions;
 * ``encode(texts, output_value=None)`` → per sentence a dict with ``mu`` and ``logvar`` (and the token features).
+
+What would break dot = −KL on those two routes is refused with a ``ValueError``: ``normalize_embeddings=True``,
+``precision`` other than ``"float32"`` (int8, uint8, binary, ubinary) and ``truncate_dim`` (the argument or the
+model's). ``get_embedding_dimension()`` is d, what ``encode`` returns; ``get_embedding_dimension(task="query")`` (or
+``"document"``) is the route's 2d + 2. A plain ``SentenceTransformer`` holding this module (what loading a folder
+gives) becomes a [`GaussCSESentenceTransformer`] when it is built, which is where these checks live.
 
 ``direction="entailed_by"`` swaps the sides (−B(q), A(x): dot = −KL(x‖q), what the query entails);
 ``direction="none"`` gives μ on every route (use cosine). A ``mean_dim`` model (mean_k 1/(1 + KL_k), no function of
@@ -21,6 +28,7 @@ the total KL) is ranked by the ``sum`` form on these routes, which is logged whe
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +51,13 @@ logger = logging.get_logger(__name__)
 
 # direction → (side of kl_feature_map for the query, for the document); the query's map is negated
 DIRECTIONS = {**SEARCH_DIRECTIONS, "none": None}
+ROUTE_TASKS = ("query", "document")  # the tasks encode_query / encode_document pass
+_ENCODE_SIGNATURE = inspect.signature(SentenceTransformer.encode)
+
+
+def _check_task(task: str | None) -> None:
+    if task is not None and task not in ROUTE_TASKS:
+        raise ValueError(f"task must be 'query', 'document' or None, got {task!r}")
 
 
 class GaussCSETransformer(InputModule):
@@ -134,19 +149,45 @@ class GaussCSETransformer(InputModule):
 
     def route(self, mu: torch.Tensor, logvar: torch.Tensor, task: str | None) -> torch.Tensor:
         """The vector of a route: μ (no task, or ``direction="none"``); for ``direction="entailing"`` −A(q)
-        (``task="query"``) and B(x) (``task="document"``), so ⟨−A(q), B(x)⟩ = −KL(q‖x) ([`kl_feature_map`])."""
+        (``task="query"``) and B(x) (``task="document"``), so ⟨−A(q), B(x)⟩ = −KL(q‖x) ([`kl_feature_map`]).
+
+        The maps are computed in float64 and returned in float32, sentence-transformers' ``precision="float32"``:
+        the float32 dot product is −KL within (2d + 4)·ε₃₂·Σ_k |q_k x_k| (tested against torch.distributions over
+        the whole log σ² clamp range). That sum reaches ~10⁷ for d = 768 at log σ² = −10, so near-duplicates of
+        such tiny variances can swap places in the ranking; ``GaussCSEModel.similarity`` and ``GaussianIndex`` stay
+        exact."""
+        _check_task(task)
         sides = DIRECTIONS[self.direction]
         if task is None or sides is None:
             return mu
         if task == "query":
-            return -kl_feature_map(mu, logvar, sides[0])
-        if task == "document":
-            return kl_feature_map(mu, logvar, sides[1])
-        raise ValueError(f"task must be 'query', 'document' or None, got {task!r}")
+            return (-kl_feature_map(mu, logvar, sides[0])).float()
+        return kl_feature_map(mu, logvar, sides[1]).float()
 
-    def get_embedding_dimension(self) -> int:
-        """d, the dimension of μ (what ``encode`` returns; the query and document routes have 2d + 2)."""
-        return self.model.config.embedding_size
+    def get_embedding_dimension(self, task: str | None = None) -> int:
+        """The dimension of a route's vectors: d (μ) without a task, which sentence-transformers reads as the
+        dimension of ``encode``; 2d + 2 for ``task="query"`` / ``"document"`` (d with ``direction="none"``)."""
+        _check_task(task)
+        dimension = self.model.config.embedding_size
+        return dimension if task is None or self.direction == "none" else 2 * dimension + 2
+
+    def breaks_kl(self, task: str | None) -> bool:
+        """Whether ``task`` routes to the KL vectors (dot = −KL), which no sentence-transformers option may alter."""
+        return task in ROUTE_TASKS and self.direction != "none"
+
+    def on_model_ready(self, model) -> None:
+        """sentence-transformers' hook, called once the model that holds this module is built: a plain
+        ``SentenceTransformer`` (what ``SentenceTransformer(folder, trust_remote_code=True)`` builds) becomes a
+        [`GaussCSESentenceTransformer`], whose ``encode`` refuses the options that break dot = −KL on the routes
+        (sentence-transformers applies them after this module, out of its sight) and whose
+        ``get_embedding_dimension`` takes a task. Another subclass is left as it is, with a warning."""
+        if type(model) is SentenceTransformer:
+            model.__class__ = GaussCSESentenceTransformer
+        elif not isinstance(model, GaussCSESentenceTransformer):
+            logger.warning(
+                f"{type(model).__name__} is not a GaussCSESentenceTransformer: normalize_embeddings, precision and "
+                "truncate_dim are not checked on encode_query/encode_document, and any of them breaks dot = −KL"
+            )
 
     def save(self, output_path: str, *args, **kwargs) -> None:
         """Write the GaussCSE folder (``save_pretrained``: weights, config, code, the sentence-transformers files),
@@ -157,12 +198,74 @@ class GaussCSETransformer(InputModule):
 
 
 class GaussCSESentenceTransformer(SentenceTransformer):
-    """A ``SentenceTransformer`` of one [`GaussCSETransformer`] whose ``save`` (and ``save_pretrained``,
-    ``push_to_hub``) names the module by the file shipped in the folder, ``sentence_transformer_gausscse``, as a
-    folder loaded with ``trust_remote_code`` does (sentence-transformers' own ``save`` would name the Python path it
-    was imported from, ``gausscse.model...``, which loads only where the gausscse package is installed), and keeps this
-    object's settings (prompts, similarity function, ...) in ``config_sentence_transformers.json``, which the module's
-    ``save_pretrained`` rewrites with the defaults."""
+    """A ``SentenceTransformer`` of one [`GaussCSETransformer`] (a plain one holding the module becomes this class
+    when it is built: [`GaussCSETransformer.on_model_ready`]).
+
+    * ``encode`` (so ``encode_query``, ``encode_document``) refuses, on the KL routes, the options that break
+      dot = −KL: ``normalize_embeddings=True``, a ``precision`` other than ``"float32"`` and ``truncate_dim``.
+    * ``get_embedding_dimension(task=None)``: d without a task (what ``encode`` returns), the route's 2d + 2 with
+      ``task="query"`` / ``"document"``.
+    * ``save`` (and ``save_pretrained``, ``push_to_hub``) names the module by the file shipped in the folder,
+      ``sentence_transformer_gausscse``, as a folder loaded with ``trust_remote_code`` does (sentence-transformers'
+      own ``save`` would name the Python path it was imported from, ``gausscse.model...``, which loads only where the
+      gausscse package is installed), and keeps this object's settings (prompts, similarity function, ...) in
+      ``config_sentence_transformers.json``, which the module's ``save_pretrained`` rewrites with the defaults."""
+
+    def _gausscse_module(self) -> GaussCSETransformer | None:
+        return next((module for module in self if isinstance(module, GaussCSETransformer)), None)
+
+    def encode(self, *args, **kwargs):
+        """sentence-transformers' ``encode``, after [`check_route_options`] on the same arguments."""
+        self.check_route_options(*args, **kwargs)
+        return super().encode(*args, **kwargs)
+
+    def check_route_options(self, *args, **kwargs) -> None:
+        """Raise ``ValueError`` if ``encode(*args, **kwargs)`` asks for a KL route (``task="query"`` /
+        ``"document"``, what ``encode_query`` / ``encode_document`` pass) with an option that breaks dot = −KL."""
+        module = self._gausscse_module()
+        bound = _ENCODE_SIGNATURE.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        options = bound.arguments
+        task = options["kwargs"].get("task")
+        if module is None or options["output_value"] != "sentence_embedding" or not module.breaks_kl(task):
+            return
+        call = f"encode_{task}"
+        why = (
+            f"this GaussCSE model's {task} vectors are built so that query · document = −KL between the two "
+            "Gaussians, which is what st.similarity (dot) ranks by"
+        )
+        if options["normalize_embeddings"]:
+            raise ValueError(
+                f"{call}(normalize_embeddings=True) is refused: {why}; unit-length vectors give cosines that rank "
+                "differently. Compare the vectors as returned, with st.similarity or an inner-product index; for "
+                "unit-length point embeddings (cosine similarity), use μ: st.encode(texts, normalize_embeddings=True)."
+            )
+        precision = options["precision"]
+        if precision not in (None, "float32"):
+            raise ValueError(
+                f"{call}(precision={precision!r}) is refused: {why}; their entries span many orders of magnitude "
+                "(1/σ², μ/σ² and a constant that cancels against them), so quantised vectors lose the ranking. Keep "
+                "precision='float32'; to quantise point embeddings, use μ: st.encode(texts, precision="
+                f"{precision!r})."
+            )
+        truncate_dim = options["truncate_dim"] if options["truncate_dim"] is not None else self.truncate_dim
+        if truncate_dim is not None:
+            raise ValueError(
+                f"{call}(truncate_dim={truncate_dim}) is refused: {why}; that dot product runs over all "
+                f"{module.get_embedding_dimension(task)} values, and a truncated vector keeps only part of the sum. "
+                "Call it without truncate_dim (for one set on the model: inside `with st.truncate_embeddings(None):`);"
+                " truncate μ with st.encode."
+            )
+
+    def get_embedding_dimension(self, task: str | None = None) -> int | None:
+        """The dimension of ``encode``'s vectors (μ: d) without a task, as sentence-transformers defines it; with
+        ``task="query"`` / ``"document"``, that of ``encode_query`` / ``encode_document`` (2d + 2; d with
+        ``direction="none"``)."""
+        module = self._gausscse_module()
+        if task is None or module is None:
+            _check_task(task)
+            return super().get_embedding_dimension()
+        return module.get_embedding_dimension(task)
 
     def save(self, path: str, *args, **kwargs) -> None:
         super().save(path, *args, **kwargs)

@@ -8,7 +8,7 @@ vectors, whose inner product is −KL (``"faiss"``: flat, ``"faiss-hnsw"``: appr
 ``.entailing(model, claims, k)``; the command line is ``python -m gausscse.search build|query``.
 """
 
-from .corpus import Hit, SentenceIndex
+from .corpus import Hit, ModelMismatchError, SentenceIndex, model_fingerprint
 from .index import BACKENDS, GaussianIndex
 
-__all__ = ["BACKENDS", "GaussianIndex", "Hit", "SentenceIndex"]
+__all__ = ["BACKENDS", "GaussianIndex", "Hit", "ModelMismatchError", "SentenceIndex", "model_fingerprint"]

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load, save
 
-from gausscse.io import atomic_folder, write_json
+from gausscse.io import atomic_folder, json_safe, read_folder
 from gausscse.model.gaussian import (
     KL_REDUCTIONS,
     SEARCH_DIRECTIONS,
@@ -19,13 +19,29 @@ from gausscse.model.gaussian import (
     similarity,
     similarity_matrix,
 )
-from gausscse.search.faiss_backend import HNSW, FaissDirection
+from gausscse.search.faiss_backend import HNSW, FaissDirection, first_line
 
 BACKENDS = ("torch", "faiss", HNSW)
 CHUNK_ROWS = 4096  # stored items scored per matrix product (torch backend)
 QUERY_CHUNK = 256  # queries re-scored at a time (FAISS backends)
 GAUSSIANS_FILE = "gaussians.safetensors"
 SETTINGS_FILE = "index_config.json"
+KL_TERM_LIMIT = 1e30  # the largest μ² or μ²/σ² an index accepts (its float32 sums cannot overflow)
+
+
+def check_searchable(embeddings: GaussianEmbeddings, argument: str) -> None:
+    """``ValueError`` naming the first row of ``embeddings`` whose KL terms an index cannot score without overflow:
+    μ² or μ²/σ² above ``KL_TERM_LIMIT`` (1e30); log σ² is already within ±``LOGVAR_BOUND`` (``GaussianEmbeddings.
+    check``). Every Gaussian a model encodes is far inside (|μ| ≤ 1 under tanh); within the limits every backend's
+    results are exact (re-scored)."""
+    mean_term = (embeddings.mu.double() ** 2 * torch.exp(-embeddings.logvar.double()).clamp_min(1.0)).amax(dim=-1)
+    bad = mean_term > KL_TERM_LIMIT
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"{argument}[{row}] is too extreme to search: an index takes μ² and μ²/σ² up to {KL_TERM_LIMIT:.0e}, this "
+            f"row reaches {float(mean_term[row]):.4g}"
+        )
 
 
 def sort_by_score_then_id(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,13 +151,14 @@ class GaussianIndex:
         if embeddings.dim != self.dim:
             raise ValueError(f"{argument} have dimension {embeddings.dim}, the index {self.dim}")
         embeddings.check(argument)
+        check_searchable(embeddings, argument)
         return embeddings.to(device=self.device, dtype=torch.float32)
 
     def add(self, embeddings: GaussianEmbeddings) -> None:
         """Append Gaussians; their ids continue from ``len(self)``."""
         embeddings = self._checked(embeddings, "embeddings")
         for direction, built in list(self._faiss.items()):
-            if not built.try_add(embeddings):  # outside the approximate index's transform: rebuilt at the next query
+            if not built.try_add(embeddings, len(self)):  # outside the approximate index: rebuilt at the next query
                 del self._faiss[direction]
         self.mu = torch.cat([self.mu, embeddings.mu])
         self.logvar = torch.cat([self.logvar, embeddings.logvar])
@@ -222,52 +239,98 @@ class GaussianIndex:
         }
 
     def save(self, folder: str | Path) -> None:
-        """A folder: ``gaussians.safetensors`` (μ, log σ²), ``index_config.json`` and, for each FAISS index built, a
-        FAISS file ``<direction>.faiss`` (no pickle anywhere). Built beside ``folder`` and swapped in whole; an
-        existing folder that is not a saved index is refused."""
+        """A folder: ``gaussians.safetensors`` (μ, log σ²), ``index_config.json``, for the FAISS backends a FAISS file
+        ``<direction>.faiss`` per direction (built now if no query built it yet, so that a loaded index answers its
+        first query at once) and ``manifest.json`` (sizes and SHA-256 of the files, checked by [`load`]); no pickle
+        anywhere. Built beside ``folder`` and swapped in whole; an existing folder that is not a saved index is
+        refused."""
         with atomic_folder(folder, SETTINGS_FILE) as staging:
             self.write_files(staging)
 
-    def write_files(self, folder: Path) -> None:
-        """Write the index's files into the existing ``folder`` (see [`save`])."""
-        save_file(
-            {"mu": self.mu.cpu().contiguous(), "logvar": self.logvar.cpu().contiguous()}, str(folder / GAUSSIANS_FILE)
-        )
+    def files(self) -> dict[str, bytes]:
+        """The files of [`save`] (all but the manifest) as ``{name: bytes}``."""
+        if self.backend != "torch" and len(self):
+            for direction in SEARCH_DIRECTIONS:
+                self.faiss_direction(direction)
+        files = {GAUSSIANS_FILE: save({"mu": self.mu.cpu().contiguous(), "logvar": self.logvar.cpu().contiguous()})}
         for built in self._faiss.values():
-            built.save(folder)
-        write_json(folder / SETTINGS_FILE, self.settings())
+            files.update(built.files())
+        files[SETTINGS_FILE] = json_bytes(self.settings())
+        return files
+
+    def write_files(self, folder: Path) -> None:
+        """Write [`files`] into the existing ``folder``."""
+        for name, data in self.files().items():
+            (folder / name).write_bytes(data)
 
     @classmethod
     def load(cls, folder: str | Path, device: str | torch.device | None = None) -> GaussianIndex:
-        """An index saved by [`save`] (its FAISS files are read back, not rebuilt)."""
+        """An index saved by [`save`] (its FAISS files are read back, not rebuilt). All files come from one version
+        of the folder, checked against its manifest (``gausscse.io.read_folder``); a damaged or missing file raises
+        ``ValueError`` / ``FileNotFoundError`` naming it."""
         folder = Path(folder)
-        settings_path = folder / SETTINGS_FILE
-        if not settings_path.is_file():
+        return cls.from_files(folder, read_folder(folder, "GaussianIndex"), device)
+
+    @classmethod
+    def from_files(
+        cls, folder: Path, files: Mapping[str, bytes], device: str | torch.device | None = None
+    ) -> GaussianIndex:
+        """The index whose files (``{name: bytes}``, as read from ``folder``) [`save`] wrote."""
+        if SETTINGS_FILE not in files:
             raise FileNotFoundError(f"{folder} is not a saved GaussianIndex: {SETTINGS_FILE} is missing")
-        settings = json.loads(settings_path.read_text())
-        index = cls(
-            settings["dim"],
-            settings["reduction"],
-            settings["backend"],
-            device=device,
-            candidates_per_result=settings["candidates_per_result"],
-            ef_search=settings["ef_search"],
-        )
-        with safe_open(str(folder / GAUSSIANS_FILE), framework="pt") as handle:
-            index.add(GaussianEmbeddings(handle.get_tensor("mu"), handle.get_tensor("logvar")))
-        if len(index) != settings["size"]:
-            raise ValueError(
-                f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {settings['size']}"
+        settings = parse_json(folder / SETTINGS_FILE, files[SETTINGS_FILE])
+        try:
+            index = cls(
+                int(settings["dim"]),
+                settings["reduction"],
+                settings["backend"],
+                device=device,
+                candidates_per_result=int(settings["candidates_per_result"]),
+                ef_search=int(settings["ef_search"]),
             )
+            size = int(settings["size"])
+        except KeyError as error:
+            raise ValueError(f"{folder / SETTINGS_FILE} has no {error.args[0]!r}: the index is damaged") from None
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{folder / SETTINGS_FILE}: {error}") from None
+        if GAUSSIANS_FILE not in files:
+            raise FileNotFoundError(f"{folder / GAUSSIANS_FILE} is missing: the index is incomplete")
+        try:
+            tensors = load(files[GAUSSIANS_FILE])
+            stored = GaussianEmbeddings(tensors["mu"], tensors["logvar"])
+        except Exception as error:  # safetensors' SafetensorError, a missing tensor, a shape mismatch
+            raise ValueError(f"{folder / GAUSSIANS_FILE} is damaged ({first_line(error)})") from None
+        try:
+            index.add(stored)
+        except ValueError as error:
+            raise ValueError(f"{folder / GAUSSIANS_FILE}: {error}") from None
+        if len(index) != size:
+            raise ValueError(f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {size}")
         for direction in SEARCH_DIRECTIONS:
-            built = FaissDirection.load(index.backend, direction, index.dim, folder, index.ef_search)
+            built = FaissDirection.from_files(index.backend, direction, index.dim, folder, files, index.ef_search)
             if built is not None:
-                if built.faiss_index.ntotal != len(index):
-                    raise ValueError(
-                        f"{folder}/{direction}.faiss holds {built.faiss_index.ntotal} vectors, the index {len(index)}"
-                    )
+                if built.size != len(index):
+                    raise ValueError(f"{folder}/{direction}.faiss holds {built.size} vectors, the index {len(index)}")
                 index._faiss[direction] = built
         return index
+
+
+def json_bytes(payload: Any) -> bytes:
+    """``payload`` as indented UTF-8 JSON (NaN as ``null``)."""
+    return (json.dumps(json_safe(payload), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def parse_json(path: Path, data: bytes) -> dict[str, Any]:
+    """The JSON object in ``data`` (the bytes of ``path``); ``ValueError`` naming the file and line otherwise."""
+    try:
+        payload = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text ({error})") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} line {error.lineno}: not valid JSON ({error.msg})") from None
+    if not isinstance(payload, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(payload).__name__}")
+    return payload
 
 
 __all__ = ["BACKENDS", "GaussianIndex"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from gausscse import GaussCSEModel
-from gausscse.io import link_tree, replace_folder
+from gausscse.io import current_umask, link_tree, replace_folder
 from gausscse.loading import is_hub_id
 
 from .lora import has_lora, merge_lora
@@ -24,7 +25,7 @@ from .model_card import FIGURE_FILE, write_model_card
 from .trainer import check_finite_weights
 
 TRAIN_RESULTS_FILE = "train_results.json"
-STAGING_SUFFIX = ".saving"  # the new output folder is built at .<name>.saving beside it
+STAGING_SUFFIX = ".saving"  # the new output folder is built in .<name>.saving.<random> beside it, one per save
 MANIFEST_FILE = ".final-model-files.json"  # the files of the final model, for the next save and the Hub upload
 
 
@@ -39,22 +40,24 @@ def save_model_folder(
 ) -> Path:
     """Write the final model into ``model_dir`` (the output folder; other entries such as ``checkpoint-N`` stay).
 
-    Non-finite weights are refused before anything is written. The new folder is built beside ``model_dir``: the
-    model files, plus hard links to everything else already there (checkpoints, logs; not the earlier final model's
-    files), then swapped with ``model_dir`` in one atomic step (``renameat2``), so whatever moment the process dies,
-    ``model_dir`` holds the whole old or the whole new model. Where the system cannot swap folders atomically, each
-    file is moved into place with its own atomic rename instead. A LoRA model is merged into a plain GaussCSE folder
-    when ``merge``, else saved as adapter + heads.
+    Non-finite weights are refused before anything is written. The new folder is built beside ``model_dir``, in a
+    staging folder of this save's own (``.<name>.saving.<random>``: two saves never share one, and none deletes
+    another's): the model files, plus hard links to everything else already there (checkpoints, logs; not the earlier
+    final model's files), then swapped with ``model_dir`` in one atomic step (``renameat2``), so whatever moment the
+    process dies, ``model_dir`` holds the whole old or the whole new model. Where the system cannot swap folders
+    atomically, each file is moved into place with its own atomic rename instead. A LoRA model is merged into a plain
+    GaussCSE folder when ``merge``, else saved as adapter + heads.
     ``card``: keyword arguments of [`gausscse.training.model_card.render_model_card`]; ``results``:
     ``train_results.json``; ``figure``: a PNG of the final evaluation, saved as ``FIGURE_FILE`` and shown in the card.
     """
     check_finite_weights(model, "the final model")
     model_dir = Path(model_dir)
+    if model_dir.is_symlink():  # the link stays; the folder it points to is replaced
+        model_dir = model_dir.resolve()
     model_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = model_dir.parent / f".{model_dir.name}{STAGING_SUFFIX}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    staging = Path(tempfile.mkdtemp(dir=model_dir.parent, prefix=f".{model_dir.name}{STAGING_SUFFIX}."))
     try:
+        staging.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; the model folder it becomes gets the usual mode
         _write_model_folder(model, tokenizer, model_dir, staging, card, results, merge, figure)
     except BaseException:  # a full disk, a kill signal turned into an exception, ...: no half-built folder stays
         shutil.rmtree(staging, ignore_errors=True)
