@@ -19,4 +19,5 @@ fi
 # too when the quickstart model is there.
 real=$([ -d outputs/quickstart ] && echo "--real_model outputs/quickstart" || true)
 .venv/bin/python -m bench.bench_search --json "results/bench_search_cpu.json" $real
-.venv/bin/python -m studies.write_reports
+.venv/bin/python -m bench.bench_index_load --json "results/bench_index_load_cpu.json"
+.venv/bin/python -m bench.report

@@ -3,7 +3,7 @@
 # and 512 against the released code's step; the similarity matrix), for a GPU machine without network, such as the
 # one the `device` tool lends. Here, once: bash ../shared/tools/offline-gpu-bundle.sh (packs .offline-gpu/); there:
 #   source .offline-gpu/env.sh && bash bench/run_gpu.sh
-# Then, back here: python -m studies.write_reports adds the *_cuda*.json rows to results/BENCHMARKS.md.
+# Then, back here: python -m bench.report adds the *_cuda*.json rows to results/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python}

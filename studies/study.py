@@ -1,7 +1,7 @@
 """The reproduction study: loss variants × similarity reductions, the supervised SimCSE baseline, the untouched
 backbone and the length baseline, over several seeds, scored by the full evaluation suite.
 
-Recipe (heads-only, see ``training.heads_only``): the packaged all-MiniLM-L6-v2 stays frozen; its [CLS] vectors
+Recipe (heads-only, see ``studies.heads_only``): the packaged all-MiniLM-L6-v2 stays frozen; its [CLS] vectors
 of every training and evaluation sentence are computed once, then each configuration trains fresh μ/σ² heads on
 the offline SNLI + MNLI samples with the paper's loss, 3 epochs, AdamW, linear schedule, SNLI-dev AUPRC every 100
 steps with the best step kept. Batch size and head learning rate are tuned per configuration on SNLI dev only
@@ -10,7 +10,7 @@ this recipe costs seconds, which is what allows every configuration × several s
 
 Usage::
 
-    python -m studies.study --output results/study            # then: python -m studies.write_reports
+    python -m studies.study --output results/study            # then: python -m studies.heads_only_report
 
 Writes ``<output>/study.json`` (every run's results, the tuning grid, McNemar tests, timings, hardware) and the
 evaluation suite's plots for the default configuration.
@@ -31,14 +31,14 @@ import torch
 
 from gausscse import GaussCSEModel
 from gausscse.data.sources import load_training_examples
-from gausscse.evaluation.encoders import BackboneFeatures, FeaturePointEncoder, FrozenBackboneEncoder
-from gausscse.evaluation.fast import dev_metrics
+from gausscse.evaluation.dev_evaluator import dev_metrics
 from gausscse.evaluation.plots import FIGURE1_SENTENCES, plot_gaussians_2d, plot_generality_gap, plot_pr_curves
 from gausscse.evaluation.suite import TaskData, aggregate_seeds, run_encoder, significance
 from gausscse.io import atomic_path, write_json
 from gausscse.model.modeling_gausscse import sentence_transformers_pooling
-from gausscse.training.heads_only import HeadsOnlyArguments, sentences_of, train_heads
 from gausscse.training.losses import GAUSSCSE_VARIANTS
+from studies.frozen_features import BackboneFeatures, FeaturePointEncoder, FrozenBackboneEncoder
+from studies.heads_only import HeadsOnlyArguments, sentences_of, train_heads
 
 REDUCTIONS = ("sum", "mean_dim")
 SIMCSE = "SimCSE sup. (cosine on μ)"
@@ -58,6 +58,16 @@ def configuration_label(loss: str, reduction: str) -> str:
 def configurations() -> list[tuple[str, str]]:
     """(loss, reduction) of every trained configuration."""
     return [*itertools.product(GAUSSCSE_VARIANTS, REDUCTIONS), ("simcse", "sum")]
+
+
+def recipe(num_train_epochs: float) -> str:
+    """The recipe line of ``study.json``, from the heads-only defaults every run uses."""
+    defaults = HeadsOnlyArguments()
+    return (
+        f"heads-only (frozen backbone, cached [CLS] vectors), {num_train_epochs:g} epochs, AdamW, linear schedule "
+        f"with {defaults.warmup_ratio:.0%} warm-up, weight decay {defaults.weight_decay:g}, "
+        f"tau {defaults.temperature:g}, SNLI-dev AUPRC every {defaults.eval_steps} steps, best step kept"
+    )
 
 
 def cached_features(path: Path, backbone, tokenizer, sentences: list[str], max_length: int) -> BackboneFeatures:
@@ -222,9 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
         "meta": {
             "command": ["python", "-m", "studies.study", *(argv if argv is not None else sys.argv[1:])],
             "backbone": backbone_name,
-            "recipe": f"heads-only (frozen backbone, cached [CLS] vectors), {args.num_train_epochs:g} epochs, AdamW, "
-            "linear schedule with 10% warm-up, weight decay 0.01, tau 0.05, SNLI-dev AUPRC every 100 steps, best "
-            "step kept",
+            "recipe": recipe(args.num_train_epochs),
             "train_max_length": args.train_max_length,
             "eval_max_length": args.eval_max_length,
             "seeds": args.seeds,

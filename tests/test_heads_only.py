@@ -1,5 +1,6 @@
-"""Heads-only training on cached backbone features, the encoders that read the cache, and the study script end to
-end on a tiny backbone with the real evaluation data."""
+"""The study's heads-only training on cached backbone features (``studies.heads_only``), the encoders that read the
+cache (``studies.frozen_features``), and the study script and its report writer end to end on a tiny backbone with
+the real evaluation data."""
 
 from __future__ import annotations
 
@@ -16,25 +17,14 @@ from gausscse import GaussCSEModel
 from gausscse.data.registry import default_data_dir
 from gausscse.data.sources import load_training_examples
 from gausscse.data.tokenize import tokenize_examples
-from gausscse.evaluation.encoders import (
-    BackboneFeatures,
-    EncodedSentences,
-    FeaturePointEncoder,
-    FrozenBackboneEncoder,
-    GaussianEncoder,
-    PointEncoder,
-)
-from gausscse.evaluation.fast import dev_metrics
+from gausscse.evaluation.dev_evaluator import dev_metrics
+from gausscse.evaluation.encoders import EncodedSentences, GaussianEncoder, PointEncoder
 from gausscse.evaluation.tasks import NLI_DEV, load_nli
+from gausscse.training.arguments import GaussCSETrainingArguments
 from gausscse.training.batch import TripletCollator, split_batch_embeddings
-from gausscse.training.heads_only import (
-    HeadsOnlyArguments,
-    batch_embeddings,
-    sentences_of,
-    shuffled_batches,
-    train_heads,
-)
 from gausscse.training.losses import GaussCSELoss
+from studies.frozen_features import BackboneFeatures, FeaturePointEncoder, FrozenBackboneEncoder
+from studies.heads_only import HeadsOnlyArguments, batch_embeddings, sentences_of, shuffled_batches, train_heads
 
 from .helpers import heads_by_hand, reference_similarity
 from .test_evaluation_metrics import brute_force_best_threshold, brute_force_sweep_auprc
@@ -148,6 +138,27 @@ def test_train_heads_learns_keeps_the_backbone_and_restores_the_best_step(model,
     assert not torch.equal(again.logvar_head.weight, model.logvar_head.weight)
 
 
+def test_heads_only_arguments_default_to_the_training_flags_they_mirror(tmp_path) -> None:
+    """One place for the recipe's defaults: ``train_gausscse.py``'s (``GaussCSETrainingArguments``)."""
+    training = GaussCSETrainingArguments(output_dir=str(tmp_path))
+    heads = HeadsOnlyArguments()
+    mirrored = {
+        "loss": "loss",
+        "temperature": "temperature",
+        "batch_size": "per_device_train_batch_size",
+        "learning_rate": "head_learning_rate",
+        "weight_decay": "weight_decay",
+        "num_train_epochs": "num_train_epochs",
+        "warmup_ratio": "warmup_steps",  # a ratio of the steps there too (< 1)
+        "eval_steps": "eval_steps",
+        "seed": "seed",
+    }
+    assert {name: getattr(heads, name) for name in mirrored} == {
+        name: getattr(training, flag) for name, flag in mirrored.items()
+    }
+    assert train_heads.__defaults__[-1] == training.metric_for_best_model
+
+
 def test_heads_only_arguments_and_metric_errors(model, features, examples) -> None:
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         HeadsOnlyArguments(batch_size=0)
@@ -250,7 +261,7 @@ def test_study_and_reports_end_to_end(backbone: Path, tmp_path: Path) -> None:
     assert all((study / name).is_file() for name in payload["plots"])
     reports = tmp_path / "reports"
     subprocess.run(
-        [sys.executable, "-m", "studies.write_reports", "--study", str(study), "--output", str(reports)],
+        [sys.executable, "-m", "studies.heads_only_report", "--study", str(study), "--output", str(reports)],
         cwd=REPO_ROOT,
         check=True,
         capture_output=True,

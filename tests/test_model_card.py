@@ -22,12 +22,17 @@ from huggingface_hub import ModelCard
 import gausscse
 from gausscse.cli.evaluate import card_eval_results
 from gausscse.cli.evaluate import main as evaluate_main
+from gausscse.data.registry import HUB_SOURCES
+from gausscse.data.sources import TRAIN_SOURCES
 from gausscse.evaluation.encoders import GaussianEncoder
 from gausscse.evaluation.plots import plot_dev_summary
 from gausscse.evaluation.tasks import NLIPairs
 from gausscse.training.arguments import parse_arguments
 from gausscse.training.lora import apply_lora
 from gausscse.training.model_card import (
+    CardDataset,
+    dataset_id,
+    hub_dataset,
     merge_test_results,
     render_model_card,
     sentence_transformers_usage,
@@ -56,7 +61,7 @@ def test_the_card_carries_a_sentence_transformers_models_metadata():
                               "gaussian-embeddings", "natural-language-inference"}  # fmt: skip
     assert data.language == "en" and data.license == "apache-2.0"
     assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
-    assert data.datasets == ["stanfordnlp/snli", "nyu-mll/multi_nli"]
+    assert data.datasets == ["stanfordnlp/snli", "nyu-mll/glue"]  # where the data loader reads them from
     assert data.model_name == NAME
     (widget,) = data.widget  # the Hub's sentence-similarity widget: a source sentence against others
     assert isinstance(widget["source_sentence"], str) and len(widget["sentences"]) >= 2
@@ -65,6 +70,19 @@ def test_the_card_carries_a_sentence_transformers_models_metadata():
     assert sentence_transformers_usage(NAME, "sum", 384) in parsed.text
     assert "python app.py" in parsed.text and "huggingface.co/spaces" in parsed.text
     assert "@inproceedings{yoda-etal-2024-sentence" in parsed.text
+
+
+def test_the_card_names_the_datasets_by_the_registrys_hub_ids():
+    """One source of the Hub ids: the card's training datasets and its model-index sets are the datasets the data
+    loader reads (``gausscse.data.registry.HUB_SOURCES``), one id per dataset."""
+    for name in TRAIN_SOURCES:
+        assert dataset_id(name) == HUB_SOURCES[(name, "train")][0]
+    for (name, split), (hub_id, config, hub_split) in HUB_SOURCES.items():
+        assert hub_dataset(name, split) == CardDataset(hub_id, name, hub_split, config)
+        assert hub_id == HUB_SOURCES[next(key for key in HUB_SOURCES if key[0] == name)][0]
+    assert ModelCard(card(datasets=list(TRAIN_SOURCES))).data.datasets == [
+        HUB_SOURCES[(name, "train")][0] for name in TRAIN_SOURCES
+    ]
 
 
 def results_by_metric(text: str) -> dict[tuple[str, str, str | None, str], float]:

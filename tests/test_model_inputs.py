@@ -138,7 +138,7 @@ def test_encode_tokenises_each_sentence_once_and_keeps_input_order(batch_size, m
 def test_backbone_encoding_tokenises_once_and_matches_one_sentence_at_a_time(minilm_tokenizer):
     from transformers import BertConfig, BertModel
 
-    from gausscse.data.features import encode_hidden
+    from gausscse.evaluation.encoding import encode_hidden
 
     torch.manual_seed(0)
     backbone = BertModel(BertConfig(vocab_size=minilm_tokenizer.vocab_size, **TINY_BERT)).eval()

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from gausscse.data.tokenize import tokenize_examples
+from gausscse.model.configuration_gausscse import POOLINGS
+from gausscse.model.modeling_gausscse import ENCODER_POSITIONS, position_offset, resolve_max_length
 from gausscse.training.batch import TripletCollator, pack_sentences, packing_position_offset, split_batch_embeddings
 from gausscse.training.losses import GaussCSELoss
 
@@ -36,9 +38,10 @@ def test_packing_takes_its_position_offset_from_the_encoders_config(minilm_token
         TripletCollator.for_tokenizer(minilm_tokenizer, pack=True)
 
 
-@pytest.mark.parametrize("model_type", ["bert", "roberta"])
-@pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("model_type", sorted(ENCODER_POSITIONS))
+@pytest.mark.parametrize("pooling", POOLINGS)
 def test_packed_forward_equals_padded_forward(model_type, pooling, make_tiny_model, minilm_tokenizer):
+    """Every encoder of the one table packs, with every pooling a model can have."""
     model = make_tiny_model(model_type, pooling=pooling)
     padded, packed = padded_and_packed(model, minilm_tokenizer)
     assert packed["input_ids"].shape[0] < padded["input_ids"].shape[0]  # fewer rows, fewer padding tokens
@@ -77,6 +80,31 @@ def test_pack_sentences_layout_and_errors():
     assert mask[5].tolist() == [False] * 5 + [True]  # a padding token sees only itself
     with pytest.raises(ValueError, match="pack_length=4 is shorter than sentence 1"):
         pack_sentences([[1, 2], [1, 2, 3, 4, 5]], row_length=4, position_offset=0)
+
+
+@pytest.mark.parametrize("model_type", sorted(ENCODER_POSITIONS))
+def test_the_encoder_table_states_where_each_encoders_own_positions_start(model_type, make_tiny_model):
+    """The offset the table gives (used by packing and by the truncation limit) is the one the encoder uses itself:
+    its forward with the default position ids equals the forward with ``offset + 0, 1, ...`` given."""
+    encoder = make_tiny_model(model_type).encoder
+    input_ids = torch.tensor([[101, 7592, 2088, 2003, 102]])
+    offset = position_offset(encoder.config)
+    given = torch.arange(input_ids.shape[1])[None] + offset
+    with torch.no_grad():
+        own = encoder(input_ids=input_ids).last_hidden_state
+        explicit = encoder(input_ids=input_ids, position_ids=given).last_hidden_state
+        shifted = encoder(input_ids=input_ids, position_ids=given + 1).last_hidden_state
+    torch.testing.assert_close(explicit, own)
+    assert not torch.allclose(shifted, own)  # the check can fail: positions matter
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "camembert"])
+def test_the_roberta_family_packs_and_counts_positions_after_padding(model_type, make_tiny_model):
+    """RoBERTa's padding-offset positions, and the encoders built on its embeddings: one table says so for packing
+    and for the truncation limit (CamemBERT was in the limit's list and not in packing's)."""
+    config = make_tiny_model(model_type).config.encoder_config
+    assert packing_position_offset(config) == position_offset(config) == config.pad_token_id + 1 == 2
+    assert resolve_max_length(None, config) == config.max_position_embeddings - 2
 
 
 def test_packing_rejects_encoders_without_absolute_positions(make_tiny_model):

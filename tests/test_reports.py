@@ -38,19 +38,26 @@ def reductions(**scores: tuple[float, float]) -> dict[str, dict[str, float]]:
 def test_the_reduction_rule_direction_first_auprc_among_ties_mean_kl_on_a_tie():
     # the best direction and AUPRC
     assert choose_reduction(reductions(sum=(92.0, 62.0), mean_kl=(96.0, 63.0), mean_dim=(95.0, 59.0))) == (
-        "mean_kl", "mean_kl")
+        "mean_kl",
+        "mean_kl",
+    )
     # tied on direction (within 0.5): the higher AUPRC wins
     assert choose_reduction(reductions(sum=(92.0, 62.0), mean_kl=(95.7, 63.0), mean_dim=(96.0, 59.0))) == (
-        "mean_kl", "mean_kl")
+        "mean_kl",
+        "mean_kl",
+    )
     # clearly better direction wins whatever the AUPRC
     assert choose_reduction(reductions(sum=(92.0, 62.0), mean_kl=(95.0, 63.0), mean_dim=(96.0, 59.0))) == (
-        "mean_dim", "mean_dim")
+        "mean_dim",
+        "mean_dim",
+    )
     # sum wins the tie on AUPRC; mean_kl within 0.5 of it on both: a tie, mean_kl
     assert choose_reduction(reductions(sum=(95.9, 60.4), mean_kl=(95.8, 60.0), mean_dim=(96.0, 59.0))) == (
-        "sum", "mean_kl")
+        "sum",
+        "mean_kl",
+    )
     # ... but not when its AUPRC is further off
-    assert choose_reduction(reductions(sum=(95.9, 60.4), mean_kl=(95.8, 59.8), mean_dim=(96.0, 59.0))) == (
-        "sum", "sum")
+    assert choose_reduction(reductions(sum=(95.9, 60.4), mean_kl=(95.8, 59.8), mean_dim=(96.0, 59.0))) == ("sum", "sum")
 
 
 def test_report_figures_come_from_the_study_and_the_code_default_follows_its_rule(tmp_path):
@@ -74,10 +81,22 @@ def test_report_figures_come_from_the_study_and_the_code_default_follows_its_rul
 
 def test_benchmarks_md_is_what_the_writer_makes_of_the_committed_json(monkeypatch):
     """BENCHMARKS.md (speed, memory, search recall) is generated from results/bench_*.json, never edited by hand."""
-    from studies.write_reports import benchmarks_report
+    from bench.report import benchmarks_report
 
     monkeypatch.chdir(REPO_ROOT)  # the report names the JSON files by their paths from the repository root
     assert benchmarks_report(Path("results")) == (REPO_ROOT / "results" / "BENCHMARKS.md").read_text()
+
+
+def test_heads_only_md_is_what_the_writer_makes_of_the_committed_json():
+    """HEADS_ONLY.md (the frozen-backbone study) is generated from results/study/, never edited by hand."""
+    from studies.heads_only_report import heads_only_report
+
+    study_folder = REPO_ROOT / "results" / "study"
+    study = json.loads((study_folder / "study.json").read_text())
+    report = heads_only_report(study, "study", study_folder / "finetune")
+    assert report == (REPO_ROOT / "results" / "HEADS_ONLY.md").read_text()
+    data = study["meta"]["training_data"]
+    assert f"({data['examples_used']:,} examples, {data['complete_triplets']:,} triplets)" in report
 
 
 def keep_runs(sts_dev: float, retrieval_dev: float, direction_dev: float, auprc_dev: float = 60.0) -> dict:

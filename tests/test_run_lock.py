@@ -23,8 +23,8 @@ import train_gausscse
 from gausscse import GaussCSEModel
 from gausscse.cli.train import hold_output_dir
 from gausscse.training import run_lock
-from gausscse.training.output import save_model_folder
 from gausscse.training.run_lock import OutputDirLockedError, RunLock, lock_path
+from gausscse.training.save import save_model_folder
 from gausscse.training.trainer import GaussCSETrainer
 
 from .helpers import fresh_env, train_args
@@ -251,7 +251,7 @@ def test_each_final_save_stages_in_a_folder_of_its_own_and_leaves_other_runs_sta
         staged.append(new)
         return replace(new, target)
 
-    monkeypatch.setattr("gausscse.training.output.replace_folder", spying_replace)
+    monkeypatch.setattr("gausscse.training.save.replace_folder", spying_replace)
     torch.manual_seed(0)
     model = GaussCSEModel.from_backbone(str(backbone), start="paper")
     for _ in range(2):

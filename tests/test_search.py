@@ -255,7 +255,7 @@ def test_cli_build_and_query_end_to_end(tiny_model_folder, tmp_path):
     }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     for flag, scores in expected.items():
-        command = [sys.executable, "-m", "gausscse.search", "query", "--index", str(tmp_path / "ix"), flag, *claims]
+        command = [sys.executable, "-m", "gausscse.cli.search", "query", "--index", str(tmp_path / "ix"), flag, *claims]
         done = subprocess.run([*command, "-k", "3", "--json"], capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         hits = json.loads(done.stdout)
@@ -289,7 +289,7 @@ def test_cli_errors_name_the_argument(tiny_model_folder, tmp_path):
     command = [
         sys.executable,
         "-m",
-        "gausscse.search",
+        "gausscse.cli.search",
         "query",
         "--index",
         str(tmp_path / "nowhere"),
@@ -522,7 +522,7 @@ def test_damaged_index_files_are_named(tmp_path):
         [
             sys.executable,
             "-m",
-            "gausscse.search",
+            "gausscse.cli.search",
             "query",
             "--index",
             str(damaged("corpus.json", b"{", True)),
@@ -558,11 +558,11 @@ def test_an_index_refuses_another_model_unless_asked(tiny_model_folder, make_tin
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.getcwd()}
     build = ["build", "--model", relative_model, "--corpus", str(corpus_path), "--index", "ix"]
     done = subprocess.run(
-        [sys.executable, "-m", "gausscse.search", *build], capture_output=True, text=True, env=env, cwd=workdir
+        [sys.executable, "-m", "gausscse.cli.search", *build], capture_output=True, text=True, env=env, cwd=workdir
     )
     assert done.returncode == 0, done.stderr[-2000:]
     index = workdir / "ix"
-    query = [sys.executable, "-m", "gausscse.search", "query", "--index", str(index), "--entailing", "A man."]
+    query = [sys.executable, "-m", "gausscse.cli.search", "query", "--index", str(index), "--entailing", "A man."]
     elsewhere = subprocess.run(query, capture_output=True, text=True, env=env, cwd=tmp_path)  # another folder
     assert elsewhere.returncode == 0, elsewhere.stderr[-2000:]  # the relative --model was stored resolved
     refused = subprocess.run([*query, "--model", str(other)], capture_output=True, text=True, env=env, cwd=tmp_path)

@@ -35,7 +35,7 @@ from transformers import AutoModel, AutoTokenizer
 import train_gausscse
 from gausscse import GaussCSEModel
 from gausscse.loading import ModelLoadError, load_model
-from gausscse.training.output import HubPushError, check_hub_push
+from gausscse.training.save import HubPushError, check_hub_push
 
 from .helpers import fresh_env, train_args
 

@@ -3,6 +3,7 @@ gives a working package with its commands."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 from sentence_transformers.models import Pooling
 from transformers import AutoTokenizer, BertConfig, RobertaConfig
@@ -33,9 +35,9 @@ def imported_modules(statement: str) -> set[str]:
 @pytest.mark.parametrize(
     "statement",
     [
-        "import gausscse.data.sources, gausscse.data.tokenize, gausscse.data.features",
-        "import gausscse.training.batch, gausscse.training.losses, gausscse.training.heads_only",
-        "import gausscse.training.trainer, gausscse.training.arguments, gausscse.training.output",
+        "import gausscse.data.sources, gausscse.data.tokenize, gausscse.data.registry",
+        "import gausscse.training.batch, gausscse.training.losses",
+        "import gausscse.training.trainer, gausscse.training.arguments, gausscse.training.save",
     ],
 )
 def test_data_and_training_do_not_import_evaluation_or_its_heavy_dependencies(statement):
@@ -49,6 +51,88 @@ def test_data_and_training_do_not_import_evaluation_or_its_heavy_dependencies(st
 def test_the_demo_builds_on_model_data_and_search_only():
     loaded = imported_modules("import gausscse.demo.core")
     assert not {name for name in loaded if name.startswith(("gausscse.evaluation", "gausscse.training", "gradio"))}
+
+
+PACKAGE_DIR = REPO_ROOT / "gausscse"
+
+
+def module_name(path: Path) -> str:
+    """``gausscse/evaluation/encoders.py`` → ``gausscse.evaluation.encoders`` (a package: its folder's name)."""
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module an ``import`` statement anywhere in ``path`` names (function-level and guarded ones too), relative
+    imports resolved, and ``from m import x`` counted as both ``m`` and ``m.x`` (x may be a submodule)."""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found |= {module, *(f"{module}.{alias.name}" for alias in node.names)}
+    return found
+
+
+def package_files() -> dict[str, Path]:
+    """Module name → file of every Python file of the package (the ``evaluate`` modules are loaded by path, not
+    imported, and import only ``datasets``/``evaluate``)."""
+    return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+def is_under(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
+def test_the_package_imports_neither_the_studies_nor_the_benchmarks():
+    """``gausscse/`` is what a user of the model runs; ``studies/`` and ``bench/`` build on it, never the reverse."""
+    offending = {
+        f"{name}: {module}"
+        for name, path in package_files().items()
+        for module in imports_of(path)
+        if is_under(module, "studies") or is_under(module, "bench")
+    }
+    assert not offending
+
+
+def test_evaluation_does_not_import_training():
+    """Evaluation scores any model; it needs the model, the loader and the data, not the training code (the commands
+    in ``gausscse.cli`` compose the two)."""
+    offending = {
+        f"{name}: {module}"
+        for name, path in package_files().items()
+        if is_under(name, "gausscse.evaluation")
+        for module in imports_of(path)
+        if is_under(module, "gausscse.training")
+    }
+    assert not offending
+
+
+def test_every_package_module_is_reachable_from_what_a_user_runs():
+    """Each module of ``gausscse/`` is imported, directly or not, by ``import gausscse``, a command
+    (``[project.scripts]``, ``python -m gausscse....``) or the root scripts (``app.py``, ``train_gausscse.py``):
+    code only the studies, benchmarks or tests use lives with them, outside the package."""
+    files = package_files()
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    roots = {"gausscse", *(target.split(":")[0] for target in scripts.values())}
+    roots |= {name for name in files if name.endswith(".__main__")}
+    roots |= {module for script in ("app.py", "train_gausscse.py") for module in imports_of(REPO_ROOT / script)}
+    reached, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name in reached or name not in files:
+            continue
+        reached.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:end]) for end in range(1, len(parts))]  # importing a module runs its packages
+        todo += imports_of(files[name])
+    evaluate_modules = {name for name in files if ".evaluate_modules." in name}  # loaded by path (metrics.py)
+    assert set(files) - evaluate_modules - reached == set()
 
 
 MODEL_DIR = REPO_ROOT / "gausscse" / "model"

@@ -30,7 +30,7 @@ from gausscse.training.arguments import parse_arguments
 from gausscse.training.batch import TripletCollator, split_batch_embeddings
 from gausscse.training.lora import apply_lora, merge_lora
 from gausscse.training.losses import GaussCSELoss
-from gausscse.training.output import save_model_folder
+from gausscse.training.save import save_model_folder
 from gausscse.training.trainer import GaussCSETrainer, NonFiniteError, is_head_parameter
 
 from .helpers import nli_rows, train_args, write_jsonl_gz
@@ -114,7 +114,7 @@ def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process
     output = tmp_path / "run"
     argv = train_args(backbone, data_dir, output, "--max_steps", "12", "--eval_steps", "6", "--save_steps", "6")
     with (
-        mock.patch("gausscse.training.output.HfApi") as hf_api,
+        mock.patch("gausscse.training.save.HfApi") as hf_api,
         mock.patch("huggingface_hub.constants.HF_HUB_OFFLINE", False),  # the suite runs offline; this is a push
     ):
         hf_api.return_value.whoami.return_value = {"name": "me", "orgs": []}  # the check before training

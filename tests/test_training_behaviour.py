@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from gausscse.cli import train as train_gausscse
-from gausscse.evaluation.fast import SNLIDevEvaluator
+from gausscse.evaluation.dev_evaluator import SNLIDevEvaluator
 
 from .test_training import train_args
 

@@ -25,8 +25,8 @@ import torch
 from huggingface_hub import EvalResult
 from tqdm.auto import tqdm
 
-from gausscse.data.features import DEFAULT_BATCH_SIZE
 from gausscse.evaluation.encoders import load_encoder
+from gausscse.evaluation.encoding import DEFAULT_BATCH_SIZE
 from gausscse.evaluation.plots import plot_gaussians_2d, plot_generality_gap, plot_pr_curves
 from gausscse.evaluation.report import Entry, markdown_report
 from gausscse.evaluation.suite import (
@@ -42,6 +42,7 @@ from gausscse.evaluation.suite import (
 )
 from gausscse.evaluation.tasks import NLI_DEV, NLI_TEST_SETS, RETRIEVAL_SETS, STS_DEV, STS_SETS
 from gausscse.io import write_atomic, write_json
+from gausscse.model.modeling_gausscse import DEFAULT_MAX_LENGTH
 from gausscse.training.model_card import dev_eval_results, eval_result, hub_dataset, update_model_card
 
 
@@ -58,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_examples", type=int, default=None, help="use the first N rows of every split")
     parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument(
-        "--max_length", type=int, default=None, help="truncation length in tokens (default: the encoder's limit)"
+        "--max_length",
+        type=int,
+        default=DEFAULT_MAX_LENGTH,
+        help="truncation length in tokens (default: the encoder's limit)",
     )
     parser.add_argument("--bf16", action="store_true", help="encode under bfloat16 autocast (KL stays float32)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -1,4 +1,4 @@
-"""Command line: entailment search over a corpus (``python -m gausscse.search`` or ``gausscse-search``).
+"""Command line: entailment search over a corpus (``gausscse-search`` or ``python -m gausscse.cli.search``).
 
     gausscse-search build --model M --corpus sentences.txt --index DIR
     gausscse-search query --index DIR --entailing "A man is playing music." -k 5

@@ -34,12 +34,17 @@ from gausscse.data.sources import DataError, DataStats, load_file_source, load_t
 from gausscse.data.tokenize import tokenize_examples
 from gausscse.loading import is_complete_checkpoint, latest_complete_checkpoint, load_model
 from gausscse.model.modeling_gausscse import resolve_max_length
-from gausscse.training.arguments import DataArguments, GaussCSETrainingArguments, ModelArguments, parse_arguments
+from gausscse.training.arguments import (
+    DataArguments,
+    GaussCSETrainingArguments,
+    ModelArguments,
+    parse_arguments,
+)
 from gausscse.training.batch import TripletCollator
 from gausscse.training.lora import apply_lora, has_lora, make_adapters_trainable
 from gausscse.training.losses import uses_contradictions
-from gausscse.training.output import check_hub_push, push_model_folder, save_model_folder
 from gausscse.training.run_lock import OutputDirLockedError, RunLock
+from gausscse.training.save import check_hub_push, push_model_folder, save_model_folder
 from gausscse.training.trainer import RUN_ARGUMENTS_FILE, GaussCSETrainer
 
 logger = logging.getLogger(__name__)
@@ -113,11 +118,12 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
 
 
 def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArguments):
-    """The dev evaluator of ``evaluation.fast`` on SNLI dev or ``--validation_file`` (``None`` when evaluation is
-    off). With ``--validation_file`` the metrics are ``validation_*`` and a ``snli_dev_*`` best-model metric follows."""
+    """The dev evaluator of ``gausscse.evaluation.dev_evaluator`` on SNLI dev or ``--validation_file`` (``None``
+    when evaluation is off). With ``--validation_file`` the metrics are ``validation_*`` and a ``snli_dev_*``
+    best-model metric follows."""
     if training_args.eval_strategy == "no":
         return None
-    from gausscse.evaluation.fast import SNLIDevEvaluator
+    from gausscse.evaluation.dev_evaluator import SNLIDevEvaluator
     from gausscse.evaluation.tasks import NLIPairs
 
     pairs, name = None, "snli_dev"

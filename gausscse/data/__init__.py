@@ -4,6 +4,5 @@
   ``../shared/data``, else their Hub copies (``load_split``);
 * ``sources`` — training data from built-in names, your files (CSV/TSV/JSON/JSONL/Parquet, gzip) or any Hub dataset,
   in three shapes (NLI rows, triplets, pairs) → examples (``DataSpec``, ``load_training_examples``);
-* ``tokenize`` — each example tokenised once, cached (``tokenize_examples``);
-* ``features`` — a frozen backbone's pooled vectors computed once (``BackboneFeatures``) and the encoding primitives.
+* ``tokenize`` — each example tokenised once, cached (``tokenize_examples``).
 """

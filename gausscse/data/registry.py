@@ -37,7 +37,8 @@ LOCAL_FILES: dict[tuple[str, str], tuple[str, tuple[str, str] | None]] = {
     ("sickr", "test"): ("sts/sick_r.jsonl.gz", None),
 }
 
-# (dataset, split) -> (Hub id, config name, Hub split), for users who are online and have no local copy.
+# (dataset, split) -> (Hub id, config name, Hub split), for users who are online and have no local copy; the one source
+# of the datasets' Hub ids (the model card names the same ones). One Hub id per dataset: [`hub_dataset_id`].
 HUB_SOURCES: dict[tuple[str, str], tuple[str, str | None, str]] = {
     ("snli", "train"): ("stanfordnlp/snli", None, "train"),
     ("snli", "validation"): ("stanfordnlp/snli", None, "validation"),
@@ -45,6 +46,11 @@ HUB_SOURCES: dict[tuple[str, str], tuple[str, str | None, str]] = {
     ("mnli", "train"): ("nyu-mll/glue", "mnli", "train"),
     ("mnli", "validation_matched"): ("nyu-mll/glue", "mnli", "validation_matched"),
     ("mnli", "validation_mismatched"): ("nyu-mll/glue", "mnli", "validation_mismatched"),
+    # SICK as the Hub has it: sentence_A / sentence_B, label 0/1/2, entailment_AB / entailment_BA and the SemEval-2014
+    # splits (train 4,439 / trial = validation 495 / test 4,906) of the full SICK.txt the local copy was made from
+    ("sick", "train"): ("RobZamp/sick", None, "train"),
+    ("sick", "validation"): ("RobZamp/sick", None, "validation"),
+    ("sick", "test"): ("RobZamp/sick", None, "test"),
     # STS as packaged by MTEB (columns sentence1, sentence2, score 0-5; no ``subset`` field)
     ("sts12", "test"): ("mteb/sts12-sts", None, "test"),
     ("sts13", "test"): ("mteb/sts13-sts", None, "test"),
@@ -56,6 +62,22 @@ HUB_SOURCES: dict[tuple[str, str], tuple[str, str | None, str]] = {
     ("stsb", "test"): ("mteb/stsbenchmark-sts", None, "test"),
     ("sickr", "test"): ("mteb/sickr-sts", None, "test"),
 }
+# Hub datasets read at another revision: RobZamp/sick holds a loading script, which datasets >= 4 refuses to run; the
+# Hub's parquet export of the same data loads.
+HUB_REVISIONS = {"RobZamp/sick": "refs/convert/parquet"}
+# Hub NLI columns -> the local layout's
+HUB_NLI_COLUMNS = {
+    "sentence1": "premise",
+    "sentence2": "hypothesis",
+    "sentence_A": "premise",
+    "sentence_B": "hypothesis",
+}
+
+
+def hub_dataset_id(name: str) -> str | None:
+    """The Hub id of a known dataset (``mnli`` → ``nyu-mll/glue``; the same for all its splits), ``None`` for a name
+    the registry has no Hub source for."""
+    return next((hub_id for (known, _), (hub_id, _, _) in HUB_SOURCES.items() if known == name), None)
 
 
 def default_data_dir() -> Path | None:
@@ -82,7 +104,7 @@ def load_split(name: str, split: str, data_dir: str | Path | None = None) -> dat
         name: ``snli``, ``mnli``, ``sick``, ``sts12``…``sts16``, ``stsb`` or ``sickr``.
         split: e.g. ``train``, ``validation``, ``test``, ``validation_matched``.
         data_dir: folder in the layout of ``shared/data``; defaults to :func:`default_data_dir`.
-            With no local folder, SNLI, MNLI and the STS sets come from the Hub (SICK needs the local folder).
+            With no local folder, every split comes from the Hub (``HUB_SOURCES``).
     """
     key = (name, split)
     if key not in LOCAL_FILES:
@@ -95,11 +117,12 @@ def load_split(name: str, split: str, data_dir: str | Path | None = None) -> dat
                 f"{name}/{split} needs a local data folder (pass --data_dir or set GAUSSCSE_DATA_DIR)"
             )
         hub_id, config, hub_split = HUB_SOURCES[key]
-        dataset = datasets.load_dataset(hub_id, config, split=hub_split)
+        dataset = datasets.load_dataset(hub_id, config, split=hub_split, revision=HUB_REVISIONS.get(hub_id))
         if "score" in dataset.column_names:  # STS: already sentence1 / sentence2 / score
             return dataset
-        if "sentence1" in dataset.column_names:
-            dataset = dataset.rename_columns({"sentence1": "premise", "sentence2": "hypothesis"})
+        renames = {hub: local for hub, local in HUB_NLI_COLUMNS.items() if hub in dataset.column_names}
+        if renames:
+            dataset = dataset.rename_columns(renames)
         return dataset.map(_hub_nli_to_strings).filter(lambda example: example["label"] != "-")
     relative_path, row_filter = LOCAL_FILES[key]
     path = data_dir / relative_path

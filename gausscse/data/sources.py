@@ -448,7 +448,7 @@ def load_hub_source(
 
 def load_source(name: str, data_dir: str | Path | None = None) -> SourceRows:
     """The train split of a built-in source (``snli``, ``mnli`` or ``sick``) from ``data_dir`` (layout of
-    ``shared/data``; default [`evaluation.data.default_data_dir`]) or, with no local folder, the Hub."""
+    ``shared/data``; default [`gausscse.data.registry.default_data_dir`]) or, with no local folder, the Hub."""
     if name not in TRAIN_SOURCES:
         raise DataError(f"Unknown training source {name!r}; valid sources: {', '.join(TRAIN_SOURCES)}")
     folder = Path(data_dir) if data_dir is not None else default_data_dir()

@@ -24,14 +24,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from gausscse.data.features import (
-    DEFAULT_BATCH_SIZE,
-    BackboneFeatures,
-    encode_hidden,
-    index_of,
-    rows_of,
-    unique_sentences,
-)
+from gausscse.evaluation.encoding import DEFAULT_BATCH_SIZE, encode_hidden, index_of, rows_of, unique_sentences
 from gausscse.loading import ModelLoadError, check_model_reference, load_model
 from gausscse.model.gaussian import similarity
 from gausscse.model.modeling_gausscse import (
@@ -212,60 +205,6 @@ class PointEncoder:
             bf16=self.bf16,
             show_progress_bar=show_progress_bar,
         )[self.pooling]
-        return EncodedSentences(
-            index=index_of(distinct), mu=F.normalize(pooled, dim=-1) if self.normalize else pooled, logvar=None
-        )
-
-
-class FrozenBackboneEncoder:
-    """A GaussCSE model whose backbone is the one behind ``features``: only its μ/σ² heads run.
-
-    Args:
-        model: the GaussCSE model (its ``encoder`` must be the frozen backbone the features came from).
-        features: the cached pooled vectors.
-        name: label in reports.
-        as_point: score with cos(μ_a, μ_b) only, as a point encoder (the supervised SimCSE baseline, whose
-            variance head is not trained).
-    """
-
-    def __init__(
-        self, model: GaussCSEModel, features: BackboneFeatures, name: str = "gausscse", as_point: bool = False
-    ):
-        self.model = model
-        self.features = features
-        self.name = name
-        self.as_point = as_point
-
-    @torch.no_grad()
-    def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
-        """μ and log σ² of each distinct sentence from its cached pooled vector."""
-        distinct = unique_sentences(sentences)
-        pooled = self.features.vectors(distinct, self.model.config.pooling).to(self.model.device)
-        mu, logvar = self.model.gaussian_heads(pooled)
-        return EncodedSentences(
-            index=index_of(distinct),
-            mu=mu.float().cpu(),
-            logvar=None if self.as_point else logvar.float().cpu(),
-            reduction=None if self.as_point else self.model.config.similarity_reduction,
-        )
-
-
-class FeaturePointEncoder:
-    """The untouched backbone as a point encoder from ``features``: pooled vector, optionally L2-normalised (for
-    all-MiniLM-L6-v2: mean pooling and ``Normalize``, as its sentence-transformers folder says)."""
-
-    def __init__(
-        self, features: BackboneFeatures, pooling: str = "mean", normalize: bool = True, name: str = "backbone"
-    ):
-        self.features = features
-        self.pooling = pooling
-        self.normalize = normalize
-        self.name = name
-
-    def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
-        """The cached pooled vector of each distinct sentence."""
-        distinct = unique_sentences(sentences)
-        pooled = self.features.vectors(distinct, self.pooling)
         return EncodedSentences(
             index=index_of(distinct), mu=F.normalize(pooled, dim=-1) if self.normalize else pooled, logvar=None
         )

@@ -12,6 +12,8 @@ from transformers.configuration_utils import SubConfigSpec
 
 from .gaussian import LOGVAR_BOUND, check_reduction
 
+# The sentence vector of a GaussCSE model (``pooling``): the one list of poolings; modeling_gausscse.TOKEN_POOLINGS adds
+# the max over tokens that only point-encoder baselines use.
 POOLINGS = ("cls", "mean")
 # The files that make a GaussCSE folder a sentence-transformers model, written beside config.json: one module, the
 # whole model (sentence_transformer_gausscse.py ships with the code), scored by dot product (its routes give −KL).

@@ -34,12 +34,31 @@ try:  # only an adapter (LoRA) folder needs peft; in a try block, so transformer
 except ImportError:
     PeftConfig = PeftModel = get_peft_model = set_peft_model_state_dict = None
 
-from .configuration_gausscse import GaussCSEConfig
+from .configuration_gausscse import POOLINGS, GaussCSEConfig
 from .gaussian import GaussianEmbeddings, similarity, similarity_matrix
 
-TOKEN_POOLINGS = ("cls", "mean", "max")
-ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "camembert")  # position ids start at pad_token_id + 1
+# The poolings of token states into one vector: a GaussCSE model's own (its config's POOLINGS) and the max over tokens,
+# which only the point-encoder baselines use (gausscse-evaluate --baseline pools as the sentence-transformers model
+# does). A GaussCSE model never max-pools: the paper pools [CLS], and pool_packed pools cls and mean only.
+TOKEN_POOLINGS = (*POOLINGS, "max")
+# The encoders whose position ids GaussCSE knows, by config.model_type → where a sentence's position ids start: "zero"
+# (BERT) or "after_padding", at pad_token_id + 1 (RoBERTa and the encoders built on its embeddings: XLM-R, CamemBERT).
+# The one table of both readers: position_offset (so the truncation limit, max_position_embeddings − offset) and
+# packing (gausscse.training.batch), which writes each packed sentence's position ids itself and so packs only the
+# encoders listed here, not relative (DeBERTa), rotary (ModernBERT) or unknown position schemes. Each entry is tested
+# packed = padded (tests/test_packing.py); an encoder not listed starts at 0 for the limit.
+ENCODER_POSITIONS = {
+    "bert": "zero",
+    "roberta": "after_padding",
+    "xlm-roberta": "after_padding",
+    "camembert": "after_padding",
+}
 FALLBACK_MAX_LENGTH = 512  # for an encoder that states no limit
+# The truncation default of every entry point that encodes sentences: encode(), the sentence-transformers module,
+# gausscse-evaluate (and its point-encoder baselines), the SNLI-dev evaluator of training (--eval_max_seq_length),
+# gausscse-search. None = all the encoder takes, capped at its limit (resolve_max_length). Training itself truncates
+# at --max_seq_length (gausscse.data.tokenize.TRAIN_MAX_LENGTH, the paper's 32) instead.
+DEFAULT_MAX_LENGTH: int | None = None
 # How from_backbone sets up the heads: "paper" = [CLS], tanh, random heads (the paper and its released code);
 # "backbone" = the backbone's own sentence embedding (its pooling and normalisation), an identity μ head without
 # activation, a neutral (zero) log-variance head and the frozen μ path; "auto" = "backbone" for a sentence-transformers
@@ -109,7 +128,7 @@ def sentence_transformers_pooling(name_or_path: str, hub_kwargs: dict | None = N
     if isinstance(mode, list) and len(mode) == 1:
         mode = mode[0]
     if mode is not None:
-        modes = [mode] if mode in ("cls", "mean", "max") else []
+        modes = [mode] if mode in TOKEN_POOLINGS else []
     else:  # earlier versions: one boolean per mode
         flags = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens"}
         modes = [mode for mode, key in flags.items() if pooling_config.get(key)]
@@ -137,8 +156,10 @@ def pad_token_ids(token_ids: Sequence[Sequence[int]], pad_token_id: int, token_t
 
 
 def position_offset(encoder_config) -> int:
-    """The first position id of a sentence: 0 for BERT-style encoders, ``pad_token_id + 1`` for RoBERTa-style ones."""
-    return encoder_config.pad_token_id + 1 if encoder_config.model_type in ROBERTA_POSITIONS else 0
+    """The first position id of a sentence (``ENCODER_POSITIONS``): ``pad_token_id + 1`` for RoBERTa-style encoders,
+    else 0."""
+    after_padding = ENCODER_POSITIONS.get(encoder_config.model_type) == "after_padding"
+    return encoder_config.pad_token_id + 1 if after_padding else 0
 
 
 def resolve_max_length(tokenizer, encoder_config=None, requested: int | None = None) -> int:
@@ -581,7 +602,7 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
     ) -> GaussCSEOutput | tuple:
         """Encode a batch. Padded input: one sentence per row, ``attention_mask`` ``(B, L)``.
 
-        Packed input (several sentences per row, as ``training.data.TripletCollator(pack=True)`` builds it):
+        Packed input (several sentences per row, as ``gausscse.training.batch.TripletCollator(pack=True)`` builds it):
         ``attention_mask`` is a block-diagonal ``(R, 1, L, L)`` bool mask, ``position_ids`` restart at each
         sentence, and ``sentence_index`` ``(R, L)`` gives each token's sentence (−1 for padding); ``mu``/``logvar``
         then have one row per sentence, in sentence-index order.
@@ -644,7 +665,7 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         tokenizer=None,
         device: str | torch.device | None = None,
         show_progress_bar: bool = False,
-        max_length: int | None = None,
+        max_length: int | None = DEFAULT_MAX_LENGTH,
         output_device: str | torch.device | None = "cpu",
     ) -> GaussianEmbeddings:
         """Encode sentences into Gaussians N(μ, diag σ²), returned as float32 tensors in input order.
@@ -761,7 +782,12 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         ``encode_query`` / ``encode_document`` → vectors with dot = −KL(query‖document) (``direction``:
         ``sentence_transformer_gausscse.py``). Its ``save`` / ``push_to_hub`` write the same folder as this model's
         ``save_pretrained`` (weights or adapter, code, tokenizer), which loads everywhere."""
-        from .sentence_transformer_gausscse import to_sentence_transformer  # the one file that needs it
+        # Imported here, not at the top, and it must stay a relative import: save_pretrained's custom_object_save
+        # ships every file this one imports relatively — found by a text search that sees indented lines too — so
+        # this line is how sentence_transformer_gausscse.py (named by modules.json) gets into every saved folder.
+        # At the top it would be circular (that file imports this one) and make sentence-transformers, which only
+        # that file needs, a requirement of AutoModel.
+        from .sentence_transformer_gausscse import to_sentence_transformer
 
         return to_sentence_transformer(self, tokenizer, direction=direction)
 
@@ -785,8 +811,10 @@ def start_fields(name_or_path: str, start: str = "auto", hub_kwargs: dict | None
     if start == "paper" or (start == "auto" and found is None):
         return {}
     pooling, normalize = found or ("mean", False)
-    if pooling not in ("cls", "mean"):
-        raise ValueError(f"{name_or_path} pools its sentence embedding with {pooling!r}: GaussCSE pools cls or mean")
+    if pooling not in POOLINGS:
+        raise ValueError(
+            f"{name_or_path} pools its sentence embedding with {pooling!r}: GaussCSE pools {' or '.join(POOLINGS)}"
+        )
     return {
         "pooling": pooling,
         "normalize_mean": normalize,
@@ -800,6 +828,8 @@ __all__ = [
     "ADAPTER_CONFIG_FILE",
     "ADAPTER_FOLDER",
     "ADAPTER_WEIGHTS_FILE",
+    "DEFAULT_MAX_LENGTH",
+    "ENCODER_POSITIONS",
     "HEADS_FILE",
     "STARTS",
     "TOKEN_POOLINGS",

@@ -39,7 +39,7 @@ from transformers.utils import logging
 
 from .configuration_gausscse import SENTENCE_TRANSFORMERS_FILES, write_json_atomic
 from .gaussian import KL_REDUCTIONS, SEARCH_DIRECTIONS, kl_feature_map
-from .modeling_gausscse import GaussCSEModel, _check_sentences, resolve_max_length
+from .modeling_gausscse import DEFAULT_MAX_LENGTH, GaussCSEModel, _check_sentences, resolve_max_length
 
 try:
     from sentence_transformers import SentenceTransformer
@@ -77,7 +77,11 @@ class GaussCSETransformer(InputModule):
     save_in_root = True
 
     def __init__(
-        self, model: GaussCSEModel, tokenizer, max_seq_length: int | None = None, direction: str = "entailing"
+        self,
+        model: GaussCSEModel,
+        tokenizer,
+        max_seq_length: int | None = DEFAULT_MAX_LENGTH,
+        direction: str = "entailing",
     ):
         super().__init__()
         if direction not in DIRECTIONS:

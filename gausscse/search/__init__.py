@@ -5,7 +5,7 @@ sim(q‖x): x covers q, evidence that entails the claim q) and ``entailed_by(q, 
 entails) — exactly by chunked matrix products (``backend="torch"``), or through FAISS on the ``kl_feature_map``
 vectors, whose inner product is −KL (``"faiss"``: flat, ``"faiss-hnsw"``: approximate), always re-scored exactly.
 ``SentenceIndex`` adds the sentences and the model: ``SentenceIndex.build(model, corpus)``, then
-``.entailing(model, claims, k)``; the command line is ``python -m gausscse.search build|query``.
+``.entailing(model, claims, k)``; the command line is ``gausscse-search build|query`` (``gausscse.cli.search``).
 """
 
 from .corpus import Hit, ModelMismatchError, SentenceIndex, model_fingerprint

@@ -10,9 +10,13 @@ code's ``mean_dim`` by the SNLI-dev rule of the reduction study, ``results/REPRO
 
 from __future__ import annotations
 
+import argparse
+import copy
+import dataclasses
 import json
 import math
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -23,9 +27,10 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.utils import is_torch_xla_available
 
 from gausscse.data.sources import SHAPES, TRAIN_SOURCES, DataSpec, parse_column_overrides
+from gausscse.data.tokenize import TRAIN_MAX_LENGTH
 from gausscse.model.configuration_gausscse import HEAD_INITS, MEAN_ACTIVATIONS, POOLINGS
 from gausscse.model.gaussian import REDUCTIONS
-from gausscse.model.modeling_gausscse import STARTS
+from gausscse.model.modeling_gausscse import DEFAULT_MAX_LENGTH, STARTS
 
 from .losses import LOSS_NAMES, check_loss_name, check_temperature
 
@@ -184,7 +189,9 @@ class DataArguments:
             "$HF_DATASETS_CACHE/gausscse)."
         },
     )
-    max_seq_length: int = field(default=32, metadata={"help": "Truncation length in tokens for training."})
+    max_seq_length: int = field(
+        default=TRAIN_MAX_LENGTH, metadata={"help": "Truncation length in tokens for training."}
+    )
     max_train_examples: int | None = field(
         default=None, metadata={"help": "Use only the first N built examples (quick runs, tests)."}
     )
@@ -206,7 +213,7 @@ class DataArguments:
         default=None, metadata={"help": "Evaluate on only the first N SNLI dev pairs (default: all 9,842)."}
     )
     eval_max_seq_length: int | None = field(
-        default=None,
+        default=DEFAULT_MAX_LENGTH,
         metadata={"help": "Truncation length for the SNLI dev evaluation (default: the encoder's limit)."},
     )
 
@@ -363,14 +370,95 @@ def read_config_file(path: str | Path) -> dict:
     return values
 
 
+USAGE = "%(prog)s [CONFIG.yaml|CONFIG.json] [--flag VALUE ...]"
+DESCRIPTION = """\
+Fine-tune an encoder into a GaussCSE model on NLI data. A YAML or JSON config file as the first argument gives \
+values; the flags after it override them. The final (best) model goes into --output_dir, checkpoints into \
+<output_dir>/checkpoint-N.
+
+examples:
+  gausscse-train configs/quickstart.yaml
+  gausscse-train --model_name_or_path bert-base-uncased --train_file triplets.csv --output_dir out
+  accelerate launch train_gausscse.py configs/paper.yaml --output_dir outputs/paper
+
+Every --flag_name is also accepted as --flag-name. A true/false flag given alone means true (--bf16)."""
+
+
+def init_fields(cls) -> list[str]:
+    return [item.name for item in dataclasses.fields(cls) if item.init]
+
+
+def help_groups() -> list[tuple[str, str, set[str]]]:
+    """The ``--help`` groups in order: (title, description, the fields whose flags it lists). The last one,
+    transformers' ``TrainingArguments``, lists every flag the others do not."""
+    base = TrainingArguments.__dataclass_fields__
+    ours = GaussCSETrainingArguments.__dataclass_fields__
+    added = {name for name in init_fields(GaussCSETrainingArguments) if name not in base}
+    changed = [name for name in init_fields(TrainingArguments) if ours[name] is not base[name]]
+    return [
+        ("Model", "The backbone, the Gaussian heads and LoRA.", set(init_fields(ModelArguments))),
+        ("Data", "The NLI training data and the SNLI dev evaluation.", set(init_fields(DataArguments))),
+        (
+            "GaussCSE training",
+            "The loss and the other flags GaussCSETrainingArguments adds to transformers' TrainingArguments.",
+            added,
+        ),
+        (
+            "transformers TrainingArguments (all of them)",
+            f"GaussCSE sets its own defaults for: {', '.join(changed)}.",
+            set(init_fields(GaussCSETrainingArguments)) - added,
+        ),
+    ]
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``HfArgumentParser``'s formatter (defaults shown), terser: each flag once (its ``--flag_name``, not the
+    ``--flag-name`` spelling argparse also takes), no ``(default: None)`` after a help that says what its default
+    means, and text paragraphs filled to the width but those with indented lines (the examples) kept as written."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        first, *others = action.option_strings or [None]
+        if others:
+            action = copy.copy(action)
+            action.option_strings = [first, *(item for item in others if item != first.replace("_", "-"))]
+        return super()._format_action_invocation(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None and "default" in (action.help or "").lower():
+            return action.help
+        return super()._get_help_string(action)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        fill = super()._fill_text
+        return "\n\n".join(
+            textwrap.indent(paragraph, indent) if "\n " in paragraph else fill(paragraph, width, indent)
+            for paragraph in text.split("\n\n")
+        )
+
+
+def build_parser() -> HfArgumentParser:
+    """The parser of [`parse_arguments`] (``HfArgumentParser`` of ``ARGUMENT_CLASSES``) laid out for ``--help``: a
+    short usage with examples, then GaussCSE's own flags in the groups of [`help_groups`], then transformers'
+    ``TrainingArguments``. Regrouping moves no flag: argparse parses with the parser's action list, groups only lay
+    out the help."""
+    parser = HfArgumentParser(ARGUMENT_CLASSES, usage=USAGE, description=DESCRIPTION, formatter_class=HelpFormatter)
+    listed = parser._optionals._group_actions  # every flag: HfArgumentParser adds them to the parser itself
+    for title, description, names in help_groups():
+        group = parser.add_argument_group(title, description)
+        group._group_actions.extend(action for action in listed if action.dest in names)
+        listed[:] = [action for action in listed if action.dest not in names]
+    return parser
+
+
 def parse_arguments(
     argv: Sequence[str] | None = None,
 ) -> tuple[ModelArguments, DataArguments, GaussCSETrainingArguments]:
     """Parse ``[CONFIG.{json,yaml}] [--flag value ...]``: a config file's values, overridden by the flags after it.
 
-    Unknown names in the file or on the command line are errors that name them.
+    Unknown names in the file or on the command line are errors that name them; ``--help`` prints
+    [`build_parser`]'s help (a config file's values as the defaults) and exits.
     """
-    parser = HfArgumentParser(ARGUMENT_CLASSES)
+    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and Path(argv[0]).suffix in CONFIG_SUFFIXES:
         values = read_config_file(argv[0])
@@ -388,4 +476,11 @@ def parse_arguments(
     return model_args, data_args, training_args
 
 
-__all__ = ["DataArguments", "GaussCSETrainingArguments", "ModelArguments", "parse_arguments", "read_config_file"]
+__all__ = [
+    "DataArguments",
+    "GaussCSETrainingArguments",
+    "ModelArguments",
+    "build_parser",
+    "parse_arguments",
+    "read_config_file",
+]

@@ -14,14 +14,13 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from gausscse.data.sources import EXAMPLE_COLUMNS
-from gausscse.data.tokenize import text_id
+from gausscse.data.tokenize import TRAIN_MAX_LENGTH, text_id
 from gausscse.model.gaussian import GaussianEmbeddings
-from gausscse.model.modeling_gausscse import pad_token_ids, position_offset
+from gausscse.model.modeling_gausscse import ENCODER_POSITIONS, pad_token_ids, position_offset
 
 from .losses import NLIBatchEmbeddings
 
 Item = TypeVar("Item")  # a sentence as text or as token ids
-PACKABLE_ENCODERS = ("bert", "roberta", "xlm-roberta")
 
 
 @dataclass
@@ -141,10 +140,11 @@ def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position
 
 def packing_position_offset(encoder_config: Any) -> int:
     """The first position id of a packed sentence: 0 for BERT, ``pad_token_id + 1`` for RoBERTa-style encoders
-    (``encoder_config``: the backbone's config, ``GaussCSEConfig.encoder_config``)."""
-    if encoder_config.model_type not in PACKABLE_ENCODERS:
+    (``encoder_config``: the backbone's config, ``GaussCSEConfig.encoder_config``). Only the encoders whose positions
+    the model knows pack (``modeling_gausscse.ENCODER_POSITIONS``): packing writes the position ids itself."""
+    if encoder_config.model_type not in ENCODER_POSITIONS:
         raise ValueError(
-            f"--pack_sequences supports encoders with absolute position ids {PACKABLE_ENCODERS}, "
+            f"--pack_sequences supports encoders with absolute position ids {tuple(ENCODER_POSITIONS)}, "
             f"not {encoder_config.model_type!r}; drop the flag"
         )
     return position_offset(encoder_config)
@@ -152,8 +152,9 @@ def packing_position_offset(encoder_config: Any) -> int:
 
 @dataclass
 class TripletCollator:
-    """Collate tokenised examples (columns of ``training.data.tokenize_batch``) into one forward pass over all their
-    sentences: the premises, the entailment hypotheses, then the present contradiction hypotheses (``2N + K``).
+    """Collate tokenised examples (columns of ``gausscse.data.tokenize.tokenize_batch``) into one forward pass over
+    all their sentences: the premises, the entailment hypotheses, then the present contradiction hypotheses
+    (``2N + K``).
 
     Returns the model inputs plus ``contradiction_index`` (``(N,)``, the row of example i's contradiction among the
     ``2N + K`` sentences, or −1) and ``text_ids`` (``(N, 3)``, see [`gausscse.data.tokenize.text_id`]; −1 where
@@ -169,7 +170,7 @@ class TripletCollator:
     token_type_ids: bool = True
     with_contradictions: bool = True
     pack: bool = False
-    pack_length: int = 64
+    pack_length: int = 2 * TRAIN_MAX_LENGTH  # gausscse-train's default: 2 × max length
     position_offset: int | None = None
 
     def __post_init__(self) -> None:
@@ -210,7 +211,6 @@ class TripletCollator:
 
 
 __all__ = [
-    "PACKABLE_ENCODERS",
     "BatchLayout",
     "TripletCollator",
     "batch_layout",

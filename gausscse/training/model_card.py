@@ -23,13 +23,12 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from gausscse import __version__
-from gausscse.data.registry import HUB_SOURCES
+from gausscse.data.registry import HUB_SOURCES, hub_dataset_id
+from gausscse.data.sources import TRAIN_SOURCES
 from gausscse.io import write_atomic
 from gausscse.loading import is_hub_id, valid_repo_id
 from gausscse.model.gaussian import check_reduction
 
-# The built-in training sources (``--train_datasets``) as Hub datasets.
-DATASET_IDS = {"snli": "stanfordnlp/snli", "mnli": "nyu-mll/multi_nli", "sick": "RobZamp/sick"}
 TAGS = [
     "sentence-transformers",
     "sentence-similarity",
@@ -154,8 +153,11 @@ def base_model_id(name_or_path: str) -> str | None:
 
 
 def dataset_id(name: str) -> str | None:
-    """The Hub id of a training source: a built-in name's dataset, a Hub id as given, ``None`` for a local one."""
-    return DATASET_IDS.get(name) or (name if is_hub_id(name) else None)
+    """The Hub id of a training source: a built-in source's (``--train_datasets``) as the data registry has it, a Hub
+    id as given, ``None`` for a local one."""
+    if name in TRAIN_SOURCES:
+        return hub_dataset_id(name)
+    return name if is_hub_id(name) else None
 
 
 def local_name(location: str) -> str:
@@ -198,7 +200,7 @@ METRIC_NAMES = {
     "spearman_symmetric_kl": "Spearman ρ of ½[sim(a‖b) + sim(b‖a)]",
 }
 RETRIEVAL_SCORES = {"similarity": "sim(claim‖premise)", "cosine": "cos(μ)"}  # retrieval metric types: <score>_<metric>
-# the dev evaluator's metrics (gausscse.evaluation.fast, without the set prefix) -> (task type, metric type)
+# the dev evaluator's metrics (gausscse.evaluation.dev_evaluator, without the set prefix) -> (task type, metric type)
 DEV_METRICS = {
     "auprc": ("binary-classification", "auprc"),
     "accuracy": ("binary-classification", "accuracy"),
@@ -228,7 +230,7 @@ class CardDataset:
 
 def hub_dataset(name: str, split: str) -> CardDataset:
     """A known dataset's split (``snli``/``test``, as ``gausscse.data.registry`` names them) as the Hub has it."""
-    hub_id, config, hub_split = HUB_SOURCES.get((name, split), (DATASET_IDS.get(name, name), None, split))
+    hub_id, config, hub_split = HUB_SOURCES.get((name, split), (hub_dataset_id(name) or name, None, split))
     return CardDataset(hub_id, name, hub_split, config)
 
 

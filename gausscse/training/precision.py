@@ -47,18 +47,23 @@ def seconds_per_step(step: Callable[[], None], repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def training_step_seconds(model_path: str | Path, bf16: bool, batch_size: int = 96, repeats: int = 3) -> float:
+def training_step_seconds(
+    model_path: str | Path, bf16: bool, batch_size: int = 96, repeats: int = 3, max_length: int | None = None
+) -> float:
     """Seconds of one forward + backward pass of the GaussCSE model on ``model_path`` over ``batch_size`` sentences
-    (CPU, bf16 autocast or fp32)."""
+    (CPU, bf16 autocast or fp32), truncated as training truncates (``max_length``, default
+    ``gausscse.data.tokenize.TRAIN_MAX_LENGTH``; the probe sentences are shorter)."""
     from transformers import AutoTokenizer
 
     from gausscse import GaussCSEModel
+    from gausscse.data.tokenize import TRAIN_MAX_LENGTH
 
     torch.manual_seed(0)
     model = GaussCSEModel.from_backbone(str(model_path)).train()
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     sentences = (PROBE_SENTENCES * batch_size)[:batch_size]
-    inputs = tokenizer(sentences, padding=True, truncation=True, max_length=32, return_tensors="pt")
+    max_length = TRAIN_MAX_LENGTH if max_length is None else max_length
+    inputs = tokenizer(sentences, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
 
     def step() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext():

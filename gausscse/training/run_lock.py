@@ -1,7 +1,7 @@
 """One training run per output folder: an advisory lock file beside ``--output_dir``, held for the whole run.
 
 ``<parent>/.<name>.lock`` (beside the folder, so it can be taken before the folder exists and never lands in the
-model folder that [`gausscse.training.output.save_model_folder`] swaps in whole) holds JSON naming its holder: ``pid``,
+model folder that [`gausscse.training.save.save_model_folder`] swaps in whole) holds JSON naming its holder: ``pid``,
 ``host``, ``started`` (ISO time), ``command`` and ``output_dir``. The holder also keeps an exclusive ``flock`` on it,
 which the kernel drops when the holder's process ends, however it ends (a crash or ``kill -9`` included).
 

@@ -65,7 +65,7 @@ def is_head_parameter(name: str) -> bool:
 
 
 class GaussCSETrainer(Trainer):
-    """Trainer for GaussCSE models on batches from [`training.data.TripletCollator`].
+    """Trainer for GaussCSE models on batches from [`gausscse.training.batch.TripletCollator`].
 
     Args:
         evaluator: a callable ``(model, tokenizer) -> dict[str, float]`` such as
@@ -74,8 +74,9 @@ class GaussCSETrainer(Trainer):
     """
 
     def __init__(self, *args, evaluator=None, run_arguments: dict[str, Any] | None = None, **kwargs):
-        """``evaluator``: the dev evaluator (``evaluation.fast``); ``run_arguments``: the arguments that fix what a run
-        trains, written into every checkpoint (``RUN_ARGUMENTS_FILE``) so a resume can be checked against them."""
+        """``evaluator``: the dev evaluator (``gausscse.evaluation.dev_evaluator``); ``run_arguments``: the arguments
+        that fix what a run trains, written into every checkpoint (``RUN_ARGUMENTS_FILE``) so a resume can be
+        checked against them."""
         self.run_arguments = run_arguments
         if evaluator is not None:
             # Trainer insists on an eval_dataset when evaluating; the evaluator holds its own data.

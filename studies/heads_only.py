@@ -1,10 +1,11 @@
-"""Train only the μ/σ² heads of a GaussCSE model on a frozen backbone's cached pooled vectors.
+"""Train only the μ/σ² heads of a GaussCSE model on a frozen backbone's cached pooled vectors (the study's recipe).
 
 With the backbone frozen, the pooled vector v of a sentence is the same at every step of every run. Computing it
-once per distinct sentence (:class:`evaluation.encoders.BackboneFeatures`) and training the heads on the cache is
+once per distinct sentence (:class:`studies.frozen_features.BackboneFeatures`) and training the heads on the cache is
 the frozen-backbone recipe (``train_gausscse.py --freeze_backbone``) without a backbone forward pass per step: a
 run takes seconds instead of many minutes on a CPU, which is what makes a many-seed ablation feasible there
-(``studies/study.py``). The loss is the same module (``training.losses``), with the same masks.
+(``studies/study.py``). The loss is the same module (``gausscse.training.losses``), with the same masks, and the
+batch is laid out as the trainer's (``gausscse.training.batch``).
 
 Differences from ``train_gausscse.py --freeze_backbone``: the backbone runs without dropout (the cached vectors
 are computed in eval mode), and the loop is a plain AdamW + linear schedule loop instead of ``Trainer``.
@@ -20,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -28,40 +30,55 @@ from dataclasses import asdict, dataclass
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from gausscse.data.features import BackboneFeatures
 from gausscse.data.sources import EXAMPLE_COLUMNS
-
-from .batch import split_batch_embeddings, text_batch_layout
-from .losses import NLIBatchEmbeddings, build_loss, uses_contradictions
+from gausscse.training.arguments import GaussCSETrainingArguments
+from gausscse.training.batch import split_batch_embeddings, text_batch_layout
+from gausscse.training.losses import NLIBatchEmbeddings, build_loss, uses_contradictions
+from studies.frozen_features import BackboneFeatures
 
 Example = dict[str, str | None]
 
 
+TRAINING_DEFAULTS = {field.name: field.default for field in dataclasses.fields(GaussCSETrainingArguments)}
+
+
+def training_default(name: str):
+    """The default of the ``train_gausscse.py`` flag ``name``, read from ``GaussCSETrainingArguments`` (where it is
+    set, once)."""
+    return TRAINING_DEFAULTS[name]
+
+
 @dataclass
 class HeadsOnlyArguments:
-    """The knobs of a heads-only run (named as the ``train_gausscse.py`` flags they mirror).
+    """The knobs of a heads-only run, named as the ``train_gausscse.py`` flags they mirror and defaulting to them.
 
     Attributes:
-        loss: ``ent``, ``ent+con``, ``ent+rev``, ``ent+con+rev`` or ``simcse``.
-        temperature: τ.
-        batch_size: examples per contrastive batch.
-        learning_rate: AdamW learning rate of the heads (``--head_learning_rate``).
-        weight_decay: AdamW weight decay.
-        num_train_epochs: passes over the examples.
-        warmup_ratio: linear warm-up over this fraction of the steps, then linear decay to 0.
-        eval_steps: evaluate every N steps (and at the end) when an evaluator is given.
-        seed: shuffling and head initialisation.
+        loss: ``ent``, ``ent+con``, ``ent+rev``, ``ent+con+rev`` or ``simcse`` (``--loss``).
+        temperature: τ (``--temperature``).
+        batch_size: examples per contrastive batch (``--per_device_train_batch_size``).
+        learning_rate: AdamW learning rate of the heads (``--head_learning_rate``; when that is ``None``, the
+            single ``--learning_rate``).
+        weight_decay: AdamW weight decay (``--weight_decay``).
+        num_train_epochs: passes over the examples (``--num_train_epochs``).
+        warmup_ratio: linear warm-up over this fraction of the steps, then linear decay to 0 (``--warmup_steps``,
+            a ratio of the steps there when < 1).
+        eval_steps: evaluate every N steps (and at the end) when an evaluator is given (``--eval_steps``).
+        seed: shuffling and head initialisation (``--seed``).
     """
 
-    loss: str = "ent+con+rev"
-    temperature: float = 0.05
-    batch_size: int = 64
-    learning_rate: float = 1e-3
-    weight_decay: float = 0.01
-    num_train_epochs: float = 3.0
-    warmup_ratio: float = 0.1
-    eval_steps: int = 100
-    seed: int = 42
+    loss: str = training_default("loss")
+    temperature: float = training_default("temperature")
+    batch_size: int = training_default("per_device_train_batch_size")
+    learning_rate: float = (
+        training_default("head_learning_rate")
+        if training_default("head_learning_rate") is not None
+        else training_default("learning_rate")
+    )
+    weight_decay: float = training_default("weight_decay")
+    num_train_epochs: float = training_default("num_train_epochs")
+    warmup_ratio: float = training_default("warmup_steps")
+    eval_steps: int = int(training_default("eval_steps"))
+    seed: int = training_default("seed")
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "eval_steps"):
@@ -96,8 +113,8 @@ def shuffled_batches(num_examples: int, batch_size: int, num_steps: int, seed: i
 def batch_embeddings(
     model, features: BackboneFeatures, examples: Sequence[Example], with_contradictions: bool
 ) -> NLIBatchEmbeddings:
-    """The heads' Gaussians of a batch, laid out by [`training.batch.text_batch_layout`] as ``TripletCollator``'s one
-    forward pass gives them."""
+    """The heads' Gaussians of a batch, laid out by [`gausscse.training.batch.text_batch_layout`] as
+    ``TripletCollator``'s one forward pass gives them."""
     layout = text_batch_layout(examples, with_contradictions)
     pooled = features.vectors(layout.sentences, model.config.pooling).to(model.device)
     mu, logvar = model.gaussian_heads(pooled)
@@ -110,7 +127,7 @@ def train_heads(
     features: BackboneFeatures,
     args: HeadsOnlyArguments,
     evaluate: Callable[[object], dict[str, float]] | None = None,
-    metric_for_best_model: str = "snli_dev_auprc",
+    metric_for_best_model: str = training_default("metric_for_best_model"),
 ) -> dict:
     """Train ``model.mean_head`` and ``model.logvar_head`` (re-initialised from ``args.seed``) on ``examples``.
 
@@ -182,4 +199,11 @@ def train_heads(
     }
 
 
-__all__ = ["HeadsOnlyArguments", "batch_embeddings", "sentences_of", "shuffled_batches", "train_heads"]
+__all__ = [
+    "HeadsOnlyArguments",
+    "batch_embeddings",
+    "sentences_of",
+    "shuffled_batches",
+    "train_heads",
+    "training_default",
+]

@@ -1,4 +1,4 @@
-"""A fast SNLI-dev evaluator for use inside training (best-checkpoint selection every N steps).
+"""The SNLI-dev evaluator used inside training (best-checkpoint selection every N steps).
 
 >>> evaluator = SNLIDevEvaluator(max_examples=2000)
 >>> evaluator(model, tokenizer)
@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 from pathlib import Path
+
+from gausscse.model.modeling_gausscse import DEFAULT_MAX_LENGTH
 
 from .encoders import EncodedSentences, GaussianEncoder
 from .tasks import NLI_DEV, NLIPairs, binary_nli, dev_threshold, entailment_direction, load_nli
@@ -20,10 +22,10 @@ class SNLIDevEvaluator:
     train/eval mode is restored) and scores pairs with sim(hyp‖pre) under ``config.similarity_reduction``.
 
     Args:
-        data_dir: folder in the layout of ``shared/data`` (default :func:`evaluation.data.default_data_dir`).
+        data_dir: folder in the layout of ``shared/data`` (default [`gausscse.data.registry.default_data_dir`]).
         max_examples: use only the first N dev pairs (all 9,842 by default).
         batch_size: sentences per forward pass.
-        max_length: truncation length in tokens.
+        max_length: truncation length in tokens (default: the encoder's limit, as every entry point that encodes).
         pairs: NLI pairs to evaluate on instead of SNLI dev (e.g. from ``--validation_file``).
         name: prefix of the metric names (``snli_dev``; ``validation`` for ``--validation_file``).
         point: score by the cosine of μ (a model trained with the supervised SimCSE loss).
@@ -34,7 +36,7 @@ class SNLIDevEvaluator:
         data_dir: str | Path | None = None,
         max_examples: int | None = None,
         batch_size: int = 128,
-        max_length: int = 64,
+        max_length: int | None = DEFAULT_MAX_LENGTH,
         pairs: NLIPairs | None = None,
         name: str = "snli_dev",
         point: bool = False,

@@ -1,15 +1,16 @@
-"""A frozen backbone's pooled vectors of a set of sentences, computed once, and the encoding primitives behind them.
+"""Pooled vectors of any ``AutoModel`` encoder, and the distinct-sentence bookkeeping of the encoders.
 
-Training (``gausscse.training.heads_only``) and evaluation (the point and frozen-backbone encoders) both use these:
 :func:`encode_hidden` runs an ``AutoModel`` once over token-sorted batches and pools with the model's
-[`gausscse.model.modeling_gausscse.pool_tokens`]; :class:`BackboneFeatures` keeps the result per distinct sentence.
+[`gausscse.model.modeling_gausscse.pool_tokens`]; evaluation's ``PointEncoder`` (the ``--baseline`` of
+``gausscse-evaluate``) encodes with it, and :func:`unique_sentences` / :func:`index_of` / :func:`rows_of` are how
+every encoder of ``gausscse.evaluation.encoders`` keeps one row per distinct sentence. (The study's cache of a frozen
+backbone's vectors, ``studies/frozen_features.py``, is built on the same function.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
@@ -74,60 +75,3 @@ def encode_hidden(
         for pooling, embeddings in pooled.items():
             embeddings[rows] = pool_tokens(hidden.float(), features["attention_mask"], pooling).cpu()
     return pooled
-
-
-@dataclass
-class BackboneFeatures:
-    """A frozen backbone's pooled last hidden states of a set of distinct sentences, computed once.
-
-    A GaussCSE model whose backbone is frozen maps each sentence to the same pooled vector v at every step and
-    in every run, so its heads can be trained (``gausscse.training.heads_only``) and evaluated
-    (``gausscse.evaluation.encoders.FrozenBackboneEncoder``) from these vectors without running the backbone again.
-
-    Attributes:
-        index: sentence → row.
-        pooled: ``{pooling: (N, h) float32}`` (``cls`` for the GaussCSE heads, ``mean`` for a sentence-transformers
-            baseline such as all-MiniLM-L6-v2).
-        max_length: the truncation length (tokens) the vectors were computed with.
-    """
-
-    index: dict[str, int]
-    pooled: dict[str, torch.Tensor]
-    max_length: int | None
-
-    @classmethod
-    def compute(
-        cls,
-        backbone: torch.nn.Module,
-        tokenizer,
-        sentences: Iterable[str],
-        poolings: Sequence[str] = ("cls", "mean"),
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        max_length: int | None = None,
-        show_progress_bar: bool = False,
-    ) -> BackboneFeatures:
-        """Run ``backbone`` (in eval mode: no dropout) once over the distinct ``sentences``."""
-        distinct = unique_sentences(sentences)
-        was_training = backbone.training
-        backbone.eval()
-        pooled = encode_hidden(
-            backbone,
-            tokenizer,
-            distinct,
-            poolings=poolings,
-            batch_size=batch_size,
-            max_length=max_length,
-            show_progress_bar=show_progress_bar,
-        )
-        backbone.train(was_training)
-        return cls(index=index_of(distinct), pooled=pooled, max_length=max_length)
-
-    def rows(self, sentences: Sequence[str]) -> torch.Tensor:
-        """Row indices of ``sentences``; ``KeyError`` names the first one that is not cached."""
-        return rows_of(self.index, sentences)
-
-    def vectors(self, sentences: Sequence[str], pooling: str) -> torch.Tensor:
-        """``(len(sentences), h)`` pooled vectors; ``KeyError`` for a pooling that was not computed."""
-        if pooling not in self.pooled:
-            raise KeyError(f"pooling {pooling!r} was not computed; cached: {sorted(self.pooled)}")
-        return self.pooled[pooling][self.rows(sentences)]

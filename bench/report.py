@@ -1,0 +1,253 @@
+"""Write ``results/BENCHMARKS.md`` from the JSON files the bench scripts write (``results/bench_*_<device>.json``).
+Every number comes from those files; nothing is typed in.
+
+    python -m bench.report [--bench results] [--output results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gausscse.evaluation.report import markdown_table
+from gausscse.io import write_atomic
+
+
+def _mib(value: float) -> str:
+    return f"{value / 2**20:,.0f} MiB"
+
+
+def similarity_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """The pairwise similarity matrix against the released code's broadcast."""
+    rows = [
+        [
+            name,
+            f"{row['median_seconds'] * 1e3:,.1f}",
+            _mib(row["peak_extra_bytes"]),
+            f"{row['speedup_vs_reference']:.1f}×",
+            f"{row['speedup_vs_reference_chunked']:.1f}×",
+            f"{row['memory_ratio_vs_reference']:.1f}×",
+        ]
+        for name, row in data["rows"].items()
+    ]
+    title = f"## Pairwise similarity matrix ({data['device_name']}, {data['cpu_count']} cores, torch {data['torch']})"
+    text = (
+        f"N = {data['n']}, M = {data['m']}, d = {data['dim']}; `reference` is the released code's "
+        "`torch.distributions` N×M×d broadcast (mean over dimensions); `reference_chunked` the same broadcast in "
+        "bounded row chunks, reduced to 1 / (1 + KL/d) (what `ours_mean_kl` computes). `python -m "
+        f"bench.bench_similarity --repeats {data['repeats']} --json {path}` (median of {data['repeats']}; the "
+        "references are timed once)."
+    )
+    headers = ["variant", "time (ms)", "peak extra memory", "speed-up vs reference", "vs reference_chunked",
+               "less memory"]  # fmt: skip
+    return title, text, headers, rows
+
+
+def train_step_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """The training step against the released code's step."""
+    rows = [
+        [
+            name,
+            f"{data['batch_size'] / value:.1f}",
+            _mib(data["peak_extra_bytes"][name]),
+            f"{value / data['triplets_per_second']['released']:.2f}×",
+        ]
+        for name, value in data["triplets_per_second"].items()
+    ]
+    title = f"## Training step vs. the released code's step ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"MiniLM, batch {data['batch_size']} complete triplets, max length {data['max_length']}, "
+        f"{'bf16 autocast' if data['bf16'] else 'fp32'}, median of {data['steps']} interleaved steps; peak memory "
+        f"from one process per method. `python -m bench.bench_train_step --json {path}`."
+    )
+    return title, text, ["method", "s / step", "peak extra memory", "throughput vs. released"], rows
+
+
+def encode_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """``encode`` against sentence-transformers."""
+    rows = [
+        [name, f"{value:.1f}", _mib(data["peak_extra_bytes"][name]) if "peak_extra_bytes" in data else "—"]
+        for name, value in data["sentences_per_second"].items()
+    ]
+    title = f"## encode() vs. sentence-transformers ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"{data['sentences']} SNLI-test sentences, batch {data['batch_size']}, max length {data['max_length']}, "
+        f"{'bf16' if data['bf16'] else 'fp32'}, same all-MiniLM-L6-v2 weights. Ratio **{data['ratio']:.2f}×**"
+        + (
+            f"; `gausscse` reaches {data['share_of_forward_only']:.0%} of `forward_only`, the same model's forward "
+            "over batches tokenised and padded in advance (the ceiling)"
+            if "share_of_forward_only" in data
+            else ""
+        )
+        + f". `python -m bench.bench_encode --json {path}`."
+    )
+    return title, text, ["encoder", "sentences / s", "peak extra memory"], rows
+
+
+def bf16_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """bf16 against fp32 on the CPU."""
+    timings = {task: data[task] for task in ("train_step", "encode")}
+    rows = [
+        [task, f"{times['fp32_seconds']:.2f}", f"{times['bf16_seconds']:.2f}", f"{times['bf16_speedup']:.2f}×"]
+        for task, times in timings.items()
+    ]
+    title = f"## bf16 against fp32 on this CPU ({data['cpu_count']} cores, native bf16: {data['native_bf16']})"
+    text = (
+        f"MiniLM training step (batch {data['batch_size']} sentences) and encoding of {data['sentences']} "
+        f"SNLI-test sentences, fp32 and bf16 alternating, median of {data['repeats']}. "
+        f"`python -m bench.bench_cpu_bf16 --json {path}`."
+    )
+    return title, text, ["task", "fp32 (s)", "bf16 (s)", "bf16 speed-up"], rows
+
+
+def data_scale_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """The data pipeline at full SNLI + MNLI size."""
+    rows = [
+        [stage.removesuffix("_seconds").replace("_", " "), f"{data[stage]:.1f}"]
+        for stage in (
+            "read_seconds",
+            "build_seconds",
+            "tokenize_seconds",
+            "total_seconds",
+            "rerun_with_cache_seconds",
+        )
+    ]
+    title = f"## Training data at full SNLI + MNLI size ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"{data['rows']:,} NLI rows → {data['examples']:,} examples ({data['complete_triplets']:,} complete "
+        f"triplets), tokenised at max length {data['max_length']}. Peak resident memory above the loaded model: "
+        f"**{data['peak_extra_mib']:,.0f} MiB**. "
+        f"`python -m bench.bench_data_scale --json {path}`."
+    )
+    return title, text, ["stage", "seconds"], rows
+
+
+def real_recall_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """Recall@k of the FAISS backends on a model's Gaussians of real sentences (``bench_search --sizes``, no size)."""
+    rows = [[row["reduction"], row["direction"], row["backend"], f"{row['recall_at_k']:.3f}"] for row in data["real"]]
+    title = f"## Entailment search recall on real sentences ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"`{data['real_model']}` encodes {data['real_items']:,} distinct SNLI-train sentences (the stored items) and "
+        f"1,000 SNLI-test hypotheses (the queries); recall@{data['k']} of each FAISS backend (default settings) "
+        "against the exact `torch` backend, for each reduction on the same Gaussians. "
+        f"`python -m bench.bench_search --sizes --real_model {data['real_model']} --json {path}`."
+    )
+    return title, text, ["reduction", "direction", "backend", f"recall@{data['k']}"], rows
+
+
+def search_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """Entailment search at scale: GaussianIndex backends against plain FAISS and a brute force."""
+    if not data["rows"]:
+        return real_recall_section(data, path)
+    rows = [
+        [
+            f"{row['size']:,}",
+            row["method"],
+            f"{row['build_seconds']:.1f}",
+            f"{row['seconds_per_1000_queries']:.2f}",
+            f"{row['peak_extra_mib']:,.0f} MiB",
+            f"{row['recall_at_k']:.3f}" if "recall_at_k" in row else "truth" if row["method"] == "torch" else "—",
+        ]
+        for row in data["rows"]
+    ]
+    ratios = [
+        f"N = {summary['size']:,}: exact `faiss` backend / plain `IndexFlatIP` = "
+        f"**{summary['faiss_over_plain_flat_ip']:.2f}×** the time"
+        + "".join(
+            f"; `{row['method']}` **{row['speedup_vs_torch']:.1f}×** faster than exact `torch` "
+            f"({row['speedup_vs_faiss']:.1f}× than exact `faiss`) at recall@k {row['recall_at_k']:.3f}"
+            for row in summary["approximate"]
+        )
+        for summary in data["summary"]
+    ]
+    real = [
+        f"{row['reduction']} / {row['direction']} / {row['backend']}: {row['recall_at_k']:.3f}" for row in data["real"]
+    ]
+    title = f"## Entailment search at scale ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"Synthetic Gaussians in a trained model's ranges, d = {data['dim']}, {data['queries']:,} queries, "
+        f"k = {data['k']}, `entailing` direction, `sum` reduction; search time per 1,000 queries (the brute force: "
+        f"measured on {data['brute_force_queries']} queries); peak extra resident memory of each method's process; "
+        "recall@k against the exact `torch` ids.\n\n"
+        + "\n".join(f"- {line}" for line in ratios)
+        + (
+            f"\n- Real sentences ({data['real_model']}: {data['real_items']:,} SNLI-train sentences, 1,000 SNLI-test "
+            "hypotheses as queries), recall@k per reduction / direction / backend: " + "; ".join(real)
+            if real
+            else ""
+        )
+        + f"\n\n`python -m bench.bench_search --json {path}"
+        + (f" --real_model {data['real_model']}`." if real else "`.")
+    )
+    headers = ["N", "method", "build (s)", "s / 1,000 queries", "peak extra memory", "recall@k"]
+    return title, text, headers, rows
+
+
+def index_load_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """The first query after loading a saved index, with and without its FAISS files."""
+    rows = [
+        [
+            row["backend"],
+            f"{row['save_seconds']:.2f}",
+            f"{row['saved']['load_seconds']:.2f}",
+            f"{row['saved']['first_query_seconds']:.3f}",
+            f"{row['rebuilt']['first_query_seconds']:.3f}",
+            f"{row['first_query_ratio']:.0f}×",
+        ]
+        for row in data["rows"]
+    ]
+    title = f"## First query after loading a saved index ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"{data['size']:,} synthetic Gaussians, d = {data['dim']}, k = {data['k']}; each load in a fresh process. "
+        "`save` writes the FAISS index of both directions; without those files the index is built at the first "
+        f"query. `python -m bench.bench_index_load --json {path}`."
+    )
+    headers = ["backend", "save (s)", "load (s)", "first query (s)", "first query, FAISS built then (s)", "ratio"]
+    return title, text, headers, rows
+
+
+BENCH_SECTIONS = (
+    ("bench_similarity_*.json", similarity_section),
+    ("bench_train_step_*.json", train_step_section),
+    ("bench_encode_*.json", encode_section),
+    ("bench_cpu_bf16*.json", bf16_section),
+    ("bench_data_scale_*.json", data_scale_section),
+    ("bench_search_*.json", search_section),
+    ("bench_index_load_*.json", index_load_section),
+)
+
+
+def benchmarks_report(bench: Path) -> str:
+    """The text of ``BENCHMARKS.md``, from the ``bench_*_<device>.json`` files in the folder ``bench``."""
+    sections = [
+        "# Benchmarks",
+        "Generated by `bench/report.py` from the JSON files the bench scripts write; every ratio is "
+        "measured side by side in one run. Rerun: `bash bench/run_benchmarks.sh` (on a GPU machine it writes "
+        "`bench_*_cuda.json`, which then appear here too).",
+    ]
+    if not list(bench.glob("bench_*_cuda*.json")):
+        sections.append(
+            "No GPU measurement yet: no GPU was lent where these ran (CPU rows only). On a GPU machine: "
+            "`source .offline-gpu/env.sh && bash bench/run_gpu.sh` (see the script), then "
+            "`python -m bench.report`."
+        )
+    for pattern, render in BENCH_SECTIONS:
+        for path in sorted(bench.glob(pattern)):
+            title, text, headers, rows = render(json.loads(path.read_text()), path.as_posix())
+            sections += [title, text, markdown_table(headers, rows)]
+    return "\n\n".join(sections) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bench", type=Path, default=Path("results"), help="the folder of the bench_*.json files")
+    parser.add_argument("--output", type=Path, default=Path("results"), help="the folder BENCHMARKS.md goes to")
+    args = parser.parse_args(argv)
+    write_atomic(args.output / "BENCHMARKS.md", benchmarks_report(args.bench))
+    print(f"Wrote {args.output / 'BENCHMARKS.md'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
