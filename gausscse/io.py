@@ -65,6 +65,12 @@ def write_json(path: str | Path, payload: Any) -> None:
     write_atomic(path, json.dumps(json_safe(payload), indent=2, default=str) + "\n")
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (FAISS puts C++ file positions on later lines, HTTP clients bodies)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 RENAME_EXCHANGE = 2  # linux/fs.h
 AT_FDCWD = -100
 
@@ -124,25 +130,38 @@ def check_replaceable(folder: str | Path, marker: str, flag: str = "") -> None:
 
 
 @contextmanager
+def staging_folder(folder: Path, prefix: str) -> Iterator[Path]:
+    """An empty folder of this call's own (``prefix`` + random) beside ``folder``, with the usual permissions, for
+    building what replaces ``folder``; deleted when the block ends, however it ends (after a successful swap it holds
+    nothing)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=prefix))
+    try:
+        staging.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; the folder it becomes gets the usual mode
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def resolved_target(folder: str | Path) -> Path:
+    """The folder to replace for ``folder``: a symbolic link's target (the link stays), else ``folder``."""
+    folder = Path(folder)
+    return folder.resolve() if folder.is_symlink() else folder
+
+
+@contextmanager
 def atomic_folder(folder: str | Path, marker: str) -> Iterator[Path]:
     """Yield an empty staging folder beside ``folder``; on a clean exit [`write_manifest`] records its files and it
     takes ``folder``'s place whole ([`replace_folder`]), on an exception it is deleted and ``folder`` is left as it
     was. An existing ``folder`` is only replaced when it is empty or holds ``marker`` (a file this kind of folder
     always has), so a wrong path never wipes someone's data. A symbolic link is kept: its target is replaced."""
-    folder = Path(folder)
-    if folder.is_symlink():
-        folder = folder.resolve()
+    folder = resolved_target(folder)
     check_replaceable(folder, marker)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
+    with staging_folder(folder, f".{folder.name}.") as staging:
         yield staging
         write_manifest(staging)
-        staging.chmod(0o777 & ~current_umask())
         if not replace_folder(staging, folder):
             raise OSError(f"could not replace {folder} atomically")
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 MANIFEST_FILE = "manifest.json"
@@ -220,9 +239,9 @@ def _read_folder_once(folder: Path, kind: str) -> dict[str, bytes]:
             return opened.read()
 
     try:
-        names = sorted(os.listdir(handle if by_handle else folder))
-        manifest_bytes = read(MANIFEST_FILE) if MANIFEST_FILE in names else None
+        manifest_bytes = read(MANIFEST_FILE)
         if manifest_bytes is None:  # an older folder (its files as they are), or one being deleted after a swap
+            names = os.listdir(handle if by_handle else folder)
             files = {name: read(name) for name in names if not name.startswith(".")}
             if replaced():
                 raise FolderReplacedError(str(folder))
@@ -239,9 +258,7 @@ def _read_folder_once(folder: Path, kind: str) -> dict[str, bytes]:
             data = read(name)
             if data is None:
                 raise ValueError(f"{folder / name} is missing (listed in {MANIFEST_FILE}): save the {kind} again")
-            if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
-                if replaced():
-                    raise FolderReplacedError(str(folder))
+            if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:  # files are never rewritten in place
                 raise ValueError(
                     f"{folder / name} changed after it was saved (size or SHA-256 differs from {MANIFEST_FILE}): "
                     f"the {kind} is damaged; save it again"
@@ -260,10 +277,13 @@ __all__ = [
     "current_umask",
     "exchange_paths",
     "file_sha256",
+    "first_line",
     "json_safe",
     "link_tree",
     "read_folder",
     "replace_folder",
+    "resolved_target",
+    "staging_folder",
     "write_atomic",
     "write_json",
     "write_manifest",

@@ -352,3 +352,28 @@ def test_a_plain_sentence_transformer_of_the_module_gets_the_checks(minilm_token
     with pytest.raises(ValueError, match=r"^encode_query\(normalize_embeddings=True\) is refused"):
         st.encode_query(CLAIMS, normalize_embeddings=True)
     assert st.get_embedding_dimension(task="query") == 66
+
+
+def test_a_model_with_modules_after_the_gaussian_one_keeps_them(minilm_tokenizer, tmp_path):
+    """Modules after GaussCSETransformer (here Normalize) change its vectors: a plain SentenceTransformer of them stays
+    plain (warned, not switched), and a GaussCSESentenceTransformer's save keeps every module in modules.json."""
+    from sentence_transformers.models import Normalize
+
+    plain = SentenceTransformer(modules=[GaussCSETransformer(spread_model(), minilm_tokenizer), Normalize()])
+    assert type(plain) is SentenceTransformer
+    composed = GaussCSESentenceTransformer(modules=[GaussCSETransformer(spread_model(), minilm_tokenizer), Normalize()])
+    composed.save(str(tmp_path / "st"))
+    modules = json.loads((tmp_path / "st" / "modules.json").read_text())
+    assert modules[0]["type"] == SENTENCE_TRANSFORMERS_FILES["modules.json"][0]["type"]
+    assert len(modules) == 2 and modules[1]["type"].endswith("Normalize")
+    expected = composed.encode(CLAIMS, convert_to_tensor=True)
+    reloaded = SentenceTransformer(str(tmp_path / "st"), trust_remote_code=True)
+    torch.testing.assert_close(reloaded.encode(CLAIMS, convert_to_tensor=True), expected)
+    torch.testing.assert_close(expected.norm(dim=-1), torch.ones(len(CLAIMS)))  # Normalize ran after reloading
+
+
+def test_encode_takes_the_deprecated_sentences_keyword(minilm_tokenizer):
+    st = SentenceTransformer(modules=[GaussCSETransformer(spread_model(), minilm_tokenizer)])
+    torch.testing.assert_close(
+        st.encode(sentences=CLAIMS, convert_to_tensor=True), st.encode(CLAIMS, convert_to_tensor=True)
+    )

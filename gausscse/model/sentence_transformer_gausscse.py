@@ -29,6 +29,7 @@ the total KL) is ranked by the ``sum`` form on these routes, which is logged whe
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -184,20 +185,23 @@ class GaussCSETransformer(InputModule):
         ``SentenceTransformer`` (what ``SentenceTransformer(folder, trust_remote_code=True)`` builds) becomes a
         [`GaussCSESentenceTransformer`], whose ``encode`` refuses the options that break dot = −KL on the routes
         (sentence-transformers applies them after this module, out of its sight) and whose
-        ``get_embedding_dimension`` takes a task. Another subclass is left as it is, with a warning."""
-        if type(model) is SentenceTransformer:
+        ``get_embedding_dimension`` takes a task. Another subclass, or a model with modules after this one (their output
+        is no longer the −KL vectors), is left as it is, with a warning."""
+        if type(model) is SentenceTransformer and len(model) == 1:
             model.__class__ = GaussCSESentenceTransformer
         elif not isinstance(model, GaussCSESentenceTransformer):
             logger.warning(
-                f"{type(model).__name__} is not a GaussCSESentenceTransformer: normalize_embeddings, precision and "
-                "truncate_dim are not checked on encode_query/encode_document, and any of them breaks dot = −KL"
+                f"{type(model).__name__} of {len(model)} module(s) is not a GaussCSESentenceTransformer: "
+                "normalize_embeddings, precision and truncate_dim are not checked on encode_query/encode_document, "
+                "and any of them (or a module after this one) breaks dot = −KL"
             )
 
     def save(self, output_path: str, *args, **kwargs) -> None:
         """Write the GaussCSE folder (``save_pretrained``: weights, config, code, the sentence-transformers files),
-        the tokenizer and ``sentence_bert_config.json``."""
+        the module's tokenizer (handed to the model, whose ``save_pretrained`` writes it) and
+        ``sentence_bert_config.json``."""
+        self.model.get_tokenizer(self.tokenizer)
         self.model.save_pretrained(output_path)
-        self.save_tokenizer(output_path)
         self.save_config(output_path)
 
 
@@ -226,12 +230,14 @@ class GaussCSESentenceTransformer(SentenceTransformer):
     def check_route_options(self, *args, **kwargs) -> None:
         """Raise ``ValueError`` if ``encode(*args, **kwargs)`` asks for a KL route (``task="query"`` /
         ``"document"``, what ``encode_query`` / ``encode_document`` pass) with an option that breaks dot = −KL."""
+        task = kwargs.get("task")  # keyword-only (encode_query / encode_document pass it)
         module = self._gausscse_module()
-        bound = _ENCODE_SIGNATURE.bind(self, *args, **kwargs)
+        if module is None or not module.breaks_kl(task):
+            return
+        bound = _ENCODE_SIGNATURE.bind_partial(self, *args, **kwargs)  # partial: the deprecated sentences= keyword
         bound.apply_defaults()
         options = bound.arguments
-        task = options["kwargs"].get("task")
-        if module is None or options["output_value"] != "sentence_embedding" or not module.breaks_kl(task):
+        if options["output_value"] != "sentence_embedding":
             return
         call = f"encode_{task}"
         why = (
@@ -275,7 +281,13 @@ class GaussCSESentenceTransformer(SentenceTransformer):
         super().save(path, *args, **kwargs)
         defaults = SENTENCE_TRANSFORMERS_FILES["config_sentence_transformers.json"]
         write_json_atomic(Path(path) / "config_sentence_transformers.json", {**defaults, **self._get_model_config()})
-        write_json_atomic(Path(path) / "modules.json", SENTENCE_TRANSFORMERS_FILES["modules.json"])
+        modules_file = Path(path) / "modules.json"
+        shipped_type = SENTENCE_TRANSFORMERS_FILES["modules.json"][0]["type"]
+        modules = json.loads(modules_file.read_text(encoding="utf-8"))
+        for entry, module in zip(modules, self, strict=True):  # only this module's entry; any others stay as written
+            if isinstance(module, GaussCSETransformer):
+                entry["type"] = shipped_type
+        write_json_atomic(modules_file, modules)
 
 
 def to_sentence_transformer(model: GaussCSEModel, tokenizer=None, direction: str = "entailing") -> SentenceTransformer:

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from gausscse.io import atomic_folder, json_safe, read_folder
-from gausscse.search.index import SETTINGS_FILE, GaussianIndex, json_bytes, parse_json
+from gausscse.io import atomic_folder, json_safe, read_folder, write_json
+from gausscse.search.index import SETTINGS_FILE, GaussianIndex, parse_json
 
 SENTENCES_FILE = "sentences.jsonl"
 CORPUS_FILE = "corpus.json"
@@ -181,7 +181,7 @@ class SentenceIndex:
             lines = "".join(json.dumps(sentence, ensure_ascii=False) + "\n" for sentence in self.sentences)
             (staging / SENTENCES_FILE).write_text(lines, encoding="utf-8")
             corpus = {"model": self.model_name, "model_fingerprint": self.model_fingerprint, "sentences": len(self)}
-            (staging / CORPUS_FILE).write_bytes(json_bytes(corpus))
+            write_json(staging / CORPUS_FILE, corpus)
 
     @classmethod
     def load(cls, folder: str | Path, **load_kwargs: Any) -> SentenceIndex:
@@ -206,8 +206,11 @@ def parse_sentences(path: Path, data: bytes) -> list[str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ValueError(f"{path} is not UTF-8 text ({error})") from None
+    lines = text.split("\n")  # not splitlines(): JSON keeps U+2028 and U+0085 unescaped inside a sentence
+    if lines[-1] == "":
+        lines.pop()
     sentences = []
-    for number, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"), start=1):
+    for number, line in enumerate(lines, start=1):
         try:
             sentence = json.loads(line)
         except json.JSONDecodeError as error:

@@ -25,14 +25,15 @@ past ``MAX_OUTLIERS`` the approximate index is rebuilt at the next query.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.numpy import load, save
+from safetensors.numpy import load, save_file
 
+from gausscse.io import first_line
 from gausscse.model.gaussian import SEARCH_DIRECTIONS, GaussianEmbeddings, kl_feature_map
 
 EXACT, HNSW = "faiss", "faiss-hnsw"
@@ -219,25 +220,23 @@ class FaissDirection:
             )
         return torch.from_numpy(np.ascontiguousarray(ids))
 
-    def files(self) -> dict[str, bytes]:
-        """``{file name: bytes}``: ``<direction>.faiss`` (FAISS's own format) and, if any,
-        ``<direction>.transform.safetensors``."""
-        files = {f"{self.direction}.faiss": faiss_module().serialize_index(self.faiss_index).tobytes()}
+    def save(self, folder: Path) -> None:
+        """``<direction>.faiss`` (FAISS's own format) and, if any, ``<direction>.transform.safetensors``."""
+        faiss_module().write_index(self.faiss_index, str(folder / f"{self.direction}.faiss"))
         if self.transform:
-            files[f"{self.direction}.transform.safetensors"] = save(self.transform)
-        return files
+            save_file(self.transform, str(folder / f"{self.direction}.transform.safetensors"))
 
     @classmethod
     def from_files(
-        cls, backend: str, direction: str, dim: int, folder: Path, files: Mapping[str, bytes], ef_search: int
+        cls, backend: str, direction: str, dim: int, folder: Path, files: dict[str, bytes], ef_search: int
     ) -> FaissDirection | None:
-        """The direction saved by [`files`] into ``folder`` (read as ``files``), or ``None`` if it was never built.
+        """The direction [`save`] wrote into ``folder`` (read as ``files``), or ``None`` if it was never built.
         A damaged file raises ``ValueError`` naming it."""
         name = f"{direction}.faiss"
         if name not in files:
             return None
         try:
-            faiss_index = faiss_module().deserialize_index(np.frombuffer(files[name], dtype=np.uint8))
+            faiss_index = faiss_module().deserialize_index(np.frombuffer(files.pop(name), dtype=np.uint8))
         except RuntimeError as error:
             raise ValueError(f"{folder / name} is not a FAISS index FAISS can read ({first_line(error)})") from None
         transform: dict[str, np.ndarray] = {}
@@ -246,7 +245,7 @@ class FaissDirection:
             if transform_name not in files:
                 raise ValueError(f"{folder / transform_name} is missing: the {backend} index cannot be searched")
             try:
-                transform = dict(load(files[transform_name]))
+                transform = dict(load(files.pop(transform_name)))
             except Exception as error:  # safetensors raises its own SafetensorError
                 raise ValueError(f"{folder / transform_name} is damaged ({first_line(error)})") from None
             if not {"keep", "scale", "radius2"} <= transform.keys():
@@ -255,12 +254,6 @@ class FaissDirection:
         if transform:
             loaded.set_ef_search(ef_search)
         return loaded
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an error's message (FAISS's carry C++ file positions on later lines)."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 __all__ = ["EXACT", "HNSW", "FaissDirection", "feature_vectors"]

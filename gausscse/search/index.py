@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load, save
+from safetensors.torch import load, save_file
 
-from gausscse.io import atomic_folder, json_safe, read_folder
+from gausscse.io import atomic_folder, first_line, read_folder, write_json
 from gausscse.model.gaussian import (
     KL_REDUCTIONS,
+    LOGVAR_BOUND,
     SEARCH_DIRECTIONS,
     GaussianEmbeddings,
     check_reduction,
     similarity,
     similarity_matrix,
 )
-from gausscse.search.faiss_backend import HNSW, FaissDirection, first_line
+from gausscse.search.faiss_backend import HNSW, FaissDirection
 
 BACKENDS = ("torch", "faiss", HNSW)
 CHUNK_ROWS = 4096  # stored items scored per matrix product (torch backend)
@@ -34,13 +35,19 @@ def check_searchable(embeddings: GaussianEmbeddings, argument: str) -> None:
     μ² or μ²/σ² above ``KL_TERM_LIMIT`` (1e30); log σ² is already within ±``LOGVAR_BOUND`` (``GaussianEmbeddings.
     check``). Every Gaussian a model encodes is far inside (|μ| ≤ 1 under tanh); within the limits every backend's
     results are exact (re-scored)."""
-    mean_term = (embeddings.mu.double() ** 2 * torch.exp(-embeddings.logvar.double()).clamp_min(1.0)).amax(dim=-1)
-    bad = mean_term > KL_TERM_LIMIT
+    lowest, highest = torch.aminmax(embeddings.mu) if embeddings.mu.numel() else (torch.tensor(0.0),) * 2
+    largest_mu = max(-float(lowest), float(highest))
+    if largest_mu**2 * math.exp(LOGVAR_BOUND) <= KL_TERM_LIMIT:  # every row safe (|log σ²| ≤ LOGVAR_BOUND): no copy
+        return
+    mu, logvar = embeddings.mu.float(), embeddings.logvar.float()
+    # log max(μ², μ²/σ²) per row, in the log domain: no float64 copy of the batch, no overflow
+    log_term = (2.0 * mu.abs().log() - logvar.clamp_max(0.0)).amax(dim=-1)
+    bad = log_term > math.log(KL_TERM_LIMIT)
     if bool(bad.any()):
         row = int(bad.nonzero()[0, 0])
         raise ValueError(
             f"{argument}[{row}] is too extreme to search: an index takes μ² and μ²/σ² up to {KL_TERM_LIMIT:.0e}, this "
-            f"row reaches {float(mean_term[row]):.4g}"
+            f"row reaches {math.exp(min(float(log_term[row]), 700.0)):.4g}"
         )
 
 
@@ -247,21 +254,18 @@ class GaussianIndex:
         with atomic_folder(folder, SETTINGS_FILE) as staging:
             self.write_files(staging)
 
-    def files(self) -> dict[str, bytes]:
-        """The files of [`save`] (all but the manifest) as ``{name: bytes}``."""
+    def write_files(self, folder: Path) -> None:
+        """Write the files of [`save`] (all but the manifest) into the existing ``folder``, building the FAISS
+        index of each direction no query has built yet."""
         if self.backend != "torch" and len(self):
             for direction in SEARCH_DIRECTIONS:
                 self.faiss_direction(direction)
-        files = {GAUSSIANS_FILE: save({"mu": self.mu.cpu().contiguous(), "logvar": self.logvar.cpu().contiguous()})}
+        save_file(
+            {"mu": self.mu.cpu().contiguous(), "logvar": self.logvar.cpu().contiguous()}, str(folder / GAUSSIANS_FILE)
+        )
         for built in self._faiss.values():
-            files.update(built.files())
-        files[SETTINGS_FILE] = json_bytes(self.settings())
-        return files
-
-    def write_files(self, folder: Path) -> None:
-        """Write [`files`] into the existing ``folder``."""
-        for name, data in self.files().items():
-            (folder / name).write_bytes(data)
+            built.save(folder)
+        write_json(folder / SETTINGS_FILE, self.settings())
 
     @classmethod
     def load(cls, folder: str | Path, device: str | torch.device | None = None) -> GaussianIndex:
@@ -273,7 +277,7 @@ class GaussianIndex:
 
     @classmethod
     def from_files(
-        cls, folder: Path, files: Mapping[str, bytes], device: str | torch.device | None = None
+        cls, folder: Path, files: dict[str, bytes], device: str | torch.device | None = None
     ) -> GaussianIndex:
         """The index whose files (``{name: bytes}``, as read from ``folder``) [`save`] wrote."""
         if SETTINGS_FILE not in files:
@@ -296,7 +300,7 @@ class GaussianIndex:
         if GAUSSIANS_FILE not in files:
             raise FileNotFoundError(f"{folder / GAUSSIANS_FILE} is missing: the index is incomplete")
         try:
-            tensors = load(files[GAUSSIANS_FILE])
+            tensors = load(files.pop(GAUSSIANS_FILE))  # popped: each file's bytes freed once parsed
             stored = GaussianEmbeddings(tensors["mu"], tensors["logvar"])
         except Exception as error:  # safetensors' SafetensorError, a missing tensor, a shape mismatch
             raise ValueError(f"{folder / GAUSSIANS_FILE} is damaged ({first_line(error)})") from None
@@ -313,11 +317,6 @@ class GaussianIndex:
                     raise ValueError(f"{folder}/{direction}.faiss holds {built.size} vectors, the index {len(index)}")
                 index._faiss[direction] = built
         return index
-
-
-def json_bytes(payload: Any) -> bytes:
-    """``payload`` as indented UTF-8 JSON (NaN as ``null``)."""
-    return (json.dumps(json_safe(payload), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def parse_json(path: Path, data: bytes) -> dict[str, Any]:

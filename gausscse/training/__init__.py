@@ -1,6 +1,6 @@
 """Training GaussCSE models: arguments (``arguments``), the batch layout, padding and packing (``batch``), the losses
 (eq. 3 and supervised SimCSE, ``losses``), the Trainer (``trainer``), the DDP gather (``distributed``), LoRA
-(``lora``), the output folder and model card (``output``, ``model_card``) and the precision pick (``precision``). The
+(``lora``), the final model folder and model card (``save``, ``model_card``) and the precision pick (``precision``). The
 training data itself comes from ``gausscse.data``; the command is ``gausscse.cli.train``.
 
 Only the losses are imported here (``from gausscse.training import GaussCSELoss``); import the other modules by name.

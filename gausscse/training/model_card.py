@@ -599,7 +599,6 @@ __all__ = [
     "dev_eval_results",
     "eval_result",
     "hub_dataset",
-    "is_hub_id",
     "merge_test_results",
     "render_model_card",
     "sentence_transformers_usage",

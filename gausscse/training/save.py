@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from gausscse import GaussCSEModel
-from gausscse.io import current_umask, link_tree, replace_folder
+from gausscse.io import first_line, link_tree, replace_folder, resolved_target, staging_folder, write_json
 from gausscse.loading import is_hub_id
 
 from .lora import has_lora, merge_lora
@@ -51,17 +50,9 @@ def save_model_folder(
     ``train_results.json``; ``figure``: a PNG of the final evaluation, saved as ``FIGURE_FILE`` and shown in the card.
     """
     check_finite_weights(model, "the final model")
-    model_dir = Path(model_dir)
-    if model_dir.is_symlink():  # the link stays; the folder it points to is replaced
-        model_dir = model_dir.resolve()
-    model_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=model_dir.parent, prefix=f".{model_dir.name}{STAGING_SUFFIX}."))
-    try:
-        staging.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; the model folder it becomes gets the usual mode
+    model_dir = resolved_target(model_dir)  # a symbolic link stays; the folder it points to is replaced
+    with staging_folder(model_dir, f".{model_dir.name}{STAGING_SUFFIX}.") as staging:  # gone on any error too
         _write_model_folder(model, tokenizer, model_dir, staging, card, results, merge, figure)
-    except BaseException:  # a full disk, a kill signal turned into an exception, ...: no half-built folder stays
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return model_dir
 
 
@@ -91,7 +82,7 @@ def _write_model_folder(
         adapter=adapter,
         figure=None if figure is None else FIGURE_FILE,
     )
-    (staging / TRAIN_RESULTS_FILE).write_text(json.dumps(dict(results), indent=2, default=str), encoding="utf-8")
+    write_json(staging / TRAIN_RESULTS_FILE, dict(results))
     written = sorted(path.name for path in staging.iterdir())
     (staging / MANIFEST_FILE).write_text(json.dumps(written), encoding="utf-8")
     manifest = model_dir / MANIFEST_FILE
@@ -147,8 +138,9 @@ def check_hub_push(repo_id: str | None, token: str | None = None, adapter_backbo
     try:
         account = HfApi(token=token).whoami()
     except Exception as error:  # whatever stops whoami (offline, refused, DNS, HTTP client errors) stops the push
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise HubPushError(f"--push_to_hub: cannot reach the Hub or the token was refused ({first_line})") from None
+        raise HubPushError(
+            f"--push_to_hub: cannot reach the Hub or the token was refused ({first_line(error)})"
+        ) from None
     role = account.get("auth", {}).get("accessToken", {}).get("role")
     if role == "read":
         raise HubPushError("--push_to_hub: the Hub token is read-only; use a token with write access")

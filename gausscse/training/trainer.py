@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from torch import nn
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from gausscse.io import write_atomic
+from gausscse.io import write_json
 from gausscse.loading import CHECKPOINT_COMPLETE
 
 from .batch import split_batch_embeddings
@@ -148,10 +147,10 @@ class GaussCSETrainer(Trainer):
         check_finite_weights(self.accelerator.unwrap_model(self.model), f"checkpoint at step {self.state.global_step}")
         super()._save_checkpoint(model, trial)
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        if self.args.should_save and folder.is_dir() and self.run_arguments is not None:
-            write_atomic(folder / RUN_ARGUMENTS_FILE, json.dumps(self.run_arguments, indent=2, default=str) + "\n")
         if self.args.should_save and folder.is_dir():
-            write_atomic(folder / CHECKPOINT_COMPLETE, json.dumps({"global_step": self.state.global_step}) + "\n")
+            if self.run_arguments is not None:
+                write_json(folder / RUN_ARGUMENTS_FILE, self.run_arguments)
+            write_json(folder / CHECKPOINT_COMPLETE, {"global_step": self.state.global_step})
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         """Trainer's loading, and for a LoRA model's checkpoint (an adapter folder) its adapter and heads."""
