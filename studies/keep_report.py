@@ -51,14 +51,26 @@ def value(results: dict, path: tuple[str, ...]) -> float:
     return float(results)
 
 
-def load_runs() -> dict[str, dict[str, dict]]:
-    """``{candidate: {run: results}}`` of every evaluated run."""
+def load_runs(study: Path = STUDY) -> dict[str, dict[str, dict]]:
+    """``{candidate: {run: results}}`` of every evaluated run of the study folder ``study``."""
     runs: dict[str, dict[str, dict]] = {}
-    for file in sorted((STUDY / "eval").glob("*_seed*/results.json")):
+    for file in sorted((study / "eval").glob("*_seed*/results.json")):
         run = file.parent.name
         payload = json.loads(file.read_text(encoding="utf-8"))
         runs.setdefault(config_of(run), {})[run] = next(iter(payload["models"].values()))
     return runs
+
+
+def study_inputs(study: Path) -> tuple[dict[str, dict[str, dict]], dict, dict, dict[str, dict[str, dict]]]:
+    """What a study's report reads from its folder ``study``: the candidates' runs ([`load_runs`]), the untouched
+    backbone's results, ``study.json`` (empty where missing) and each candidate's seed-42 runs (the first round)."""
+    candidates = load_runs(study)
+    backbone = next(iter(json.loads((study / "eval/backbone/results.json").read_text())["models"].values()))
+    meta = json.loads((study / "study.json").read_text()) if (study / "study.json").is_file() else {}
+    first_round = {
+        name: {run: r for run, r in runs.items() if run.endswith("_seed42")} for name, runs in candidates.items()
+    }
+    return candidates, backbone, meta, first_round
 
 
 def mean_of(runs: dict[str, dict], path: tuple[str, ...]) -> float:
@@ -97,6 +109,15 @@ def cell(runs: dict[str, dict], path: tuple[str, ...]) -> str:
     return summary(values) if values else "—"
 
 
+def test_cells(runs: dict[str, dict]) -> str:
+    """The table cells of the test-set direction (similarity rule) and then binary NLI accuracy, SNLI / MNLI (mm) /
+    SICK."""
+    return " | ".join(
+        [cell(runs, ("direction", key, "similarity_rule")) for key, _ in TEST_SETS]
+        + [cell(runs, ("nli", key, "accuracy")) for key, _ in TEST_SETS]
+    )
+
+
 def frontier(rows: dict[str, tuple[float, ...]]) -> set[str]:
     """The names whose tuple no other tuple is ≥ on every axis and > on one (Pareto frontier, larger is better)."""
     return {
@@ -125,12 +146,7 @@ def target_check(runs: dict[str, dict]) -> str:
 
 
 def report() -> str:
-    candidates = load_runs()
-    backbone = next(iter(json.loads((STUDY / "eval/backbone/results.json").read_text())["models"].values()))
-    study = json.loads((STUDY / "study.json").read_text()) if (STUDY / "study.json").is_file() else {}
-    first_round = {
-        name: {run: r for run, r in runs.items() if run.endswith("_seed42")} for name, runs in candidates.items()
-    }
+    candidates, backbone, study, first_round = study_inputs(STUDY)
     winner_first, ranking_first = choose(first_round)
     finalists = [name for name in candidates if len(candidates[name]) > 1]
     if len(finalists) >= 2:
@@ -210,9 +226,7 @@ def report() -> str:
         )
         lines.append(
             f"| {name} | {cell(runs, ('sts', 'avg', 'cosine'))} | {retrieval[0]} | {retrieval[1]} | {other_sets} | "
-            + " | ".join(cell(runs, ("direction", key, "similarity_rule")) for key, _ in TEST_SETS)
-            + " | "
-            + " | ".join(cell(runs, ("nli", key, "accuracy")) for key, _ in TEST_SETS)
+            + test_cells(runs)
             + f" | {'yes' if name in on_frontier else ''} |"
         )
     lines += [

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ from gausscse import GaussCSEModel
 from gausscse.evaluation import tasks
 from gausscse.io import write_atomic, write_json
 from gausscse.model.gaussian import kl_divergence_matrix, similarity_matrix
+from gausscse.training.precision import cpu_name
 
 # (the evaluator's metric, its cut-off, the report's label); the evaluator names the value "<metric with k>"
 METRICS = (
@@ -86,16 +86,6 @@ def rank_agreement(first: torch.Tensor, second: torch.Tensor, k: int = 10) -> di
         "top1_same": float(same_top1.mean()),
         f"top{k}_overlap": float(overlap.mean()),
     }
-
-
-def cpu_name() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else ``platform.processor()``."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def sentence_transformers_folder(model_path: str, workdir: Path) -> tuple[str, bool]:

@@ -114,7 +114,7 @@ case ${1:-} in
       .venv/bin/gausscse-evaluate --model "$backbone" --tasks nli,retrieval --output "$out/eval/backbone" \
         --max_length 64 --no_plots $bf16_flag
     fi
-    .venv/bin/python -c "import json, os, sys; from studies.retrieval import cpu_name
+    .venv/bin/python -c "import json, os, sys; from gausscse.training.precision import cpu_name
 json.dump({'precision': sys.argv[1], 'hardware': f'{cpu_name()}, {os.cpu_count()} cores, CPU only',
            'budget_seconds': int(sys.argv[3])}, open(sys.argv[2], 'w'))" \
       "$precision" "$out/study.json" "$BUDGET_SECONDS"

@@ -137,3 +137,62 @@ def test_keep_md_is_what_the_report_writer_makes_of_the_committed_json():
     backbone = json.loads((REPO_ROOT / "results/keep_study/eval/backbone/results.json").read_text())["models"]
     sts = next(iter(backbone.values()))["sts"]["avg"]["cosine"]
     assert f"| backbone (cosine) | {sts:.2f} |" in report
+
+
+def release_run(direction_dev: float, auprc_dev: float, retrieval_dev: float) -> dict:
+    return {
+        "snli_dev": {"direction_accuracy": direction_dev, "auprc": auprc_dev},
+        "retrieval": {"snli_dev": {"similarity": {"ndcg@10": retrieval_dev}}},
+    }
+
+
+def test_the_release_rule_drops_retrieval_losers_then_ranks_by_direction_plus_auprc_then_retrieval():
+    from studies.release_report import choose
+
+    backbone = {"retrieval": {"snli_dev": {"cosine": {"ndcg@10": 68.5}}}}  # eligible from 67.0 on
+    candidates = {
+        "forgets": {"f_seed42": release_run(99.0, 70.0, 66.9)},  # the best score, but 1.6 below the backbone: out
+        "lower": {"l_seed42": release_run(96.0, 63.0, 68.0)},  # 159.0
+        "best": {"b_seed42": release_run(97.0, 64.0, 67.0)},  # 161.0
+        "tied": {"t_seed42": release_run(96.6, 64.0, 67.5)},  # 160.6: within 0.5, the better retrieval goes first
+    }
+    assert choose(candidates, backbone) == ["tied", "best", "lower"]
+    assert choose({"forgets": candidates["forgets"]}, backbone) == []
+
+
+def test_release_md_is_what_the_report_writer_makes_of_the_committed_json():
+    """results/RELEASE.md is release_report's output on results/release_study."""
+    from studies import release_report
+
+    assert release_report.report() == (REPO_ROOT / "results" / "RELEASE.md").read_text()
+
+
+# what each release-study candidate changes in the quickstart recipe (studies/run_release_study.sh, candidate_flags)
+RELEASE_CANDIDATES = {
+    "base": {},
+    "lr_3e-5": {"learning_rate": 3e-5},
+    "lr_3e-4": {"learning_rate": 3e-4},
+    "len_32": {"max_seq_length": 32},
+    "batch_128": {"per_device_train_batch_size": 128},
+}
+
+
+def test_release_yaml_is_the_selected_candidate_for_the_hour():
+    """configs/release.yaml = the quickstart recipe with the change of the candidate results/RELEASE.md selects, for
+    3,000 s of that configuration's probed seconds per step (rounded down to a multiple of 100)."""
+    from studies import release_report
+
+    runner = (REPO_ROOT / "studies" / "run_release_study.sh").read_text()
+    assert all(f"    {name})" in runner for name in RELEASE_CANDIDATES)  # the table above names the runner's candidates
+    selected = (REPO_ROOT / "results" / "RELEASE.md").read_text().split("**Selected: `")[1].split("`")[0]
+    release = yaml.safe_load((REPO_ROOT / "configs" / "release.yaml").read_text())
+    quickstart = yaml.safe_load((REPO_ROOT / "configs" / "quickstart.yaml").read_text())
+    expected = {**quickstart, **RELEASE_CANDIDATES[selected]}
+    settings = ("loss", "retrieval_weight", "similarity_reduction", "max_seq_length", "pack_sequences")
+    settings += ("per_device_train_batch_size", "learning_rate", "head_learning_rate", "warmup_steps", "seed")
+    for name in settings:
+        assert release[name] == expected[name], name
+    per_step = release_report.seconds_per_step(selected)
+    assert release["max_steps"] == int(3000 / per_step) // 100 * 100
+    assert release["eval_steps"] == release["save_steps"] == release["max_steps"] // 5
+    assert set(release["train_datasets"]) == {"snli", "mnli"} and "max_train_examples" not in release

@@ -218,6 +218,10 @@ def test_training_on_a_users_file_leaves_a_loadable_model_in_output_dir(shape, b
     results = json.loads((output / "train_results.json").read_text())
     assert results["data"]["examples"] == 12 and results["data"]["complete_triplets"] == 12
     assert "eval_validation_auprc" in results and results["best_model_checkpoint"].startswith(str(output))
+    # the dev evaluations during training, against the seconds since training began (not the final re-evaluation)
+    curve = results["dev_curve"]
+    assert [point["step"] for point in curve] == [2, 4] and all("validation_auprc" in point for point in curve)
+    assert 0 < curve[0]["elapsed_seconds"] < curve[1]["elapsed_seconds"]
     sentences = ["a man is playing a red guitar", "a man is outside"]
     expected = GaussCSEModel.from_pretrained(output).encode(sentences).mu
     torch.testing.assert_close(fresh_process_mu(output, sentences), expected)
@@ -231,6 +235,15 @@ def test_a_simcse_run_is_evaluated_as_a_point_model(backbone, data_dir, tmp_path
     output = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "simcse", *extra))
     results = json.loads((output / "train_results.json").read_text())
     assert results["loss"] == "simcse" and "eval_snli_dev_direction_accuracy" not in results  # cosine: no direction
+    assert not load_encoder(str(output)).encode_unique(["a dog runs"]).is_gaussian
+
+
+def test_simcse_on_a_frozen_mean_is_refused(backbone, data_dir, tmp_path):
+    extra = ("--loss", "simcse", "--start", "backbone", "--max_steps", "2")
+    with pytest.raises(ValueError, match="nothing would train; pass --frozen_mean false"):
+        train_gausscse.main(train_args(backbone, data_dir, tmp_path / "simcse", *extra))
+    extra = (*extra, "--frozen_mean", "false")  # the twin of a frozen-μ model: one encoder, trained with the cosine
+    output = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "simcse", *extra))
     assert not load_encoder(str(output)).encode_unique(["a dog runs"]).is_gaussian
 
 

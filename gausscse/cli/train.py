@@ -333,6 +333,21 @@ def main(argv: list[str] | None = None) -> Path:
         return train_and_save(model_args, data_args, training_args, push)
 
 
+def dev_curve(log_history: list[dict]) -> list[dict]:
+    """The dev evaluations during training, in order: ``{"step", "elapsed_seconds", <metric>: value}`` for each log
+    entry with ``eval_`` metrics before the training's summary (``train_runtime``), so not the evaluation of the final
+    (best) weights after it. ``elapsed_seconds``: wall-clock since training began in that process
+    (``GaussCSETrainer.log``)."""
+    curve = []
+    for entry in log_history:
+        if "train_runtime" in entry:
+            break
+        metrics = {name.removeprefix("eval_"): value for name, value in entry.items() if name.startswith("eval_")}
+        if metrics:
+            curve.append({"step": entry["step"], "elapsed_seconds": entry.get("elapsed_seconds"), **metrics})
+    return curve
+
+
 def train_and_save(
     model_args: ModelArguments, data_args: DataArguments, training_args: GaussCSETrainingArguments, push: bool
 ) -> Path:
@@ -353,6 +368,12 @@ def train_and_save(
         model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code
     )
     model = build_model(model_args)
+    if training_args.loss == "simcse" and model.config.frozen_mean:
+        raise ValueError(
+            "--loss simcse trains μ alone, and this model takes μ from a frozen copy of its backbone (frozen_mean, "
+            f"what --start {model_args.start} sets up for {model_args.model_name_or_path}): nothing would train; "
+            "pass --frozen_mean false"
+        )
     model.get_tokenizer(tokenizer)  # its saves (checkpoints, the final folder) write this one, not a reloaded copy
     max_length = resolve_max_length(tokenizer, model.config.encoder_config, data_args.max_seq_length)
     if max_length < data_args.max_seq_length:
@@ -392,6 +413,7 @@ def train_and_save(
         "loss": training_args.loss,
         "train_examples": len(train_dataset),
         "eval_max_examples": data_args.eval_max_examples,  # SNLI-dev pairs behind the eval_* metrics (None: all)
+        "dev_curve": dev_curve(trainer.state.log_history),
         "data": data_stats.as_dict(),
     }
     model_dir = Path(training_args.output_dir)

@@ -323,10 +323,10 @@ def evaluation_section(results: Sequence[EvalResult]) -> str:
     )
 
 
-def with_evaluation_section(text: str, section: str) -> str:
-    """The card body ``text`` with its evaluation section (up to the next ``## `` heading) replaced by ``section``;
-    ``section`` appended where the body has none."""
-    pattern = re.compile(rf"^{EVALUATION_HEADING}\n.*?(?=^## |\Z)", re.M | re.S)
+def with_section(text: str, heading: str, section: str) -> str:
+    """The card body ``text`` with its section under the line ``heading`` (e.g. ``"## Evaluation"``, up to the next
+    ``## `` heading) replaced by ``section``; ``section`` appended where the body has none."""
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.M | re.S)
     if pattern.search(text) is None:
         return f"{text.rstrip()}\n\n{section}\n"
     return pattern.sub(lambda _: f"{section}\n\n", text, count=1)
@@ -570,7 +570,7 @@ def merge_test_results(card_text: str, results: Sequence[EvalResult]) -> str:
     kept = [old for old in card.data.eval_results or () if (old.unique_identifier, old.metric_type) not in new]
     card.data.eval_results = [*kept, *results]
     card.data.model_name = card.data.model_name or re.search(r"^# (.+)$", card.text, re.M).group(1)  # the title
-    card.text = with_evaluation_section(card.text, evaluation_section(card.data.eval_results))
+    card.text = with_section(card.text, EVALUATION_HEADING, evaluation_section(card.data.eval_results))
     return str(card)
 
 
@@ -604,5 +604,6 @@ __all__ = [
     "sentence_transformers_usage",
     "training_setup",
     "update_model_card",
+    "with_section",
     "write_model_card",
 ]

@@ -10,6 +10,7 @@ faster wins (the KL and the loss stay fp32 either way).
 from __future__ import annotations
 
 import argparse
+import platform
 import sys
 import time
 from collections.abc import Callable
@@ -25,6 +26,18 @@ PROBE_SENTENCES = [
     "A woman slices vegetables in a kitchen while talking on the phone.",
     "Children are playing outside.",
 ]
+
+
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name from ``cpuinfo`` (Linux), else ``platform.processor()``."""
+    try:
+        lines = cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
 
 
 def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
@@ -99,4 +112,4 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["cpu_has_native_bf16", "pick_precision", "seconds_per_step", "training_step_seconds"]
+__all__ = ["cpu_has_native_bf16", "cpu_name", "pick_precision", "seconds_per_step", "training_step_seconds"]

@@ -16,7 +16,15 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from gausscse import GaussCSEModel
-from gausscse.io import first_line, link_tree, replace_folder, resolved_target, staging_folder, write_json
+from gausscse.io import (
+    first_line,
+    link_tree,
+    replace_folder,
+    resolved_target,
+    staging_folder,
+    write_atomic,
+    write_json,
+)
 from gausscse.loading import is_hub_id
 
 from .lora import has_lora, merge_lora
@@ -152,6 +160,17 @@ def check_hub_push(repo_id: str | None, token: str | None = None, adapter_backbo
         )
 
 
+def add_final_model_file(model_dir: str | Path, name: str) -> None:
+    """Count the file ``name`` that a later step wrote into the final model folder ``model_dir`` (a figure of its
+    card, say) among the model's files: the Hub upload takes it, the next save replaces it. The manifest is rewritten
+    atomically."""
+    manifest = Path(model_dir) / MANIFEST_FILE
+    if not (Path(model_dir) / name).is_file():
+        raise FileNotFoundError(f"{Path(model_dir) / name}: no such file in the model folder")
+    files = json.loads(manifest.read_text(encoding="utf-8"))
+    write_atomic(manifest, json.dumps(sorted({*files, name})))
+
+
 def push_model_folder(
     model_dir: str | Path, repo_id: str, token: str | None = None, private: bool | None = None
 ) -> str:
@@ -167,4 +186,11 @@ def push_model_folder(
     return str(commit)
 
 
-__all__ = ["TRAIN_RESULTS_FILE", "HubPushError", "check_hub_push", "push_model_folder", "save_model_folder"]
+__all__ = [
+    "TRAIN_RESULTS_FILE",
+    "HubPushError",
+    "add_final_model_file",
+    "check_hub_push",
+    "push_model_folder",
+    "save_model_folder",
+]

@@ -5,12 +5,15 @@
 * ``--keep_weight``: the keep term of ``EmbeddingKeepLoss`` against a frozen copy of the encoder as training starts;
 * ``create_optimizer``: the fresh μ/σ² heads get ``--head_learning_rate``, the backbone ``--learning_rate``;
 * ``evaluate``: the metrics of the evaluator the training command passes (SNLI dev; prefixed ``eval_``), which drive the
-  best-checkpoint selection.
+  best-checkpoint selection;
+* ``log``: every log entry (``state.log_history``) also holds ``elapsed_seconds``, the wall-clock since ``train`` began
+  in this process, so dev metrics can be read against training minutes.
 """
 
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +80,7 @@ class GaussCSETrainer(Trainer):
         that fix what a run trains, written into every checkpoint (``RUN_ARGUMENTS_FILE``) so a resume can be
         checked against them."""
         self.run_arguments = run_arguments
+        self.train_started: float | None = None
         if evaluator is not None:
             # Trainer insists on an eval_dataset when evaluating; the evaluator holds its own data.
             kwargs.setdefault("eval_dataset", [evaluator])
@@ -189,6 +193,17 @@ class GaussCSETrainer(Trainer):
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
         self.optimizer = optimizer_cls(parameter_groups, **optimizer_kwargs)
         return self.optimizer
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """Trainer's ``train``, timed from here for the ``elapsed_seconds`` of the log entries."""
+        self.train_started = time.perf_counter()
+        return super().train(*args, **kwargs)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Trainer's ``log`` with ``elapsed_seconds`` (since ``train`` began in this process) in the entry."""
+        if self.train_started is not None:
+            logs = {**logs, "elapsed_seconds": round(time.perf_counter() - self.train_started, 2)}
+        super().log(logs, start_time)
 
     def evaluate(
         self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"
