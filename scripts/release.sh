@@ -31,16 +31,16 @@ echo "release: precision $precision" >&2
 timing=$(mktemp)
 trap 'rm -f "$timing"' EXIT
 
-train() {  # train FOLDER FLAGS...: one model with the release recipe; its wall seconds into $timing
-  local folder=$1 started=$SECONDS
-  shift
+train() {  # train LABEL FOLDER FLAGS...: one model with the release recipe; "LABEL wall SECONDS" into $timing
+  local label=$1 folder=$2 started=$SECONDS
+  shift 2
   .venv/bin/python train_gausscse.py configs/release.yaml --model_name_or_path "$backbone" --output_dir "$folder" \
     --bf16 "$bf16" "$@"
-  echo "$folder $((SECONDS - started))" >> "$timing"
+  echo "$label wall $((SECONDS - started))" >> "$timing"
 }
 
-train "$out" "$@"
-train "$twin" --loss simcse --frozen_mean false "$@"
+train GaussCSE "$out" "$@"
+train "SimCSE twin" "$twin" --loss simcse --frozen_mean false "$@"
 started=$SECONDS
 .venv/bin/gausscse-evaluate --model "$out" --model_names GaussCSE --baseline "$twin" "$backbone" \
   --baseline_names "SimCSE twin" all-MiniLM-L6-v2 --tasks nli,direction,sts,retrieval --output "$out/eval" \

@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 
+from gausscse.evaluation.report import REPORT_TITLE
 from gausscse.figures import save_png
 from gausscse.io import write_atomic, write_json
 from gausscse.training.model_card import with_section
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("twin", type=Path, help="the SimCSE twin's folder")
     parser.add_argument("--config", type=Path, required=True, help="the recipe both were trained with")
     parser.add_argument("--precision", required=True, help="the training precision (bf16 or fp32)")
-    parser.add_argument("--timing", type=Path, help="release.sh's stage timings: lines 'NAME SECONDS'")
+    parser.add_argument("--timing", type=Path, help="release.sh's stage timings: lines 'STAGE SECONDS'")
     args = parser.parse_args(argv)
     results_file = args.out / "eval" / "results.json"
     for path in (results_file, args.out / "train_results.json", args.twin / "train_results.json", args.config):
@@ -217,11 +217,9 @@ def main(argv: list[str] | None = None) -> dict:
     }
     minutes = {f"{label} training": results["train_runtime"] / 60 for label, results in trained.items()}
     if args.timing is not None:
-        stages = dict(line.rsplit(" ", 1) for line in args.timing.read_text(encoding="utf-8").splitlines() if line)
-        wall = {Path(args.out).resolve(): GAUSSCSE, Path(args.twin).resolve(): TWIN}
-        for name, seconds in stages.items():
-            label = wall.get(Path(name).resolve(), name)
-            minutes[f"{label} wall" if label in trained else label] = int(seconds) / 60
+        for line in args.timing.read_text(encoding="utf-8").splitlines():
+            stage, seconds = line.rsplit(" ", 1)
+            minutes[stage] = int(seconds) / 60
     curves = {label: curve(results) for label, results in trained.items()}
     release = {
         "config": str(args.config),
@@ -243,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
     write_json(results_file, {**payload, "release": release})
     report = args.out / "eval" / "report.md"
     body = report.read_text(encoding="utf-8") if report.is_file() else ""
-    body = re.sub(rf"^{HEADING}\n.*?(?=^# |\Z)", "", body, flags=re.M | re.S)  # a rerun replaces its section
+    body = body[body.find(REPORT_TITLE) :] if REPORT_TITLE in body else body  # a rerun replaces its section
     section_in_eval = section.replace(f"]({CURVE_FILE})", f"](../{CURVE_FILE})")
     write_atomic(report, f"{section_in_eval}\n\n{body}")
     card = args.out / "README.md"

@@ -18,6 +18,7 @@ import json
 import shutil
 from pathlib import Path
 
+from gausscse.evaluation.report import REPORT_TITLE
 from gausscse.io import write_atomic
 from studies.keep_report import TEST_SETS, cell, mean_of, study_inputs, test_cells
 
@@ -73,70 +74,34 @@ def seconds_per_step(candidate: str) -> float | None:
     return json.loads(probe.read_text(encoding="utf-8"))["train_runtime"] / PROBE_STEPS
 
 
+RELEASE_FILES = ("eval/results.json", "eval/report.md", "release_curve.png")  # what --release keeps of OUT
+
+
 def copy_release(out: Path) -> None:
-    """``OUT/eval/results.json`` (with its release block) and the curve into ``STUDY/release/``."""
-    source = out / "eval" / "results.json"
-    payload = json.loads(source.read_text(encoding="utf-8"))
-    if "release" not in payload:
-        raise SystemExit(f"{source}: no release block (run scripts/release_card.py, as scripts/release.sh does)")
+    """The release's one evaluation (``OUT/eval/results.json`` and ``report.md``, with the release section that
+    ``scripts/release_card.py`` wrote) and its curve into ``STUDY/release/``."""
+    report = out / "eval" / "report.md"
+    if not report.is_file() or "## Release" not in report.read_text(encoding="utf-8"):
+        raise SystemExit(f"{report}: no release section (run scripts/release_card.py, as scripts/release.sh does)")
     (STUDY / "release").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, STUDY / "release" / "results.json")
-    if (out / "release_curve.png").is_file():
-        shutil.copyfile(out / "release_curve.png", STUDY / "release" / "release_curve.png")
+    for name in RELEASE_FILES:
+        if (out / name).is_file():
+            shutil.copyfile(out / name, STUDY / "release" / Path(name).name)
 
 
 def release_section() -> list[str]:
-    file = STUDY / "release" / "results.json"
-    if not file.is_file():
+    """The release section of the copied report (``scripts/release_card.py``'s, one heading level down)."""
+    report = STUDY / "release" / "report.md"
+    if not report.is_file():
         return [
             "## The release run",
             "",
             "Not run yet: `bash scripts/release.sh OUT`, then `python -m studies.release_report --release OUT`.",
             "",
         ]
-    payload = json.loads(file.read_text(encoding="utf-8"))
-    release = payload["release"]
-    models = {**payload["models"], **payload["baselines"]}
-    lines = [
-        "## The release run",
-        "",
-        f"`bash scripts/release.sh OUT` with `{release['config']}` on {release['hardware']} (precision "
-        f"{release['precision']}); minutes: "
-        + ", ".join(f"{name} {value:.1f}" for name, value in release["minutes"].items())
-        + ". Full test splits; the SimCSE twin has the same config, backbone, data, steps, batch and seed.",
-        "",
-        "| model | NLI acc SNLI | MNLI (mm) | SICK | direction SNLI | MNLI (mm) | SICK | STS avg (cos μ) "
-        "| SNLI-test retrieval nDCG@10 own / cos μ |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for label, results in models.items():
-        direction = [
-            cell({"r": results}, ("direction", key, "similarity_rule")) if "direction" in results else "—"
-            for key, _ in TEST_SETS
-        ]
-        retrieval = results["retrieval"]["snli"]
-        own = cell({"r": results}, ("retrieval", "snli", "similarity", "ndcg@10")) if "similarity" in retrieval else "—"
-        lines.append(
-            f"| {label} | "
-            + " | ".join(cell({"r": results}, ("nli", key, "accuracy")) for key, _ in TEST_SETS)
-            + " | "
-            + " | ".join(direction)
-            + f" | {cell({'r': results}, ('sts', 'avg', 'cosine'))} | {own} / "
-            + f"{cell({'r': results}, ('retrieval', 'snli', 'cosine', 'ndcg@10'))} |"
-        )
-    lines += ["", "| target | GaussCSE | bar | met |", "|---|---:|---:|:---:|"]
-    lines += [
-        f"| {row['target']} | {row['value']:.2f} | {row['bar']:.2f} | {'✓' if row['met'] else '✗'} |"
-        for row in release["targets"]
-    ]
-    lines += ["", "McNemar, GaussCSE against the SimCSE twin (binary NLI): "]
-    lines[-1] += "; ".join(
-        f"{name.removeprefix('nli/')} {test['only_a_correct']} vs {test['only_b_correct']}, p = {test['p_value']:.3g}"
-        for name, test in sorted(release["mcnemar_vs_twin"].items())
-    )
-    if (STUDY / "release" / "release_curve.png").is_file():
-        lines += ["", "![SNLI-dev metrics against training minutes](release_study/release/release_curve.png)"]
-    return [*lines, ""]
+    section = report.read_text(encoding="utf-8").split(REPORT_TITLE, 1)[0].strip()
+    section = section.replace("## Release", "## The release run", 1)
+    return [section.replace("](../release_curve.png)", "](release_study/release/release_curve.png)"), ""]
 
 
 def report() -> str:

@@ -61,29 +61,13 @@ case ${1:-} in
       fi
       if [ ! -f "$runs/$name/train_results.json" ]; then
         # shellcheck disable=SC2046
-        .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" \
-          --output_dir "$runs/$name" --seed "$seed" --bf16 "$bf16" --save_strategy no --overwrite_output_dir \
-          $(candidate_flags "$candidate")
+        train_candidate "$runs/$name" "$seed" $(candidate_flags "$candidate")
       fi
       cp "$runs/$name/train_results.json" "$out/train/$name.json"
     done
     ;;
   evaluate)
-    for folder in "$runs"/*_seed*; do
-      name=$(basename "$folder")
-      [ -f "$folder/train_results.json" ] || continue
-      if [ ! -f "$out/eval/$name/results.json" ]; then
-        .venv/bin/gausscse-evaluate --model "$folder" --tasks nli,direction,sts,retrieval \
-          --output "$out/eval/$name" --max_length 64 --no_plots $bf16_flag
-      fi
-    done
-    if [ ! -f "$out/eval/backbone/results.json" ]; then
-      .venv/bin/gausscse-evaluate --model "$backbone" --tasks nli,sts,retrieval --output "$out/eval/backbone" \
-        --max_length 64 --no_plots $bf16_flag
-    fi
-    .venv/bin/python -c "import json, os, sys; from gausscse.training.precision import cpu_name
-json.dump({'precision': sys.argv[1], 'hardware': f'{cpu_name()}, {os.cpu_count()} cores, CPU only'}, open(sys.argv[2], 'w'))" \
-      "$precision" "$out/study.json"
+    evaluate_study "$runs" "$out" nli,direction,sts,retrieval nli,sts,retrieval
     .venv/bin/python -m studies.keep_report
     ;;
   *) echo "usage: bash studies/run_keep_study.sh train SEED CANDIDATE... | evaluate" >&2; exit 2 ;;

@@ -61,21 +61,13 @@ shape_of() {
   esac
 }
 
-train() {  # train FOLDER SEED EXTRA_FLAGS...
-  local folder=$1 seed=$2
-  shift 2
-  # shellcheck disable=SC2068
-  .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" \
-    --output_dir "$folder" --seed "$seed" --bf16 "$bf16" --save_strategy no --overwrite_output_dir $@
-}
-
 # seconds per step of a candidate's configuration: a PROBE_STEPS-step run without evaluation (measured once)
 seconds_per_step() {
   local shape
   shape=$(shape_of "$1")
   if [ ! -f "$out/probe/$shape.json" ]; then
     # shellcheck disable=SC2046
-    train "$runs/probe_$shape" 42 $(candidate_flags "$1") --max_steps "$PROBE_STEPS" --eval_strategy no \
+    train_candidate "$runs/probe_$shape" 42 $(candidate_flags "$1") --max_steps "$PROBE_STEPS" --eval_strategy no \
       --logging_steps "$PROBE_STEPS" >&2
     cp "$runs/probe_$shape/train_results.json" "$out/probe/$shape.json"
     rm -rf "$runs/probe_$shape"
@@ -96,28 +88,13 @@ case ${1:-} in
           "$BUDGET_SECONDS" "$per_step")
         echo "release study: $name, $steps steps ($per_step s/step)" >&2
         # shellcheck disable=SC2046
-        train "$runs/$name" "$seed" $(candidate_flags "$candidate") --max_steps "$steps" --eval_steps "$steps"
+        train_candidate "$runs/$name" "$seed" $(candidate_flags "$candidate") --max_steps "$steps" --eval_steps "$steps"
       fi
       cp "$runs/$name/train_results.json" "$out/train/$name.json"
     done
     ;;
   evaluate)
-    for folder in "$runs"/*_seed*; do
-      name=$(basename "$folder")
-      [ -f "$folder/train_results.json" ] || continue
-      if [ ! -f "$out/eval/$name/results.json" ]; then
-        .venv/bin/gausscse-evaluate --model "$folder" --tasks nli,direction,retrieval \
-          --output "$out/eval/$name" --max_length 64 --no_plots $bf16_flag
-      fi
-    done
-    if [ ! -f "$out/eval/backbone/results.json" ]; then
-      .venv/bin/gausscse-evaluate --model "$backbone" --tasks nli,retrieval --output "$out/eval/backbone" \
-        --max_length 64 --no_plots $bf16_flag
-    fi
-    .venv/bin/python -c "import json, os, sys; from gausscse.training.precision import cpu_name
-json.dump({'precision': sys.argv[1], 'hardware': f'{cpu_name()}, {os.cpu_count()} cores, CPU only',
-           'budget_seconds': int(sys.argv[3])}, open(sys.argv[2], 'w'))" \
-      "$precision" "$out/study.json" "$BUDGET_SECONDS"
+    evaluate_study "$runs" "$out" nli,direction,retrieval nli,retrieval "budget_seconds=$BUDGET_SECONDS"
     .venv/bin/python -m studies.release_report
     ;;
   *) echo "usage: bash studies/run_release_study.sh train SEED CANDIDATE... | evaluate" >&2; exit 2 ;;

@@ -17,3 +17,36 @@ write_study_json() {
   printf '{"steps": %s, "precision": "%s", "seeds": [%s]%s}\n' "$steps" "$precision" \
     "$(echo $seeds | sed 's/ /, /g')" "$reductions" > "$file"
 }
+
+# train_candidate FOLDER SEED FLAGS...: one study run from the packaged backbone with the quickstart recipe and FLAGS
+# (no checkpoints; an unfinished earlier run in FOLDER is replaced).
+train_candidate() {
+  local folder=$1 seed=$2
+  shift 2
+  .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" \
+    --output_dir "$folder" --seed "$seed" --bf16 "$bf16" --save_strategy no --overwrite_output_dir "$@"
+}
+
+# evaluate_study RUNS OUT TASKS BACKBONE_TASKS [KEY=INTEGER...]: each finished run of RUNS (a train_results.json)
+# not evaluated yet, then the untouched backbone (cosine), by gausscse-evaluate into OUT/eval/<run> (full dev and
+# test splits, max length 64); then OUT/study.json: precision, hardware and the KEY=INTEGER fields.
+evaluate_study() {
+  local runs=$1 out=$2 tasks=$3 backbone_tasks=$4 folder name
+  shift 4
+  for folder in "$runs"/*_seed*; do
+    name=$(basename "$folder")
+    [ -f "$folder/train_results.json" ] || continue
+    if [ ! -f "$out/eval/$name/results.json" ]; then
+      .venv/bin/gausscse-evaluate --model "$folder" --tasks "$tasks" --output "$out/eval/$name" --max_length 64 \
+        --no_plots $bf16_flag
+    fi
+  done
+  if [ ! -f "$out/eval/backbone/results.json" ]; then
+    .venv/bin/gausscse-evaluate --model "$backbone" --tasks "$backbone_tasks" --output "$out/eval/backbone" \
+      --max_length 64 --no_plots $bf16_flag
+  fi
+  .venv/bin/python -c "import json, os, sys; from gausscse.training.precision import cpu_name
+fields = {key: int(value) for key, value in (item.split('=', 1) for item in sys.argv[3:])}
+json.dump({'precision': sys.argv[1], 'hardware': f'{cpu_name()}, {os.cpu_count()} cores, CPU only', **fields},
+          open(sys.argv[2], 'w'))" "$precision" "$out/study.json" "$@"
+}

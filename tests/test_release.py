@@ -88,7 +88,7 @@ def release_folders(tmp_path):
     (out / "README.md").write_text(card)
     (out / MANIFEST_FILE).write_text(json.dumps(["README.md", "model.safetensors"]))
     timing = tmp_path / "timing"
-    timing.write_text(f"{out} 3100\n{twin} 2500\nevaluation 600\n")
+    timing.write_text("GaussCSE wall 3100\nSimCSE twin wall 2500\nevaluation 600\n")  # as release.sh writes it
     return out, twin, timing
 
 
@@ -125,10 +125,12 @@ def test_release_card_checks_each_target_and_writes_one_summary(release_folders,
     assert payload["release"]["targets"] == release["targets"] and "GaussCSE" in payload["models"]  # one results.json
     assert (out / release_card.CURVE_FILE).stat().st_size > 0
     assert release_card.CURVE_FILE in json.loads((out / MANIFEST_FILE).read_text())  # uploaded with the model
-    # a second run (the same inputs) replaces its sections instead of adding more
+    # a second run (the same inputs) replaces its sections instead of adding to them
+    first_report, first_card = (out / "eval" / "report.md").read_text(), (out / "README.md").read_text()
     release_card.main([*arguments, "--timing", str(timing)])
     report = (out / "eval" / "report.md").read_text()
-    assert report.startswith("## Release") and report.count("## Release") == 1 and "# GaussCSE evaluation" in report
+    assert report == first_report and (out / "README.md").read_text() == first_card
+    assert report.startswith("## Release") and report.endswith("# GaussCSE evaluation\n\ntables\n")
     card = (out / "README.md").read_text()
     assert card.count("## Release") == 1 and "## Evaluation\n\nthe tables" in card
     assert "gausscse" in ModelCard(card).data.tags and "| SNLI-test retrieval nDCG@10 (own similarity)" in card
@@ -144,3 +146,22 @@ def test_release_card_names_what_is_missing(release_folders):
     assert done.returncode == 2 and "no results for SimCSE twin" in done.stderr
     done = subprocess.run([*script, "--config", str(out / "nothing.yaml")], capture_output=True, text=True)
     assert done.returncode == 2 and "nothing.yaml: no such file" in done.stderr
+
+
+def test_release_md_takes_the_release_section_release_card_wrote(release_folders, tmp_path, monkeypatch):
+    from studies import release_report
+
+    out, twin, timing = release_folders
+    monkeypatch.setattr(release_report, "STUDY", tmp_path / "study")
+    with pytest.raises(SystemExit, match="no release section"):  # before release_card has run
+        release_report.copy_release(out)
+    config = str(REPO / "configs/release.yaml")
+    release_card.main([str(out), str(twin), "--config", config, "--precision", "bf16", "--timing", str(timing)])
+    release_report.copy_release(out)
+    assert {path.name for path in (tmp_path / "study" / "release").iterdir()} == {
+        "results.json", "report.md", release_card.CURVE_FILE
+    }  # fmt: skip
+    section = "\n".join(release_report.release_section())
+    assert section.startswith("## The release run") and "# GaussCSE evaluation" not in section
+    assert "| direction SNLI ≥ 97.0 | 97.50 | 97.00 | ✓ |" in section
+    assert f"](release_study/release/{release_card.CURVE_FILE})" in section

@@ -34,6 +34,8 @@ STS_COLUMNS = {
     "avg": "Avg.",
 }
 
+REPORT_TITLE = "# GaussCSE evaluation"  # the first line of every report.md
+
 
 @dataclass
 class Entry:
@@ -200,7 +202,7 @@ def significance_section(tests: dict[str, dict[str, dict]]) -> str:
 
 def markdown_report(entries: Sequence[Entry], tests: dict[str, dict[str, dict]], notes: Sequence[str] = ()) -> str:
     """The whole report: NLI, direction, STS, retrieval (whichever were measured) and significance."""
-    sections = ["# GaussCSE evaluation", *notes]
+    sections = [REPORT_TITLE, *notes]
     tasks = {key.split("/")[0] for entry in entries for run in entry.runs for key in flatten(run.results)}
     if "nli" in tasks:
         sections.append(nli_section(entries))

@@ -329,7 +329,7 @@ def with_section(text: str, heading: str, section: str) -> str:
     pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.M | re.S)
     if pattern.search(text) is None:
         return f"{text.rstrip()}\n\n{section}\n"
-    return pattern.sub(lambda _: f"{section}\n\n", text, count=1)
+    return pattern.sub(lambda _: f"{section}\n\n", text, count=1).rstrip("\n") + "\n"  # as appended, when last
 
 
 # ----------------------------------------------------------------------------------------- training data, setup
