@@ -208,6 +208,38 @@ def index_load_section(data: dict, path: str) -> tuple[str, str, list[str], list
     return title, text, headers, rows
 
 
+def serving_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """PyTorch against ONNX Runtime for a trained folder: speed, top-10 agreement, the int8 quality cost."""
+    count = data["sentences"]
+    rows = [
+        [name, f"{seconds:.2f}", f"{count / seconds:.1f}", f"{data['speedup_vs_torch_fp32'][name]:.2f}×"]
+        for name, seconds in data["seconds"].items()
+    ]
+    rows += [[name, "not run", why, "—"] for name, why in data["skipped"].items()]
+    top10 = data["top10"]
+    text = (
+        f"`{data['model']}`, {count} distinct SNLI-test sentences, batch {data['batch_size']}, max length "
+        f"{data['max_length']}, median of {data['repeats']} interleaved runs; {data['threads']} PyTorch threads. "
+        f"Exact top-10 premises of all {top10['claims']} distinct SNLI-test hypotheses ({top10['premises']} "
+        f"premises) identical, in order, to PyTorch fp32's: ONNX fp32 {top10['onnx_fp32']['same_order']:.2f} %, "
+        f"int8 {top10['onnx_int8']['same_order']:.2f} % (same set: {top10['onnx_fp32']['same_set']:.2f} % / "
+        f"{top10['onnx_int8']['same_set']:.2f} %)."
+    )
+    quality = data.get("quality")
+    if quality:
+        losses = "; ".join(
+            f"{test_set}: accuracy {loss['accuracy']:+.2f}, direction {loss['direction']:+.2f}"
+            for test_set, loss in quality["int8_loss"].items()
+        )
+        text += (
+            " ONNX fp32 minus int8 on the full test splits (SNLI-dev threshold; positive: int8 is worse, negative: "
+            f"int8 scored higher): {losses}."
+        )
+    text += f" Export of both graphs: {data['export_seconds']:.0f} s. `python -m bench.bench_serving --json {path}`."
+    title = f"## Serving on CPU: PyTorch vs ONNX Runtime ({data['device_name']}, {data['cpu_count']} cores)"
+    return title, text, ["encoder", "seconds", "sentences / s", "vs. torch fp32"], rows
+
+
 BENCH_SECTIONS = (
     ("bench_similarity_*.json", similarity_section),
     ("bench_train_step_*.json", train_step_section),
@@ -216,6 +248,7 @@ BENCH_SECTIONS = (
     ("bench_data_scale_*.json", data_scale_section),
     ("bench_search_*.json", search_section),
     ("bench_index_load_*.json", index_load_section),
+    ("bench_serving_*.json", serving_section),
 )
 
 

@@ -592,3 +592,87 @@ def test_an_empty_corpus_index_round_trips(tmp_path):
     SentenceIndex(GaussianIndex(12, "sum"), [], "m").save(tmp_path / "empty")
     loaded = SentenceIndex.load(tmp_path / "empty")
     assert len(loaded) == 0 and loaded.sentences == [] and loaded.model_name == "m"
+
+
+@pytest.mark.parametrize("backend", ["lancedb", "lancedb-ann"])
+@pytest.mark.parametrize("reduction", ["sum", "mean_kl"])
+def test_lancedb_backend_is_exact_in_both_directions_and_after_reopening(backend, reduction, tmp_path):
+    """Several adds (sentences stored), the brute-force top k in both directions; reopened by its uri, and through a
+    saved folder that names it, it answers the same and goes on adding to the same database."""
+    items, queries = gaussians(300, seed=11, dim=16), gaussians(6, seed=12, dim=16)
+    uri = tmp_path / "db"
+    index = GaussianIndex(16, reduction, backend, uri=uri)
+    index.add(items[:200], [f"sentence {number}" for number in range(200)])
+    index.add(items[200:280])  # no sentences: stored as null
+    for k in (1, 10, 280):
+        check_against_brute_force(index, queries, items[:280], k)
+    if backend == "lancedb-ann":
+        assert index._lance.has_ann_index()  # LanceDB's own IVF index answered
+    index.save(tmp_path / "saved")
+    for reopened in (GaussianIndex.load(uri), GaussianIndex.load(tmp_path / "saved")):
+        assert (reopened.backend, reopened.reduction, len(reopened)) == (backend, reduction, 280)
+        check_against_brute_force(reopened, queries, items[:280], 10)
+    reopened = GaussianIndex.load(uri)
+    reopened.add(items[280:])  # ids continue in the same database
+    check_against_brute_force(GaussianIndex.load(uri), queries, items, 10)
+    _, sentences = GaussianIndex.load(uri)._lance.read()
+    assert sentences == [f"sentence {number}" for number in range(200)] + [None] * 100
+
+
+def test_lancedb_stores_the_kl_vectors_raw_and_its_dot_metric_ranks_by_kl(tmp_path):
+    """The database itself, read with lancedb: each row's entailing_vector · (−A(q)) is −KL(q‖x) from
+    torch.distributions (stored unnormalised), and LanceDB's own dot search orders the rows by that KL."""
+    import lancedb
+
+    from gausscse.model.gaussian import kl_feature_map
+
+    items, query = gaussians(50, seed=13, dim=8), gaussians(1, seed=14, dim=8)
+    GaussianIndex(8, "sum", "lancedb", uri=tmp_path / "db").add(items)
+    table = lancedb.connect(str(tmp_path / "db")).open_table("gaussians")
+    rows = table.to_arrow().sort_by("id")
+    stored = torch.tensor(rows["entailing_vector"].to_pylist(), dtype=torch.float64)
+    minus_a = -kl_feature_map(query.mu, query.logvar, "left")[0]
+    sim = reference_similarity(query.mu, query.logvar, items.mu, items.logvar, "sum")[0]
+    kl = 1.0 / sim - 1.0  # sum: sim = 1 / (1 + KL)
+    torch.testing.assert_close(stored @ minus_a, -kl, rtol=1e-4, atol=1e-4)
+    found = table.search(minus_a.float().numpy(), vector_column_name="entailing_vector").distance_type("dot")
+    found_ids = found.limit(50).to_arrow()["id"].to_pylist()
+    assert found_ids == sorted(range(50), key=lambda item: float(kl[item]))
+
+
+def test_lancedb_errors_are_named(tmp_path):
+    items = gaussians(5, seed=15)
+    with pytest.raises(ValueError, match=r"uri \(the LanceDB database folder\) is for backend 'lancedb'"):
+        GaussianIndex(12, "sum", "lancedb")
+    with pytest.raises(ValueError, match=r"uri \(the LanceDB database folder\) is for backend 'lancedb'"):
+        GaussianIndex(12, "sum", "torch", uri=tmp_path / "db")
+    GaussianIndex(12, "sum", "lancedb", uri=tmp_path / "db").add(items)
+    with pytest.raises(FileExistsError, match=r"already holds a GaussianIndex table: reopen it with"):
+        GaussianIndex(12, "sum", "lancedb", uri=tmp_path / "db")
+    assert len(GaussianIndex.load(tmp_path / "db")) == 5  # the refused constructor changed nothing
+    with pytest.raises(ValueError, match=r"sentences must be a list of 5 strings"):
+        GaussianIndex.load(tmp_path / "db").add(items, ["only one"])
+    with pytest.raises(ValueError, match=r"sentences are stored by the LanceDB backends; backend 'torch'"):
+        GaussianIndex(12, "sum").add(items, ["s"] * 5)
+    with pytest.raises(FileNotFoundError, match=r"holds no GaussianIndex table"):
+        GaussianIndex.open_lancedb(tmp_path / "empty")
+
+
+def test_cli_builds_and_queries_a_lancedb_index(tiny_model_folder, tmp_path):
+    corpus_path = tmp_path / "corpus.txt"
+    corpus_path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    build = ["build", "--model", str(tiny_model_folder), "--corpus", str(corpus_path), "--index", str(tmp_path / "ix")]
+    search_main([*build, "--backend", "lancedb"])
+    assert (tmp_path / "ix.lancedb" / "gaussians.lance").is_dir()  # the default uri, beside the index folder
+    hits = search_main(["query", "--index", str(tmp_path / "ix"), "--entailing", "Someone makes music.", "-k", "3"])
+    from gausscse import GaussCSEModel
+
+    model = GaussCSEModel.from_pretrained(tiny_model_folder).eval()
+    distinct = [sentence for sentence in dict.fromkeys(CORPUS) if sentence]
+    scores = model.similarity(["Someone makes music."], distinct)[0]
+    order = sorted(range(len(distinct)), key=lambda item: (-float(scores[item]), item))[:3]
+    assert [hit["id"] for hit in hits[0]] == order
+    with pytest.raises(ValueError, match=r"--uri .*ix\.lancedb already holds a GaussianIndex database"):
+        search_main([*build, "--backend", "lancedb"])
+    with pytest.raises(ValueError, match=r"--uri is the LanceDB database of --backend lancedb"):
+        search_main([*build, "--uri", str(tmp_path / "other")])

@@ -141,6 +141,7 @@ SHIPPED_FILES = {
     "configuration_gausscse.py",
     "gaussian.py",
     "sentence_transformer_gausscse.py",  # the sentence-transformers module
+    "onnx_gausscse.py",  # ONNX export and the ONNX Runtime session of backend="onnx"
 }
 
 
@@ -149,9 +150,11 @@ def test_the_model_files_import_only_torch_transformers_and_each_other():
     allowed |= {"json", "os", "pathlib"}  # the config writes the sentence-transformers files
     allowed |= {"tempfile"}  # an adapter folder's peft files are written in a scratch folder first
     allowed |= {"copy", "math"}  # the frozen μ path copies the encoder; σ² = 1/d at the identity start
+    allowed |= {"importlib"}  # ONNX Runtime's quantisation module, imported where int8 is asked for
     allowed |= {"huggingface_hub"}  # a transformers dependency: a Hub backbone's sentence-transformers pooling file
     allowed |= {"safetensors"}  # a transformers dependency: the heads file of an adapter folder
-    optional = {"peft"}  # imported in a try block (transformers' import check skips it): adapter folders only
+    allowed |= {"numpy"}  # a transformers dependency: ONNX Runtime's inputs and outputs
+    optional = {"peft", "onnxruntime"}  # in try blocks (transformers' import check skips them): adapters, ONNX only
     for path in MODEL_DIR.glob("*.py"):
         for line in path.read_text().splitlines():
             words = line.split()
@@ -164,10 +167,12 @@ def test_the_model_files_import_only_torch_transformers_and_each_other():
 
 def test_the_shipped_files_are_the_model_code_and_need_no_sentence_transformers_to_load_with_automodel():
     """What save_pretrained copies beside the weights (the modeling file and its relative imports, recursively) is
-    the four files; transformers' import check of each (run for Hub repos) passes without sentence-transformers."""
+    the five files; transformers' import check of each (run for Hub repos) passes without sentence-transformers,
+    peft or ONNX Runtime."""
     modeling = MODEL_DIR / "modeling_gausscse.py"
     code = (
         "import sys, json\nsys.modules['sentence_transformers'] = sys.modules['peft'] = None\n"
+        "sys.modules['onnxruntime'] = None\n"
         "from transformers.dynamic_module_utils import check_imports, get_relative_import_files\n"
         f"files = [{str(modeling)!r}, *get_relative_import_files({str(modeling)!r})]\n"
         "for name in files:\n    check_imports(name)\n"

@@ -26,7 +26,8 @@ from gausscse.data.sources import read_table
 from gausscse.io import check_replaceable
 from gausscse.loading import ModelLoadError, load_model
 from gausscse.model import GaussCSEModel
-from gausscse.search.index import BACKENDS, SETTINGS_FILE
+from gausscse.search.index import BACKENDS, LANCEDB_BACKENDS, SETTINGS_FILE
+from gausscse.search.lancedb_backend import TABLE_NAME
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--column", default=None, help="the text column of a table corpus (.jsonl/.csv/.tsv/.parquet)")
     build.add_argument("--index", required=True, help="folder to write (replaced whole if it holds an index)")
     build.add_argument("--backend", choices=BACKENDS, default="torch")
+    build.add_argument(
+        "--uri",
+        default=None,
+        help="the LanceDB database folder of --backend lancedb / lancedb-ann (default: INDEX.lancedb beside --index);"
+        " a new one: a database that already holds an index is refused",
+    )
     build.add_argument("--batch_size", type=int, default=64)
     build.add_argument("--max_length", type=int, default=None, help="truncation in tokens (default: the encoder's)")
     build.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -105,10 +112,23 @@ def main(argv: list[str] | None = None) -> list[list[dict]] | None:
     args = build_parser().parse_args(argv)
     if args.command == "build":
         check_replaceable(args.index, SETTINGS_FILE, "--index")  # before the corpus is encoded, not after
+        index_kwargs = {}
+        if args.backend in LANCEDB_BACKENDS:
+            uri = Path(args.uri) if args.uri else Path(args.index).with_name(f"{Path(args.index).name}.lancedb")
+            if (uri / f"{TABLE_NAME}.lance").exists():
+                raise ValueError(f"--uri {uri} already holds a GaussianIndex database: remove it or pass another --uri")
+            index_kwargs["uri"] = uri
+        elif args.uri:
+            raise ValueError(f"--uri is the LanceDB database of --backend lancedb / lancedb-ann, not of {args.backend}")
         sentences = read_corpus(Path(args.corpus), args.column)
         model = load_search_model(args.model, args.device)
         corpus = SentenceIndex.build(
-            model, sentences, backend=args.backend, batch_size=args.batch_size, max_length=args.max_length
+            model,
+            sentences,
+            backend=args.backend,
+            batch_size=args.batch_size,
+            max_length=args.max_length,
+            **index_kwargs,
         )
         corpus.save(args.index)
         print(f"indexed {len(corpus)} distinct sentences of {args.corpus} into {args.index} ({corpus.index})")

@@ -33,6 +33,7 @@ from gausscse.model.modeling_gausscse import (
     resolve_max_length,
     sentence_transformers_pooling,
 )
+from gausscse.model.onnx_gausscse import ONNX_FILE
 
 
 @dataclass
@@ -117,6 +118,8 @@ class GaussianEncoder:
         name: label in reports.
         point: score by the cosine of μ, without the variance (a model trained with the supervised SimCSE loss,
             which never trains the σ² head).
+        backend, onnx_file: passed to ``model.encode``: ``"onnx"`` runs the forward pass in ONNX Runtime on the
+            model folder's graph ``onnx_file`` (``"onnx/model.onnx"``, or ``"onnx/model_qint8.onnx"`` for int8).
     """
 
     def __init__(
@@ -128,6 +131,8 @@ class GaussianEncoder:
         bf16: bool = False,
         name: str = "gausscse",
         point: bool = False,
+        backend: str = "torch",
+        onnx_file: str = ONNX_FILE,
     ):
         self.model = getattr(model, "module", model)  # unwrap DistributedDataParallel
         self.tokenizer = tokenizer
@@ -136,6 +141,8 @@ class GaussianEncoder:
         self.bf16 = bf16
         self.name = name
         self.point = point
+        self.backend = backend
+        self.onnx_file = onnx_file
 
     def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
         """Encode each distinct sentence once with ``model.encode`` (token-sorted batches, no grad, mode restored)."""
@@ -148,6 +155,8 @@ class GaussianEncoder:
                 tokenizer=self.tokenizer,
                 show_progress_bar=show_progress_bar,
                 max_length=self.max_length,
+                backend=self.backend,
+                onnx_file=self.onnx_file,
             )
         return EncodedSentences(
             index=index_of(distinct),

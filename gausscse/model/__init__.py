@@ -1,9 +1,9 @@
 """The model: ``GaussCSEConfig``, ``GaussCSEModel`` and the Gaussian math.
 
-These four files (``configuration_gausscse.py``, ``modeling_gausscse.py``, ``gaussian.py``,
-``sentence_transformer_gausscse.py``) ship with the weights as Hub custom code: they import only torch, transformers
-and tqdm, and each other; the sentence-transformers module also imports sentence-transformers (and nothing here
-imports it).
+These five files (``configuration_gausscse.py``, ``modeling_gausscse.py``, ``gaussian.py``,
+``sentence_transformer_gausscse.py``, ``onnx_gausscse.py``) ship with the weights as Hub custom code: they import only
+torch, transformers and their dependencies, and each other; the sentence-transformers module also imports
+sentence-transformers (and nothing here imports it); ONNX Runtime is imported where it is present (``backend="onnx"``).
 """
 
 from transformers import AutoConfig, AutoModel

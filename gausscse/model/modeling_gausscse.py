@@ -36,6 +36,7 @@ except ImportError:
 
 from .configuration_gausscse import POOLINGS, GaussCSEConfig
 from .gaussian import GaussianEmbeddings, similarity, similarity_matrix
+from .onnx_gausscse import ONNX_FILE, OnnxGaussianEncoder
 
 # The poolings of token states into one vector: a GaussCSE model's own (its config's POOLINGS) and the max over tokens,
 # which only the point-encoder baselines use (gausscse-evaluate --baseline pools as the sentence-transformers model
@@ -74,6 +75,8 @@ ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 HEADS_FILE = "heads.safetensors"
 HEAD_NAMES = ("mean_head", "logvar_head")
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "force_download")
+# What runs the forward pass of encode(): PyTorch, or ONNX Runtime on the folder's exported graph (onnx_gausscse.py)
+ENCODE_BACKENDS = ("torch", "onnx")
 # save_pretrained(..., push_to_hub=True, ...): the arguments it hands to push_to_hub once the folder is written
 PUSH_ARGUMENTS = ("repo_id", "token", "private", "commit_message", "revision", "create_pr", "commit_description")
 
@@ -344,6 +347,7 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         self.mean_head = nn.Linear(hidden_size, config.embedding_size)
         self.logvar_head = nn.Linear(hidden_size, config.embedding_size)
         self._tokenizer = None
+        self._onnx_encoders: dict[tuple[str, str | None], OnnxGaussianEncoder] = {}
         self.post_init()
         self.freeze_mean_path()
 
@@ -667,6 +671,8 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         show_progress_bar: bool = False,
         max_length: int | None = DEFAULT_MAX_LENGTH,
         output_device: str | torch.device | None = "cpu",
+        backend: str = "torch",
+        onnx_file: str = ONNX_FILE,
     ) -> GaussianEmbeddings:
         """Encode sentences into Gaussians N(μ, diag σ²), returned as float32 tensors in input order.
 
@@ -683,11 +689,19 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
                 ([`resolve_max_length`]).
             output_device: where the returned tensors live: ``"cpu"`` (default) or ``None`` for the model's device
                 (no copy back, e.g. to feed a GPU search index).
+            backend: ``"torch"`` (default) or ``"onnx"``: the forward pass runs in ONNX Runtime on the CPU, on the
+                graph ``onnx_file`` of the model's folder ([`onnx_encoder`]); batching, order and the returned
+                float32 tensors are the same.
+            onnx_file: the graph for ``backend="onnx"``: ``"onnx/model.onnx"`` (float32, default) or
+                ``"onnx/model_qint8.onnx"`` (int8 weights).
         """
         single = isinstance(sentences, str)
         sentences = _check_sentences("sentences", [sentences] if single else sentences)
         if batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+        if backend not in ENCODE_BACKENDS:
+            raise ValueError(f"backend must be one of {ENCODE_BACKENDS}, got {backend!r}")
+        onnx_encoder = self.onnx_encoder(onnx_file) if backend == "onnx" else None
         if device is not None:
             self.to(device)
         tokenizer = self.get_tokenizer(tokenizer)
@@ -708,14 +722,28 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
                 features = pad_token_ids(
                     [token_ids[index] for index in batch_indices], tokenizer.pad_token_id or 0, with_token_types
                 )
-                output = self(**{name: tensor.to(self.device) for name, tensor in features.items()})
+                if onnx_encoder is None:
+                    output = self(**{name: tensor.to(self.device) for name, tensor in features.items()})
+                    batch_mu, batch_logvar = output.mu, output.logvar
+                else:
+                    output = onnx_encoder(features)
+                    batch_mu, batch_logvar = output["mu"], output["logvar"]
                 rows = torch.tensor(batch_indices, device=output_device)
-                mu[rows] = output.mu.float().to(output_device)
-                logvar[rows] = output.logvar.float().to(output_device)
+                mu[rows] = batch_mu.float().to(output_device)
+                logvar[rows] = batch_logvar.float().to(output_device)
         finally:
             self.train(was_training)  # restored even when encoding fails
         embeddings = GaussianEmbeddings(mu[0], logvar[0]) if single else GaussianEmbeddings(mu, logvar)
         return embeddings.check("encode(sentences)")
+
+    def onnx_encoder(self, file_name: str = ONNX_FILE, provider: str | None = None) -> OnnxGaussianEncoder:
+        """The ONNX Runtime session of [`encode`]'s ``backend="onnx"``: the graph ``file_name`` of the model's folder
+        or Hub repo, or, if it has none, this model exported now (``onnx_gausscse.export_onnx`` writes it to a
+        folder). Built once per file and provider and kept: after changing the weights, export again."""
+        key = (file_name, provider)
+        if key not in self._onnx_encoders:
+            self._onnx_encoders[key] = OnnxGaussianEncoder.from_model(self, file_name, provider)
+        return self._onnx_encoders[key]
 
     def _as_embeddings(self, argument: str, value: GaussianEmbeddings | Sequence[str]) -> GaussianEmbeddings:
         if isinstance(value, GaussianEmbeddings):

@@ -41,6 +41,7 @@ from transformers.utils import logging
 from .configuration_gausscse import SENTENCE_TRANSFORMERS_FILES, write_json_atomic
 from .gaussian import KL_REDUCTIONS, SEARCH_DIRECTIONS, kl_feature_map
 from .modeling_gausscse import DEFAULT_MAX_LENGTH, GaussCSEModel, _check_sentences, resolve_max_length
+from .onnx_gausscse import ONNX_FILE, OnnxGaussianEncoder
 
 try:
     from sentence_transformers import SentenceTransformer
@@ -53,6 +54,10 @@ logger = logging.get_logger(__name__)
 # direction → (side of kl_feature_map for the query, for the document); the query's map is negated
 DIRECTIONS = {**SEARCH_DIRECTIONS, "none": None}
 ROUTE_TASKS = ("query", "document")  # the tasks encode_query / encode_document pass
+# SentenceTransformer(..., backend=...) → what runs the forward pass; "onnx" reads these keys of model_kwargs, as
+# sentence-transformers' own ONNX backend does: file_name (default onnx/model.onnx), provider, export
+BACKENDS = ("torch", "onnx")
+ONNX_MODEL_KWARGS = ("file_name", "provider", "export")
 _ENCODE_SIGNATURE = inspect.signature(SentenceTransformer.encode)
 
 
@@ -70,6 +75,8 @@ class GaussCSETransformer(InputModule):
         max_seq_length: truncation length in tokens; default (and cap): the encoder's limit ([`resolve_max_length`]).
         direction: what ``encode_query``/``encode_document`` retrieve (module docstring): ``"entailing"`` (documents
             x that entail the query q, dot = −KL(q‖x)), ``"entailed_by"`` (dot = −KL(x‖q)) or ``"none"`` (μ).
+        onnx_encoder: run the forward pass in ONNX Runtime (what ``backend="onnx"`` loads); the routes are then
+            computed on its μ and log σ² exactly as on PyTorch's.
     """
 
     config_file_name = "sentence_bert_config.json"
@@ -83,6 +90,7 @@ class GaussCSETransformer(InputModule):
         tokenizer,
         max_seq_length: int | None = DEFAULT_MAX_LENGTH,
         direction: str = "entailing",
+        onnx_encoder: OnnxGaussianEncoder | None = None,
     ):
         super().__init__()
         if direction not in DIRECTIONS:
@@ -91,6 +99,7 @@ class GaussCSETransformer(InputModule):
         self.tokenizer = tokenizer
         self.max_seq_length = max_seq_length
         self.direction = direction
+        self.onnx_encoder = onnx_encoder
         reduction = model.config.similarity_reduction
         if direction != "none" and reduction not in KL_REDUCTIONS:
             logger.warning(
@@ -113,7 +122,22 @@ class GaussCSETransformer(InputModule):
         config_kwargs: dict[str, Any] | None = None,
         **kwargs,
     ) -> GaussCSETransformer:
-        """Load the model, its tokenizer and ``sentence_bert_config.json`` (if any) from a folder or Hub repo."""
+        """Load the model, its tokenizer and ``sentence_bert_config.json`` (if any) from a folder or Hub repo.
+
+        ``backend="onnx"`` (what ``SentenceTransformer(..., backend="onnx")`` passes) also loads the ONNX graph the
+        forward pass then runs on: ``model_kwargs["file_name"]`` (default ``onnx/model.onnx``; the int8 one is
+        ``onnx/model_qint8.onnx``), exported from the PyTorch weights if the folder has none (or with
+        ``model_kwargs["export"] = True``; save the model to keep it), on ``model_kwargs["provider"]``."""
+        backend = kwargs.get("backend", "torch")
+        if backend not in BACKENDS:
+            raise ValueError(
+                f"backend={backend!r}: a GaussCSE model runs with backend 'torch' or 'onnx' (ONNX Runtime on the "
+                "folder's onnx/ graph); OpenVINO is not supported"
+            )
+        model_kwargs = dict(model_kwargs or {})
+        onnx_kwargs = {key: model_kwargs.pop(key) for key in ONNX_MODEL_KWARGS if key in model_kwargs}
+        if onnx_kwargs and backend != "onnx":
+            raise ValueError(f"model_kwargs {sorted(onnx_kwargs)} are for backend='onnx', the backend is {backend!r}")
         hub = {"subfolder": subfolder, "token": token, "cache_dir": cache_folder, "revision": revision}
         hub["local_files_only"] = local_files_only
         config = cls.load_config(
@@ -124,13 +148,17 @@ class GaussCSETransformer(InputModule):
             revision=revision,
             local_files_only=local_files_only,
         )
-        model = GaussCSEModel.from_pretrained(
-            model_name_or_path, **hub, **(config_kwargs or {}), **(model_kwargs or {})
-        )
+        model = GaussCSEModel.from_pretrained(model_name_or_path, **hub, **(config_kwargs or {}), **model_kwargs)
         tokenizer = AutoTokenizer.from_pretrained(
             model_name_or_path, config=model.config, **hub, **(processor_kwargs or {})
         )
-        return cls(model, tokenizer, **config)
+        onnx_encoder = None
+        if backend == "onnx":
+            model.get_tokenizer(tokenizer)
+            onnx_encoder = OnnxGaussianEncoder.from_model(
+                model, onnx_kwargs.get("file_name", ONNX_FILE), onnx_kwargs.get("provider"), onnx_kwargs.get("export")
+            )
+        return cls(model, tokenizer, **config, onnx_encoder=onnx_encoder)
 
     def preprocess(self, inputs: Sequence[str], prompt: str | None = None, **kwargs) -> dict[str, torch.Tensor]:
         """Tokenise ``inputs`` (strings; ``prompt`` is prepended) into one padded, truncated batch."""
@@ -146,9 +174,13 @@ class GaussCSETransformer(InputModule):
         inputs = {
             name: features[name] for name in ("input_ids", "attention_mask", "token_type_ids") if name in features
         }
-        output = self.model(**inputs)
-        mu, logvar = output.mu.float(), output.logvar.float()
-        features.update(mu=mu, logvar=logvar, token_embeddings=output.last_hidden_state)
+        if self.onnx_encoder is None:
+            output = self.model(**inputs)
+            mu, logvar, token_embeddings = output.mu.float(), output.logvar.float(), output.last_hidden_state
+        else:
+            output = self.onnx_encoder(inputs)
+            mu, logvar, token_embeddings = output["mu"], output["logvar"], output["last_hidden_state"]
+        features.update(mu=mu, logvar=logvar, token_embeddings=token_embeddings)
         features["sentence_embedding"] = self.route(mu, logvar, task)
         return features
 
@@ -199,9 +231,11 @@ class GaussCSETransformer(InputModule):
     def save(self, output_path: str, *args, **kwargs) -> None:
         """Write the GaussCSE folder (``save_pretrained``: weights, config, code, the sentence-transformers files),
         the module's tokenizer (handed to the model, whose ``save_pretrained`` writes it) and
-        ``sentence_bert_config.json``."""
+        ``sentence_bert_config.json``; with the ONNX backend also its graph (``onnx/...``)."""
         self.model.get_tokenizer(self.tokenizer)
         self.model.save_pretrained(output_path)
+        if self.onnx_encoder is not None:
+            self.onnx_encoder.save(output_path)
         self.save_config(output_path)
 
 

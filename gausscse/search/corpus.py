@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from gausscse.io import atomic_folder, json_safe, read_folder, write_json
-from gausscse.search.index import SETTINGS_FILE, GaussianIndex, parse_json
+from gausscse.search.index import LANCEDB_BACKENDS, SETTINGS_FILE, GaussianIndex, parse_json
 
 SENTENCES_FILE = "sentences.jsonl"
 CORPUS_FILE = "corpus.json"
@@ -120,13 +120,14 @@ class SentenceIndex:
     ) -> SentenceIndex:
         """Encode ``sentences`` with ``model`` (a ``GaussCSEModel``) and index them with the model's reduction.
 
-        ``index_kwargs`` go to [`GaussianIndex`] (``candidates_per_result``, ``ef_search``, ``device``).
+        ``index_kwargs`` go to [`GaussianIndex`] (``candidates_per_result``, ``ef_search``, ``device``; ``uri`` and
+        ``nprobes`` for the LanceDB backends, whose database stores the sentences too).
         """
         embeddings = model.encode(
             list(sentences), batch_size=batch_size, max_length=max_length, show_progress_bar=show_progress_bar
         )
         index = GaussianIndex(model.config.embedding_size, model.config.similarity_reduction, backend, **index_kwargs)
-        index.add(embeddings)
+        index.add(embeddings, list(sentences) if backend in LANCEDB_BACKENDS else None)  # a database keeps them too
         return cls(index, sentences, model_reference(model), model_fingerprint(model))
 
     def check_model(self, model, allow_model_mismatch: bool = False) -> None:

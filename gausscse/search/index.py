@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,10 @@ from gausscse.model.gaussian import (
     similarity_matrix,
 )
 from gausscse.search.faiss_backend import HNSW, FaissDirection
+from gausscse.search.lancedb_backend import LANCEDB, LANCEDB_ANN, TABLE_NAME, LanceTable
 
-BACKENDS = ("torch", "faiss", HNSW)
+BACKENDS = ("torch", "faiss", HNSW, LANCEDB, LANCEDB_ANN)
+LANCEDB_BACKENDS = (LANCEDB, LANCEDB_ANN)
 CHUNK_ROWS = 4096  # stored items scored per matrix product (torch backend)
 QUERY_CHUNK = 256  # queries re-scored at a time (FAISS backends)
 GAUSSIANS_FILE = "gaussians.safetensors"
@@ -83,6 +86,13 @@ class GaussianIndex:
     the ``sum`` form and is re-ranked by the exact ``mean_dim`` similarity, so results are approximate even with
     ``"faiss"`` (recall measured in ``bench/bench_search.py``); ``"torch"`` is exact for them.
 
+    * ``"lancedb"`` — an embedded LanceDB database at ``uri`` holds the Gaussians, the sentences (``add(...,
+      sentences=...)``) and the ``kl_feature_map`` vectors of both directions; a flat scan with its ``dot`` metric
+      gives the shortlist, re-scored exactly as for ``"faiss"`` (``gausscse.search.lancedb_backend``). Every
+      ``add`` is written to the database; ``GaussianIndex.load(uri)`` reopens it.
+    * ``"lancedb-ann"`` — the same database searched through LanceDB's own IVF index (``dot``, ``nprobes``
+      partitions per query; built at the first search), re-scored exactly.
+
     A FAISS index is built per direction when that direction is first searched and grows with later ``add`` calls
     (an approximate one is rebuilt if a new item falls outside its transform).
 
@@ -96,6 +106,9 @@ class GaussianIndex:
             nothing — both measured in ``bench/bench_search.py``). Default: 2 for ``sum`` and ``mean_kl`` models, 10
             for ``mean_dim`` (their shortlist comes from the ``sum`` form and needs room).
         ef_search: HNSW candidates explored per query.
+        uri: the LanceDB database folder of the ``"lancedb"`` backends (created; one that already holds an index is
+            refused: reopen it with [`load`]).
+        nprobes: IVF partitions scanned per query by ``"lancedb-ann"``.
 
     Example::
 
@@ -113,25 +126,43 @@ class GaussianIndex:
         device: str | torch.device | None = None,
         candidates_per_result: int | None = None,
         ef_search: int = 128,
+        uri: str | Path | None = None,
+        nprobes: int = 20,
+        _table: LanceTable | None = None,
     ):
         if dim < 1:
             raise ValueError(f"dim must be a positive integer, got {dim}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        for name, value in (("candidates_per_result", candidates_per_result), ("ef_search", ef_search)):
+        for name, value in (
+            ("candidates_per_result", candidates_per_result),
+            ("ef_search", ef_search),
+            ("nprobes", nprobes),
+        ):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value}")
         if backend != "torch" and device is not None and torch.device(device).type != "cpu":
-            raise ValueError(f"backend {backend!r} runs on the CPU (faiss-cpu); device={device!r} needs 'torch'")
+            raise ValueError(f"backend {backend!r} runs on the CPU; device={device!r} needs 'torch'")
+        if (backend in LANCEDB_BACKENDS) != (uri is not None):
+            raise ValueError(
+                f"uri (the LanceDB database folder) is for backend 'lancedb' or 'lancedb-ann' and needed by them; "
+                f"backend={backend!r}, uri={uri!r}"
+            )
         self.dim = dim
         self.reduction = check_reduction(reduction)
         self.backend = backend
         self.device = torch.device(device or "cpu")
         self.candidates_per_result = candidates_per_result or (2 if reduction in KL_REDUCTIONS else 10)
         self.ef_search = ef_search
+        self.nprobes = nprobes
+        self.uri = None if uri is None else str(Path(uri).resolve())
         self.mu = torch.empty(0, dim, device=self.device)
         self.logvar = torch.empty(0, dim, device=self.device)
         self._faiss: dict[str, FaissDirection] = {}
+        self._lance = _table
+        if self.uri is not None and _table is None:
+            stored = {key: value for key, value in self.settings().items() if key not in ("size", "uri")}
+            self._lance = LanceTable.create(self.uri, dim, stored)  # the size and place are the database's own
 
     def __len__(self) -> int:
         return self.mu.shape[0]
@@ -161,9 +192,24 @@ class GaussianIndex:
         check_searchable(embeddings, argument)
         return embeddings.to(device=self.device, dtype=torch.float32)
 
-    def add(self, embeddings: GaussianEmbeddings) -> None:
-        """Append Gaussians; their ids continue from ``len(self)``."""
+    def add(self, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None = None) -> None:
+        """Append Gaussians; their ids continue from ``len(self)``. ``sentences`` (one per Gaussian) are stored in
+        the database by the LanceDB backends ([`SentenceIndex`] keeps them for the others)."""
         embeddings = self._checked(embeddings, "embeddings")
+        if sentences is not None:
+            if self._lance is None:
+                raise ValueError(
+                    f"sentences are stored by the LanceDB backends; backend {self.backend!r} keeps Gaussians only "
+                    "(SentenceIndex keeps the sentences beside it)"
+                )
+            if isinstance(sentences, str) or len(sentences) != len(embeddings):
+                raise ValueError(f"sentences must be a list of {len(embeddings)} strings, one per Gaussian")
+        if self._lance is not None:
+            self._lance.append(embeddings, len(self), sentences)
+        self.store(embeddings)
+
+    def store(self, embeddings: GaussianEmbeddings) -> None:
+        """Append checked Gaussians to the in-memory copy (and the FAISS indexes built so far)."""
         for direction, built in list(self._faiss.items()):
             if not built.try_add(embeddings, len(self)):  # outside the approximate index: rebuilt at the next query
                 del self._faiss[direction]
@@ -186,9 +232,15 @@ class GaussianIndex:
             raise ValueError(f"k must be between 1 and len(index) = {len(self)}, got {k}")
         if self.backend == "torch":
             return self._exact_top_k(queries, k, direction)
-        candidate_ids = self.faiss_direction(direction).candidates(
-            queries, min(len(self), self.candidates_per_result * k)
-        )
+        count = min(len(self), self.candidates_per_result * k)
+        if self._lance is None:
+            candidate_ids = self.faiss_direction(direction).candidates(queries, count)
+        elif self.backend == LANCEDB:
+            candidate_ids = self._lance.candidates(queries, count, direction)
+        else:
+            if not self._lance.has_ann_index():
+                self._lance.build_ann_index()
+            candidate_ids = self._lance.candidates(queries, count, direction, self.nprobes)
         scores, ids = self.rescore(queries, candidate_ids, direction)
         return scores[:, :k], ids[:, :k]
 
@@ -243,6 +295,7 @@ class GaussianIndex:
             "candidates_per_result": self.candidates_per_result,
             "ef_search": self.ef_search,
             "size": len(self),
+            **({"uri": self.uri, "nprobes": self.nprobes} if self.uri is not None else {}),
         }
 
     def save(self, folder: str | Path) -> None:
@@ -256,7 +309,11 @@ class GaussianIndex:
 
     def write_files(self, folder: Path) -> None:
         """Write the files of [`save`] (all but the manifest) into the existing ``folder``, building the FAISS
-        index of each direction no query has built yet."""
+        index of each direction no query has built yet. A LanceDB index writes only ``index_config.json``: its data
+        stays in the database at its ``uri``, which that file names."""
+        if self._lance is not None:
+            write_json(folder / SETTINGS_FILE, self.settings())
+            return
         if self.backend != "torch" and len(self):
             for direction in SEARCH_DIRECTIONS:
                 self.faiss_direction(direction)
@@ -273,7 +330,30 @@ class GaussianIndex:
         of the folder, checked against its manifest (``gausscse.io.read_folder``); a damaged or missing file raises
         ``ValueError`` / ``FileNotFoundError`` naming it."""
         folder = Path(folder)
+        if (folder / f"{TABLE_NAME}.lance").is_dir():  # a LanceDB database: reopened by its uri
+            return cls.open_lancedb(folder)
         return cls.from_files(folder, read_folder(folder, "GaussianIndex"), device)
+
+    @classmethod
+    def open_lancedb(cls, uri: str | Path) -> GaussianIndex:
+        """The index stored in the LanceDB database at ``uri`` (settings from its table's metadata; the Gaussians
+        read back for the exact re-score); its ``add`` goes on writing to that database."""
+        table, settings = LanceTable.open(uri)
+        try:
+            index = cls(
+                int(settings["dim"]),
+                settings["reduction"],
+                settings["backend"],
+                candidates_per_result=int(settings["candidates_per_result"]),
+                uri=uri,
+                nprobes=int(settings["nprobes"]),
+                _table=table,
+            )
+        except KeyError as error:
+            raise ValueError(f"{uri}: the stored GaussianIndex settings have no {error.args[0]!r}") from None
+        stored, _ = table.read()
+        index.store(index._checked(stored, f"{uri} table {TABLE_NAME!r}"))
+        return index
 
     @classmethod
     def from_files(
@@ -283,6 +363,14 @@ class GaussianIndex:
         if SETTINGS_FILE not in files:
             raise FileNotFoundError(f"{folder} is not a saved GaussianIndex: {SETTINGS_FILE} is missing")
         settings = parse_json(folder / SETTINGS_FILE, files[SETTINGS_FILE])
+        if settings.get("backend") in LANCEDB_BACKENDS:  # the data is in the database the settings name
+            if "uri" not in settings:
+                raise ValueError(f"{folder / SETTINGS_FILE} has no 'uri': the index is damaged")
+            index = cls.open_lancedb(settings["uri"])
+            if len(index) != settings.get("size"):
+                stated = settings.get("size")
+                raise ValueError(f"{settings['uri']} holds {len(index)} Gaussians; {SETTINGS_FILE} says {stated}")
+            return index
         try:
             index = cls(
                 int(settings["dim"]),

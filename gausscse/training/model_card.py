@@ -510,6 +510,9 @@ entailing (more general) sentence has the larger variance.
 
 `encode_query` / `encode_document` give (2d + 2)-dimensional vectors whose dot product is −KL(claim‖passage),
 {SIMILARITY_FROM_DOT[reduction][1]}. `encode(..., output_value=None)` gives `mu` and `logvar` per sentence.
+On CPU, `SentenceTransformer(..., trust_remote_code=True, backend="onnx")` runs the forward pass in ONNX Runtime
+(`pip install onnxruntime onnx onnxscript`; the graph `onnx/model.onnx` is exported at load when the repository has
+none).
 
 ## Entailment search
 
