@@ -27,7 +27,7 @@ from gausscse.io import check_replaceable
 from gausscse.loading import ModelLoadError, load_model
 from gausscse.model import GaussCSEModel
 from gausscse.search.index import BACKENDS, LANCEDB_BACKENDS, SETTINGS_FILE
-from gausscse.search.lancedb_backend import TABLE_NAME
+from gausscse.search.lancedb_backend import is_database
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> list[list[dict]] | None:
         index_kwargs = {}
         if args.backend in LANCEDB_BACKENDS:
             uri = Path(args.uri) if args.uri else Path(args.index).with_name(f"{Path(args.index).name}.lancedb")
-            if (uri / f"{TABLE_NAME}.lance").exists():
+            if is_database(uri):  # refused before the corpus is encoded (GaussianIndex would refuse it after)
                 raise ValueError(f"--uri {uri} already holds a GaussianIndex database: remove it or pass another --uri")
             index_kwargs["uri"] = uri
         elif args.uri:

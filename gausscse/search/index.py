@@ -22,7 +22,7 @@ from gausscse.model.gaussian import (
     similarity_matrix,
 )
 from gausscse.search.faiss_backend import HNSW, FaissDirection
-from gausscse.search.lancedb_backend import LANCEDB, LANCEDB_ANN, TABLE_NAME, LanceTable
+from gausscse.search.lancedb_backend import LANCEDB, LANCEDB_ANN, TABLE_NAME, LanceTable, is_database
 
 BACKENDS = ("torch", "faiss", HNSW, LANCEDB, LANCEDB_ANN)
 LANCEDB_BACKENDS = (LANCEDB, LANCEDB_ANN)
@@ -330,7 +330,7 @@ class GaussianIndex:
         of the folder, checked against its manifest (``gausscse.io.read_folder``); a damaged or missing file raises
         ``ValueError`` / ``FileNotFoundError`` naming it."""
         folder = Path(folder)
-        if (folder / f"{TABLE_NAME}.lance").is_dir():  # a LanceDB database: reopened by its uri
+        if is_database(folder):  # a LanceDB database: reopened by its uri
             return cls.open_lancedb(folder)
         return cls.from_files(folder, read_folder(folder, "GaussianIndex"), device)
 

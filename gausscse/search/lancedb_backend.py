@@ -73,12 +73,18 @@ def fixed_size_rows(values: np.ndarray):
     return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
 
 
+def is_database(uri: str | Path) -> bool:
+    """Whether the folder ``uri`` holds a GaussianIndex table (checked without opening it)."""
+    return (Path(uri) / f"{TABLE_NAME}.lance").is_dir()
+
+
 class LanceTable:
     """The ``gaussians`` table of a LanceDB database at ``uri``: rows in, shortlists out."""
 
     def __init__(self, table, uri: str):
         self.table = table
         self.uri = uri
+        self._has_ann_index: bool | None = None  # asked of the database once, then kept
 
     @classmethod
     def create(cls, uri: str | Path, dim: int, settings: dict[str, Any]) -> LanceTable:
@@ -138,8 +144,10 @@ class LanceTable:
         return GaussianEmbeddings(matrix("mu"), matrix("logvar")), rows["sentence"].to_pylist()
 
     def has_ann_index(self) -> bool:
-        columns = {column for index in self.table.list_indices() for column in index.columns}
-        return set(VECTOR_COLUMNS.values()) <= columns
+        if self._has_ann_index is None:
+            columns = {column for index in self.table.list_indices() for column in index.columns}
+            self._has_ann_index = set(VECTOR_COLUMNS.values()) <= columns
+        return self._has_ann_index
 
     def build_ann_index(self) -> None:
         """LanceDB's IVF index (``dot``) on both vector columns, √N partitions of at least
@@ -150,6 +158,7 @@ class LanceTable:
             self.table.create_index(
                 metric="dot", vector_column_name=column, index_type=ANN_INDEX_TYPE, num_partitions=partitions
             )
+        self._has_ann_index = True
 
     def candidates(
         self, queries: GaussianEmbeddings, count: int, direction: str, nprobes: int | None = None
@@ -180,4 +189,4 @@ class LanceTable:
         return ids
 
 
-__all__ = ["LANCEDB", "LANCEDB_ANN", "LanceTable"]
+__all__ = ["LANCEDB", "LANCEDB_ANN", "LanceTable", "is_database"]
