@@ -14,7 +14,13 @@ method in its own worker process (build time; search time per 1,000 queries, aft
   all-pairs matrix in memory), run on ``--brute_force_queries`` queries and reported per 1,000;
 * ``faiss-hnsw`` — the approximate backend, built once and searched at each ``--ef_search`` (default 128 — the
   backend's default — 256, 512, 1024), a shortlist of 2·k, recall@10 against ``torch`` (target ≥ 0.95 at ≥ 10× the
-  exact search's speed).
+  exact search's speed);
+* ``lancedb`` — ``GaussianIndex(backend="lancedb")``: the vectors in an embedded LanceDB database (in the run's
+  scratch folder), LanceDB's flat ``dot`` scan for the shortlist, re-scored exactly; a scan per query, so it is timed
+  on ``--brute_force_queries`` queries and reported per 1,000;
+* ``lancedb-ann`` — the same database through LanceDB's IVF index (√N partitions), searched at each ``--nprobes``
+  (default 20 — the backend's default — 50, 100); its build time includes the index, which the first (warm-up) search
+  builds. The LanceDB methods run at the ``--lancedb_sizes`` only (default 100k: at 1M the table alone is 9 GB).
 
 The Gaussians are synthetic with the ranges of a trained model (the quickstart's on SNLI: μ within ±0.97, log σ²
 mostly in −4.6…1.9 around −1.8, Σ log σ² from about −1,090 to −90): a 32-dimensional latent drives μ and log σ²
@@ -26,6 +32,7 @@ reduction is measured: ``sum`` and ``mean_kl`` (monotone in the KL: the exact FA
 
     python -m bench.bench_search --json results/bench_search_cpu.json --real_model outputs/quickstart
     python -m bench.bench_search --sizes --real_model outputs/quickstart --json results/bench_search_real_cpu.json
+    python -m bench.bench_search --sizes 100000 --methods torch faiss lancedb lancedb-ann  # the LanceDB rows alone
 
 (``--sizes`` with no size: the recall on real sentences alone, a few minutes.)
 """
@@ -33,6 +40,7 @@ reduction is measured: ``sum`` and ``mean_kl`` (monotone in the KL: the exact FA
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -50,7 +58,10 @@ from gausscse.model.gaussian import REDUCTIONS, GaussianEmbeddings, similarity_m
 from gausscse.search import GaussianIndex
 
 WARM_UP_QUERIES = 10  # searched once, untimed, before the timed search
-METHODS = ("torch", "plain_flat_ip", "faiss", "brute_force", "faiss-hnsw")
+METHODS = ("torch", "plain_flat_ip", "faiss", "brute_force", "faiss-hnsw", "lancedb", "lancedb-ann")
+SCANNED_QUERIES = ("brute_force", "lancedb")  # timed on --brute_force_queries queries
+LANCEDB_METHODS = ("lancedb", "lancedb-ann")
+WIDTH_NAMES = {"faiss-hnsw": "ef", "lancedb-ann": "nprobes"}  # the search width each approximate method sweeps
 LATENT = 32
 
 
@@ -72,23 +83,33 @@ def synthetic_gaussians(count: int, dim: int, seed: int) -> GaussianEmbeddings:
 
 
 def size_summary(size: int, rows: list[dict]) -> dict:
-    """The ratios of one size: exact FAISS backend over a plain IndexFlatIP search; each approximate row's speed-up
-    over the exact searches, with its recall."""
+    """The ratios of one size (those whose methods ran): exact FAISS backend over a plain IndexFlatIP search, LanceDB's
+    exact backend over the FAISS one; each approximate row's speed-up over the exact searches, with its recall."""
     seconds = {row["method"]: row["seconds_per_1000_queries"] for row in rows}
-    return {
+    summary = {
         "size": size,
-        "faiss_over_plain_flat_ip": seconds["faiss"] / seconds["plain_flat_ip"],
         "approximate": [
             {
                 "method": row["method"],
                 "recall_at_k": row["recall_at_k"],
                 "speedup_vs_torch": seconds["torch"] / row["seconds_per_1000_queries"],
-                "speedup_vs_faiss": seconds["faiss"] / row["seconds_per_1000_queries"],
+                **(
+                    {"speedup_vs_faiss": seconds["faiss"] / row["seconds_per_1000_queries"]}
+                    if "faiss" in seconds
+                    else {}
+                ),
             }
             for row in rows
-            if row["method"].startswith("faiss-hnsw")
+            if row["method"].split(" ")[0] in WIDTH_NAMES
         ],
     }
+    for ratio, (numerator, denominator) in {
+        "faiss_over_plain_flat_ip": ("faiss", "plain_flat_ip"),
+        "lancedb_over_faiss": ("lancedb", "faiss"),
+    }.items():
+        if numerator in seconds and denominator in seconds:
+            summary[ratio] = seconds[numerator] / seconds[denominator]
+    return summary
 
 
 def recall_at_k(truth: np.ndarray, found: np.ndarray) -> float:
@@ -97,13 +118,21 @@ def recall_at_k(truth: np.ndarray, found: np.ndarray) -> float:
 
 
 def run_method(
-    method: str, size: int, dim: int, queries: int, k: int, truth_path: Path, brute_queries: int, ef_values: list[int]
+    method: str,
+    size: int,
+    dim: int,
+    queries: int,
+    k: int,
+    truth_path: Path,
+    brute_queries: int,
+    widths: dict[str, list[int]],
 ) -> list[dict]:
-    """Build and search with ``method`` in this (fresh) process: one row, or for ``faiss-hnsw`` one row per
-    ``ef_values`` entry (one build, searched at each width). The ``torch`` run saves the true ids."""
+    """Build and search with ``method`` in this (fresh) process: one row, or for an approximate method one row per
+    search width in ``widths[method]`` (one build, searched at each width). The ``torch`` run saves the true ids; a
+    LanceDB database goes beside them."""
     items = synthetic_gaussians(size, dim, seed=0)
     query_gaussians = synthetic_gaussians(queries, dim, seed=1)
-    timed_queries = brute_queries if method == "brute_force" else queries
+    timed_queries = brute_queries if method in SCANNED_QUERIES else queries
     searches: list[tuple[str, float, np.ndarray | None]] = []  # (label, seconds, ids)
     with ResidentPeak() as peak:
         start = time.perf_counter()
@@ -127,18 +156,25 @@ def run_method(
             build_seconds = 0.0
             searches.append((method, time.perf_counter() - start, ids))
         else:
-            index = GaussianIndex(dim, "sum", method)
+            database = (
+                {"uri": str(truth_path.with_name(f"{method}_{size}.lancedb"))} if method in LANCEDB_METHODS else {}
+            )
+            index = GaussianIndex(dim, "sum", method, **database)
             index.add(items)
-            if method != "torch":
+            if method.startswith("faiss"):
                 index.faiss_direction("entailing")  # build now, so the search is timed alone
+            if method == "lancedb-ann":  # the first search builds LanceDB's IVF index: counted in the build
+                index.entailing(query_gaussians[:WARM_UP_QUERIES], k)
             build_seconds = time.perf_counter() - start
             index.entailing(query_gaussians[:WARM_UP_QUERIES], k)  # first touch of the index's memory, untimed
-            for ef_search in ef_values if method == "faiss-hnsw" else [None]:
-                if ef_search is not None:
-                    index.faiss_direction("entailing").set_ef_search(ef_search)
+            for width in widths.get(method, [None]):
+                if method == "faiss-hnsw":
+                    index.faiss_direction("entailing").set_ef_search(width)
+                elif method == "lancedb-ann":
+                    index.nprobes = width
                 start = time.perf_counter()
-                _, found = index.entailing(query_gaussians, k)
-                label = method if ef_search is None else f"{method} (ef {ef_search})"
+                _, found = index.entailing(query_gaussians[:timed_queries], k)
+                label = method if width is None else f"{method} ({WIDTH_NAMES[method]} {width})"
                 searches.append((label, time.perf_counter() - start, found.numpy()))
     rows = []
     for label, seconds, ids in searches:
@@ -153,6 +189,24 @@ def run_method(
     return rows
 
 
+def summary_lines(summary: dict, k: int) -> list[str]:
+    """One size's ratios (``size_summary``) as text lines: the exact ratios, then one line per approximate row."""
+    exact = {
+        "faiss_over_plain_flat_ip": "exact faiss / plain IndexFlatIP",
+        "lancedb_over_faiss": "exact lancedb / faiss",
+    }
+    lines = [
+        f"N={summary['size']:,}: {what} = {summary[key]:.2f}x the time" for key, what in exact.items() if key in summary
+    ]
+    for row in summary["approximate"]:
+        versus_faiss = f", {row['speedup_vs_faiss']:.1f}x than exact faiss" if "speedup_vs_faiss" in row else ""
+        lines.append(
+            f"N={summary['size']:,}: {row['method']} {row['speedup_vs_torch']:.1f}x faster than exact torch"
+            f"{versus_faiss}, recall@{k} {row['recall_at_k']:.3f}"
+        )
+    return lines
+
+
 def distinct_texts(name: str, split: str, fields: tuple[str, ...]) -> list[str]:
     """The distinct non-empty texts of ``fields`` of a built-in split (``load_split``), row by row, in file order."""
     rows = load_split(name, split)
@@ -162,7 +216,8 @@ def distinct_texts(name: str, split: str, fields: tuple[str, ...]) -> list[str]:
 
 
 def real_recall(model_path: str, item_count: int, k: int) -> list[dict]:
-    """Recall@k of each FAISS backend on real sentences, both directions, every reduction (exact: ``torch``)."""
+    """Recall@k of each approximate backend (and the exact FAISS one) on real sentences, both directions, every
+    reduction (exact: ``torch``)."""
     from gausscse import GaussCSEModel
 
     items_text = distinct_texts("snli", "train", ("premise", "hypothesis"))[:item_count]
@@ -171,23 +226,18 @@ def real_recall(model_path: str, item_count: int, k: int) -> list[dict]:
     items = model.encode(items_text, batch_size=64, max_length=64, show_progress_bar=True)
     queries = model.encode(queries_text, batch_size=64, max_length=64)
     rows = []
-    for reduction in REDUCTIONS:
-        for direction in ("entailing", "entailed_by"):
+    with tempfile.TemporaryDirectory() as scratch:  # the LanceDB databases
+        for reduction, direction in itertools.product(REDUCTIONS, ("entailing", "entailed_by")):
             exact = GaussianIndex(items.dim, reduction)
             exact.add(items)
             _, truth = getattr(exact, direction)(queries, k)
-            for backend in ("faiss", "faiss-hnsw"):
-                index = GaussianIndex(items.dim, reduction, backend)
+            for backend in ("faiss", "faiss-hnsw", "lancedb-ann"):
+                database = {"uri": Path(scratch) / f"{reduction}_{direction}"} if backend == "lancedb-ann" else {}
+                index = GaussianIndex(items.dim, reduction, backend, **database)
                 index.add(items)
                 _, found = getattr(index, direction)(queries, k)
-                rows.append(
-                    {
-                        "reduction": reduction,
-                        "direction": direction,
-                        "backend": backend,
-                        "recall_at_k": recall_at_k(truth.numpy(), found.numpy()),
-                    }
-                )
+                recall = recall_at_k(truth.numpy(), found.numpy())
+                rows.append({"reduction": reduction, "direction": direction, "backend": backend, "recall_at_k": recall})
     return rows
 
 
@@ -203,6 +253,11 @@ def main() -> None:
     parser.add_argument(
         "--ef_search", type=int, nargs="+", default=[128, 256, 512, 1024], help="HNSW widths to measure (one build)"
     )
+    parser.add_argument("--nprobes", type=int, nargs="+", default=[20, 50, 100], help="LanceDB IVF partitions scanned")
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), help="default: all")
+    parser.add_argument(
+        "--lancedb_sizes", type=int, nargs="*", default=[100_000], help="sizes the LanceDB methods run at"
+    )
     parser.add_argument("--json", type=Path, help="also write the results here (atomically)")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
@@ -210,10 +265,13 @@ def main() -> None:
     args = parser.parse_args()
     if not args.sizes and not args.real_model:
         parser.error("nothing to measure: give --sizes, --real_model or both")
+    if args.sizes and "torch" not in args.methods:
+        parser.error("--methods must include torch: its ids are the truth every recall is measured against")
 
     if args.worker:
+        widths = {"faiss-hnsw": args.ef_search, "lancedb-ann": args.nprobes}
         found = run_method(
-            args.worker, args.size, args.dim, args.queries, args.k, args.truth, args.brute_force_queries, args.ef_search
+            args.worker, args.size, args.dim, args.queries, args.k, args.truth, args.brute_force_queries, widths
         )
         print(json.dumps({"rows": found}))
         return
@@ -224,12 +282,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for size in args.sizes:
             truth = Path(scratch) / f"truth_{size}.npy"
-            for method in METHODS:
+            for method in (name for name in METHODS if name in args.methods):
+                if method in LANCEDB_METHODS and size not in args.lancedb_sizes:
+                    continue
                 found = run_worker(
                     __spec__.name,
                     ["--worker", method, "--size", str(size), "--truth", str(truth), "--dim", str(args.dim),
                      "--queries", str(args.queries), "-k", str(args.k), "--ef_search", *map(str, args.ef_search),
-                     "--brute_force_queries", str(args.brute_force_queries)],
+                     "--nprobes", *map(str, args.nprobes), "--brute_force_queries", str(args.brute_force_queries)],
                 )["rows"]  # fmt: skip
                 for row in found:
                     rows.append(row)
@@ -241,13 +301,8 @@ def main() -> None:
                         flush=True,
                     )
             summary.append(size_summary(size, [row for row in rows if row["size"] == size]))
-            print(f"N={size:,}: exact FAISS / plain IndexFlatIP = {summary[-1]['faiss_over_plain_flat_ip']:.2f}x")
-            for row in summary[-1]["approximate"]:
-                print(
-                    f"N={size:,}: {row['method']} {row['speedup_vs_torch']:.1f}x faster than exact torch, "
-                    f"{row['speedup_vs_faiss']:.1f}x than exact faiss, recall@{args.k} {row['recall_at_k']:.3f}",
-                    flush=True,
-                )
+            for line in summary_lines(summary[-1], args.k):
+                print(line, flush=True)
     real = real_recall(args.real_model, args.real_items, args.k) if args.real_model else []
     for row in real:
         where = f"real SNLI, {row['reduction']:8s} {row['direction']:11s} {row['backend']:10s}"

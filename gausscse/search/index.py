@@ -90,8 +90,9 @@ class GaussianIndex:
       sentences=...)``) and the ``kl_feature_map`` vectors of both directions; a flat scan with its ``dot`` metric
       gives the shortlist, re-scored exactly as for ``"faiss"`` (``gausscse.search.lancedb_backend``). Every
       ``add`` is written to the database; ``GaussianIndex.load(uri)`` reopens it.
-    * ``"lancedb-ann"`` — the same database searched through LanceDB's own IVF index (``dot``, ``nprobes``
-      partitions per query; built at the first search), re-scored exactly.
+    * ``"lancedb-ann"`` — the same database searched through LanceDB's own IVF index (``nprobes`` partitions per
+      query; built at the first search) over the vectors turned into a nearest-neighbour problem as for
+      ``"faiss-hnsw"``, re-scored exactly.
 
     A FAISS index is built per direction when that direction is first searched and grows with later ``add`` calls
     (an approximate one is rebuilt if a new item falls outside its transform).
@@ -238,9 +239,9 @@ class GaussianIndex:
         elif self.backend == LANCEDB:
             candidate_ids = self._lance.candidates(queries, count, direction)
         else:
-            if not self._lance.has_ann_index():
-                self._lance.build_ann_index()
-            candidate_ids = self._lance.candidates(queries, count, direction, self.nprobes)
+            if not self._lance.ann_covers(len(self)):
+                self._lance.build_ann_index(self.embeddings)
+            candidate_ids = self._lance.ann_candidates(queries, count, direction, self.nprobes, len(self))
         scores, ids = self.rescore(queries, candidate_ids, direction)
         return scores[:, :k], ids[:, :k]
 

@@ -9,10 +9,15 @@ One table, ``gaussians``, one row per stored item: ``id`` (its position), ``mu``
 ``sum`` and ``mean_kl`` similarities. The vectors are never normalised: cosine or L2 on them would rank by something
 else. The table's schema metadata holds the index settings, so ``GaussianIndex.load(uri)`` reopens it.
 
-Exact (``"lancedb"``): every query bypasses any vector index (a flat scan of the table). Approximate
-(``"lancedb-ann"``): LanceDB's own IVF index on both vector columns (``IVF_FLAT``, ``dot`` metric: k-means partitions
-of the stored vectors, ``nprobes`` of them scanned per query; rows added after it was built are scanned flat by
-LanceDB). Either way ``GaussianIndex`` re-scores the shortlist exactly, as for FAISS.
+Exact (``"lancedb"``): every query bypasses any vector index (a flat ``dot`` scan of the table). Approximate
+(``"lancedb-ann"``): LanceDB's own IVF index (``IVF_FLAT``, k-means partitions, ``nprobes`` of them scanned per
+query). IVF on the raw vectors under ``dot`` finds few of the true neighbours (their norms differ from row to row by
+design: measured in ``bench/bench_search.py``), so the ANN search runs, as ``"faiss-hnsw"`` does, on the vectors
+turned into a nearest-neighbour problem (``gausscse.search.lift``): one more table per direction, ``ann_entailing`` /
+``ann_entailed_by`` (``id``, ``vector``: the lifted map), with an ``l2`` IVF index and the fitted transform in its
+schema metadata; the few items kept out of it are on every shortlist. Built at the first ANN search from all rows;
+rows added later are found by a flat ``dot`` scan of just those rows until they outnumber the indexed ones, when the
+next search rebuilds it. Either way ``GaussianIndex`` re-scores the shortlist exactly, as for FAISS.
 
 The same vectors and metric serve a server engine when one machine is outgrown (README: pgvector, Qdrant, Milvus).
 """
@@ -29,10 +34,13 @@ import numpy as np
 import torch
 
 from gausscse.model.gaussian import SEARCH_DIRECTIONS, GaussianEmbeddings, kl_feature_map
+from gausscse.search.lift import constant_column, fit_lift, lifted_queries
 
 LANCEDB, LANCEDB_ANN = "lancedb", "lancedb-ann"
 TABLE_NAME = "gaussians"
 SETTINGS_KEY = b"gausscse"
+ANN_TABLES = {"entailing": "ann_entailing", "entailed_by": "ann_entailed_by"}
+ANN_KEY = b"gausscse_ann"  # the lift transform of an ANN table, and how many rows it was built from
 VECTOR_COLUMNS = {"entailing": "entailing_vector", "entailed_by": "entailed_by_vector"}
 STORED_SIDES = {direction: sides[1] for direction, sides in SEARCH_DIRECTIONS.items()}  # the map a row stores
 QUERY_SIDES = {direction: sides[0] for direction, sides in SEARCH_DIRECTIONS.items()}  # the map a query sends
@@ -84,7 +92,7 @@ class LanceTable:
     def __init__(self, table, uri: str):
         self.table = table
         self.uri = uri
-        self._has_ann_index: bool | None = None  # asked of the database once, then kept
+        self._ann: dict[str, AnnTable] | None = None  # read from the database at the first ANN search, then kept
 
     @classmethod
     def create(cls, uri: str | Path, dim: int, settings: dict[str, Any]) -> LanceTable:
@@ -143,50 +151,146 @@ class LanceTable:
 
         return GaussianEmbeddings(matrix("mu"), matrix("logvar")), rows["sentence"].to_pylist()
 
-    def has_ann_index(self) -> bool:
-        if self._has_ann_index is None:
-            columns = {column for index in self.table.list_indices() for column in index.columns}
-            self._has_ann_index = set(VECTOR_COLUMNS.values()) <= columns
-        return self._has_ann_index
+    def ann_tables(self) -> dict[str, AnnTable]:
+        """The ANN tables of both directions ({} if they were never built), read once."""
+        if self._ann is None:
+            database = lancedb_module().connect(self.uri)
+            names = set(database.table_names())
+            self._ann = {}
+            if set(ANN_TABLES.values()) <= names:
+                self._ann = {direction: AnnTable.open(database, name) for direction, name in ANN_TABLES.items()}
+        return self._ann
 
-    def build_ann_index(self) -> None:
-        """LanceDB's IVF index (``dot``) on both vector columns, √N partitions of at least
-        ``MIN_ROWS_PER_PARTITION`` rows."""
-        rows = len(self)
-        partitions = max(1, min(int(math.sqrt(rows)), rows // MIN_ROWS_PER_PARTITION))
-        for column in VECTOR_COLUMNS.values():
-            self.table.create_index(
-                metric="dot", vector_column_name=column, index_type=ANN_INDEX_TYPE, num_partitions=partitions
-            )
-        self._has_ann_index = True
+    def ann_covers(self, size: int) -> bool:
+        """Whether the ANN tables exist and the rows added since they were built (scanned flat) do not outnumber
+        the ``size``'s indexed rows."""
+        tables = self.ann_tables()
+        return bool(tables) and all(size - table.rows <= table.rows for table in tables.values())
 
-    def candidates(
-        self, queries: GaussianEmbeddings, count: int, direction: str, nprobes: int | None = None
+    def build_ann_index(self, embeddings: GaussianEmbeddings) -> None:
+        """(Re)build the ANN table of each direction from the stored Gaussians ``embeddings`` (all rows, id order)."""
+        database = lancedb_module().connect(self.uri)
+        self._ann = {
+            direction: AnnTable.build(database, name, embeddings, direction) for direction, name in ANN_TABLES.items()
+        }
+
+    def candidates(self, queries: GaussianEmbeddings, count: int, direction: str, first_id: int = 0) -> torch.Tensor:
+        """``(Q, count)`` ids of the rows (from ``first_id`` on) with the largest ⟨−query map, stored map⟩ (−1 where
+        fewer came back): a flat ``dot`` scan."""
+        query_vectors = -kl_feature_map(queries.mu.cpu(), queries.logvar.cpu(), QUERY_SIDES[direction])
+        return nearest_ids(
+            self.table, VECTOR_COLUMNS[direction], query_vectors.float().numpy(), count, "dot", first_id=first_id
+        )
+
+    def ann_candidates(
+        self, queries: GaussianEmbeddings, count: int, direction: str, nprobes: int, size: int
     ) -> torch.Tensor:
-        """``(Q, count)`` ids of the rows with the largest ⟨−query map, stored map⟩ (−1 where fewer came back):
-        a flat scan, or the IVF index's ``nprobes`` nearest partitions when ``nprobes`` is given."""
-        query_vectors = (-kl_feature_map(queries.mu.cpu(), queries.logvar.cpu(), QUERY_SIDES[direction])).float()
-        ids = torch.full((len(query_vectors), count), -1, dtype=torch.long)
-        for start in range(0, len(query_vectors), QUERIES_PER_REQUEST):
-            chunk = query_vectors[start : start + QUERIES_PER_REQUEST].numpy()
-            search = (
-                self.table.search(list(chunk), vector_column_name=VECTOR_COLUMNS[direction])
-                .distance_type("dot")
-                .select(["id", "_distance"])
-                .limit(count)
-            )
-            search = search.bypass_vector_index() if nprobes is None else search.nprobes(nprobes)
-            found = search.to_arrow()
-            query_index = (
-                found["query_index"].to_numpy() if "query_index" in found.schema.names else np.zeros(found.num_rows)
-            )
-            distances = found["_distance"].to_numpy()
-            row_ids = found["id"].to_numpy()
-            for offset in range(len(chunk)):
-                mine = np.flatnonzero(query_index == offset)
-                mine = mine[np.argsort(distances[mine], kind="stable")][:count]
-                ids[start + offset, : len(mine)] = torch.from_numpy(row_ids[mine])
-        return ids
+        """``(Q, C)`` ids: the ANN table's ``count`` nearest lifted vectors (``nprobes`` IVF partitions), then the
+        rows added since it was built (flat scan) and the items kept out of it (scored exactly by the caller)."""
+        ann = self.ann_tables()[direction]
+        # queries on the stored vectors' sphere (norm R): IVF picks partitions by L2 to centroids of unequal norms,
+        # and a unit-length query would pick the centroids of smallest norm instead of largest inner product
+        query_vectors = lifted_queries(queries, direction, ann.transform) * math.sqrt(ann.transform["radius2"][0])
+        parts = [nearest_ids(ann.table, "vector", query_vectors, count, "l2", nprobes)]
+        if size > ann.rows:
+            parts.append(self.candidates(queries, min(count, size - ann.rows), direction, first_id=ann.rows))
+        if len(ann.transform["outliers"]):
+            outliers = torch.from_numpy(ann.transform["outliers"])
+            parts.append(outliers.expand(len(queries), len(outliers)))
+        return torch.cat(parts, dim=1)
 
 
-__all__ = ["LANCEDB", "LANCEDB_ANN", "LanceTable", "is_database"]
+class AnnTable:
+    """One direction's ANN table: lifted vectors under an ``l2`` IVF index, the transform they were lifted with, and
+    the number of stored rows it was built from (module docstring)."""
+
+    def __init__(self, table, transform: dict[str, np.ndarray], rows: int):
+        self.table, self.transform, self.rows = table, transform, rows
+
+    @classmethod
+    def build(cls, database, name: str, embeddings: GaussianEmbeddings, direction: str) -> AnnTable:
+        """Fit the lift on ``embeddings``, write the table ``name`` (replacing an older one) and index it."""
+        import pyarrow as pa
+
+        transform, inliers, vectors = fit_lift(embeddings, direction)
+        rows = len(embeddings.mu)
+        metadata = {
+            "mean": transform["mean"].tolist(),
+            "scale": transform["scale"].tolist(),
+            "radius2": float(transform["radius2"][0]),
+            "outliers": transform["outliers"].tolist(),
+            "rows": rows,
+        }
+        schema = pa.schema(
+            [pa.field("id", pa.int64(), nullable=False), pa.field("vector", pa.list_(pa.float32(), vectors.shape[1]))],
+            metadata={ANN_KEY: json.dumps(metadata).encode()},
+        )
+        data = pa.table({"id": pa.array(inliers, pa.int64()), "vector": fixed_size_rows(vectors)}, schema=schema)
+        table = database.create_table(name, data=data, schema=schema, mode="overwrite")
+        partitions = max(1, min(int(math.sqrt(len(inliers))), len(inliers) // MIN_ROWS_PER_PARTITION))
+        if len(inliers):
+            table.create_index(
+                metric="l2", vector_column_name="vector", index_type=ANN_INDEX_TYPE, num_partitions=partitions
+            )
+        return cls(table, transform, rows)
+
+    @classmethod
+    def open(cls, database, name: str) -> AnnTable:
+        """The ANN table ``name`` of ``database`` and the transform in its schema metadata."""
+        table = database.open_table(name)
+        metadata = json.loads((table.schema.metadata or {})[ANN_KEY])
+        width = table.schema.field("vector").type.list_size
+        dim = (width - 1) // 2
+        direction = next(direction for direction, table_name in ANN_TABLES.items() if table_name == name)
+        transform = {
+            "keep": np.array([column for column in range(2 * dim + 2) if column != constant_column(direction, dim)]),
+            "mean": np.array(metadata["mean"], dtype=np.float64),
+            "scale": np.array(metadata["scale"], dtype=np.float64),
+            "radius2": np.array([metadata["radius2"]]),
+            "outliers": np.array(metadata["outliers"], dtype=np.int64),
+        }
+        return cls(table, transform, int(metadata["rows"]))
+
+
+def nearest_ids(
+    table,
+    column: str,
+    query_vectors: np.ndarray,
+    count: int,
+    metric: str,
+    nprobes: int | None = None,
+    first_id: int = 0,
+) -> torch.Tensor:
+    """``(Q, count)`` ids of ``table``'s rows nearest each query vector in ``column`` under LanceDB's ``metric``
+    (``dot``: largest inner product first; ``l2``: smallest distance first), −1 where fewer came back: through the
+    table's IVF index (``nprobes`` partitions) when ``nprobes`` is given, else a flat scan of the rows from
+    ``first_id`` on."""
+    ids = torch.full((len(query_vectors), count), -1, dtype=torch.long)
+    for start in range(0, len(query_vectors), QUERIES_PER_REQUEST):
+        chunk = np.ascontiguousarray(query_vectors[start : start + QUERIES_PER_REQUEST], dtype=np.float32)
+        search = (
+            table.search(list(chunk), vector_column_name=column)
+            .distance_type(metric)
+            .select(["id", "_distance"])
+            .limit(count)
+        )
+        if nprobes is not None:
+            search = search.nprobes(nprobes)
+        else:
+            search = search.bypass_vector_index()
+            if first_id:
+                search = search.where(f"id >= {first_id}", prefilter=True)
+        found = search.to_arrow()
+        query_index = (
+            found["query_index"].to_numpy() if "query_index" in found.schema.names else np.zeros(found.num_rows)
+        )
+        distances = found["_distance"].to_numpy()
+        row_ids = found["id"].to_numpy()
+        for offset in range(len(chunk)):
+            mine = np.flatnonzero(query_index == offset)
+            mine = mine[np.argsort(distances[mine], kind="stable")][:count]
+            ids[start + offset, : len(mine)] = torch.from_numpy(row_ids[mine])
+    return ids
+
+
+__all__ = ["LANCEDB", "LANCEDB_ANN", "AnnTable", "LanceTable", "is_database"]
