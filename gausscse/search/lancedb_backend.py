@@ -158,12 +158,14 @@ class LanceTable:
             names = set(database.table_names())
             self._ann = {}
             if set(ANN_TABLES.values()) <= names:
-                self._ann = {direction: AnnTable.open(database, name) for direction, name in ANN_TABLES.items()}
+                self._ann = {
+                    direction: AnnTable.open(database, name, direction) for direction, name in ANN_TABLES.items()
+                }
         return self._ann
 
     def ann_covers(self, size: int) -> bool:
-        """Whether the ANN tables exist and the rows added since they were built (scanned flat) do not outnumber
-        the ``size``'s indexed rows."""
+        """Whether ANN tables exist for an index of ``size`` rows: built, and the rows added since (scanned flat)
+        no more than the rows they were built from."""
         tables = self.ann_tables()
         return bool(tables) and all(size - table.rows <= table.rows for table in tables.values())
 
@@ -235,13 +237,12 @@ class AnnTable:
         return cls(table, transform, rows)
 
     @classmethod
-    def open(cls, database, name: str) -> AnnTable:
-        """The ANN table ``name`` of ``database`` and the transform in its schema metadata."""
+    def open(cls, database, name: str, direction: str) -> AnnTable:
+        """The ANN table ``name`` of ``direction`` in ``database`` and the transform in its schema metadata."""
         table = database.open_table(name)
         metadata = json.loads((table.schema.metadata or {})[ANN_KEY])
         width = table.schema.field("vector").type.list_size
         dim = (width - 1) // 2
-        direction = next(direction for direction, table_name in ANN_TABLES.items() if table_name == name)
         transform = {
             "keep": np.array([column for column in range(2 * dim + 2) if column != constant_column(direction, dim)]),
             "mean": np.array(metadata["mean"], dtype=np.float64),

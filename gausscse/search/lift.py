@@ -96,7 +96,7 @@ def lifted(scaled: np.ndarray, norms: np.ndarray, transform: dict[str, np.ndarra
 
 
 def graph_outliers(norms: np.ndarray) -> np.ndarray:
-    """Mask of the items kept out of the graph: squared norm above ``OUTLIER_FACTOR`` × the median, the
+    """Mask of the items kept out of the L2 index: squared norm above ``OUTLIER_FACTOR`` × the median, the
     ``MAX_OUTLIERS`` largest at most."""
     candidates = np.flatnonzero(norms > OUTLIER_FACTOR * np.median(norms))
     chosen = candidates[np.argsort(-norms[candidates], kind="stable")[:MAX_OUTLIERS]]
@@ -128,7 +128,8 @@ def fit_lift(embeddings: GaussianEmbeddings, direction: str) -> tuple[dict[str, 
 
 def lifted_queries(queries: GaussianEmbeddings, direction: str, transform: dict[str, np.ndarray]) -> np.ndarray:
     """The query side of steps 1–3: −(query map) on the ``keep`` columns times ``scale``, then a 0; each row scaled to
-    unit length (the L2 ranking is the same for any positive multiple of a query), float32 ``(Q, len(keep) + 1)``."""
+    unit length (the exact L2 ranking is the same for any positive multiple of a query; an IVF index's choice of
+    partitions is not, and the LanceDB backend scales them to the stored norm R), float32 ``(Q, len(keep) + 1)``."""
     chunks = []
     for _, chunk in feature_chunks(queries, SEARCH_DIRECTIONS[direction][0]):
         chunk = -chunk[:, transform["keep"]] * transform["scale"].astype(np.float64)
