@@ -36,11 +36,23 @@ MEAN_ACTIVATIONS = ("tanh", "none")
 HEAD_INITS = ("random", "identity")
 
 
-def write_json_atomic(path: Path, content: Any) -> None:
-    """``content`` as indented JSON at ``path``, appearing whole (a temporary file beside it, then ``os.replace``)."""
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, appearing whole: a temporary file beside it, then ``os.replace``; on an error the
+    temporary file is removed and ``path`` is left as it was. (The shipped files' own copy of ``gausscse.io``'s
+    atomic write: Hub custom code cannot import the library.)"""
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.tmp")
-    partial.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, content: Any) -> None:
+    """``content`` as indented JSON at ``path``, appearing whole ([`write_bytes_atomic`])."""
+    write_bytes_atomic(path, (json.dumps(content, indent=2) + "\n").encode("utf-8"))
 
 
 def _check_choice(argument: str, value: Any, valid: tuple[str, ...]) -> None:
@@ -145,5 +157,6 @@ __all__ = [
     "POOLINGS",
     "SENTENCE_TRANSFORMERS_FILES",
     "GaussCSEConfig",
+    "write_bytes_atomic",
     "write_json_atomic",
 ]

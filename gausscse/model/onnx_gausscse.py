@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 from transformers.utils import logging
+
+from .configuration_gausscse import write_bytes_atomic
 
 try:  # in a try block: transformers' import check lets folders load without ONNX Runtime
     import onnxruntime
@@ -127,14 +128,6 @@ def quantize_onnx_bytes(model_bytes: bytes) -> bytes:
             op_types_to_quantize=["MatMul"],
         )
         return target.read_bytes()
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """``data`` at ``path``, appearing whole (a temporary file beside it, then ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.tmp")
-    partial.write_bytes(data)
-    os.replace(partial, path)
 
 
 def export_onnx(model, folder: str | Path, quantize: bool = False) -> list[Path]:

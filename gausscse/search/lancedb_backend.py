@@ -139,7 +139,8 @@ class LanceTable:
 
     def read(self) -> tuple[GaussianEmbeddings, list[str | None]]:
         """Every stored Gaussian and sentence, in id order."""
-        rows = self.table.to_arrow().select(["id", "mu", "logvar", "sentence"]).sort_by("id")
+        columns = ["id", "mu", "logvar", "sentence"]  # read without the two vector columns (2d + 2 values each)
+        rows = self.table.search().select(columns).limit(None).to_arrow().sort_by("id")
         ids = rows["id"].to_numpy()
         if not np.array_equal(ids, np.arange(len(ids))):
             raise ValueError(f"{self.uri}: the ids of table {TABLE_NAME!r} are not 0..{len(ids) - 1}")
@@ -262,10 +263,11 @@ def nearest_ids(
     nprobes: int | None = None,
     first_id: int = 0,
 ) -> torch.Tensor:
-    """``(Q, count)`` ids of ``table``'s rows nearest each query vector in ``column`` under LanceDB's ``metric``
-    (``dot``: largest inner product first; ``l2``: smallest distance first), −1 where fewer came back: through the
-    table's IVF index (``nprobes`` partitions) when ``nprobes`` is given, else a flat scan of the rows from
-    ``first_id`` on."""
+    """``(Q, count)`` ids of ``table``'s ``count`` rows nearest each query vector in ``column`` under LanceDB's
+    ``metric`` (``dot``: largest inner product; ``l2``: smallest distance), in no particular order (the caller
+    re-scores them), −1 where fewer came back: through the table's IVF index (``nprobes`` partitions) when
+    ``nprobes`` is given, else a flat scan of the rows from ``first_id`` on. One request per ``QUERIES_PER_REQUEST``
+    queries; its rows are put in place by their ``query_index``."""
     ids = torch.full((len(query_vectors), count), -1, dtype=torch.long)
     for start in range(0, len(query_vectors), QUERIES_PER_REQUEST):
         chunk = np.ascontiguousarray(query_vectors[start : start + QUERIES_PER_REQUEST], dtype=np.float32)
@@ -283,14 +285,15 @@ def nearest_ids(
                 search = search.where(f"id >= {first_id}", prefilter=True)
         found = search.to_arrow()
         query_index = (
-            found["query_index"].to_numpy() if "query_index" in found.schema.names else np.zeros(found.num_rows)
+            found["query_index"].to_numpy().astype(np.int64)
+            if "query_index" in found.schema.names
+            else np.zeros(found.num_rows, dtype=np.int64)
         )
-        distances = found["_distance"].to_numpy()
-        row_ids = found["id"].to_numpy()
-        for offset in range(len(chunk)):
-            mine = np.flatnonzero(query_index == offset)
-            mine = mine[np.argsort(distances[mine], kind="stable")][:count]
-            ids[start + offset, : len(mine)] = torch.from_numpy(row_ids[mine])
+        order = np.argsort(query_index, kind="stable")  # each query's rows together (re-scored later: any order)
+        query_index, row_ids = query_index[order], found["id"].to_numpy()[order]
+        rank = np.arange(len(order)) - np.searchsorted(query_index, query_index)  # place within the query's rows
+        kept = rank < count
+        ids[start + query_index[kept], rank[kept]] = torch.from_numpy(row_ids[kept])
     return ids
 
 
