@@ -34,10 +34,17 @@ def tiny_encoder_config(model_type: str = "bert", **overrides) -> dict:
     return config
 
 
-def tiny_model(model_type: str = "bert", seed: int = 0, **config_kwargs) -> GaussCSEModel:
-    """An eval-mode GaussCSE model on a tiny random encoder; ``config_kwargs`` are GaussCSEConfig fields."""
+def tiny_model(
+    model_type: str = "bert", seed: int = 0, initializer_range: float = 0.02, **config_kwargs
+) -> GaussCSEModel:
+    """An eval-mode GaussCSE model on a tiny random encoder; ``config_kwargs`` are GaussCSEConfig fields.
+
+    With the default ``initializer_range`` (0.02, transformers' own) every sentence gets nearly the same Gaussian
+    (similarities all ≈ 1 − 10⁻⁵, a few float32 steps apart): a test that compares rankings passes
+    ``initializer_range=0.2``, whose sentences are apart by far more than rounding."""
     torch.manual_seed(seed)
-    return GaussCSEModel(GaussCSEConfig(encoder_config=tiny_encoder_config(model_type), **config_kwargs)).eval()
+    encoder_config = tiny_encoder_config(model_type, initializer_range=initializer_range)
+    return GaussCSEModel(GaussCSEConfig(encoder_config=encoder_config, **config_kwargs)).eval()
 
 
 def fresh_env(cwd: Path) -> dict[str, str]:
@@ -101,6 +108,23 @@ def reference_similarity(
     if reduction == "mean_dim":
         return (1.0 / (1.0 + kl_divergence(a, b))).mean(dim=-1)
     raise ValueError(f"unknown reduction {reduction!r}")
+
+
+def assert_top_k(ids: torch.Tensor, scores: torch.Tensor, reference: torch.Tensor, rtol: float) -> None:
+    """``ids`` (Q, k) with their ``scores`` are a top k of each row of ``reference`` (Q, N), tie-aware: two items
+    whose reference scores are within ``rtol`` (relative to the row's largest score) may come in either order or
+    either be the one left out — how far apart two scores must be to have one right order is a property of the
+    float arithmetic that computed them (the instruction set, the batch shapes), not of the ranking code. Checks:
+    distinct ids; scores = reference at the ids; hits in descending reference order; no item left out above the
+    last hit."""
+    ids, reference = torch.as_tensor(ids), torch.as_tensor(reference).double()
+    assert all(len(set(row)) == len(row) for row in ids.tolist()), ids
+    at_hits = reference.gather(1, ids)
+    torch.testing.assert_close(torch.as_tensor(scores).double(), at_hits, rtol=rtol, atol=0.0)
+    slack = 2 * rtol * reference.abs().amax(dim=1, keepdim=True)
+    assert (at_hits[:, :-1] >= at_hits[:, 1:] - slack).all(), (ids, at_hits)
+    left_out = reference.scatter(1, ids, float("-inf")).amax(dim=1, keepdim=True)
+    assert (left_out <= at_hits.amin(dim=1, keepdim=True) + slack).all(), (ids, at_hits, left_out)
 
 
 def entropy(logvar: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ from gausscse.model.gaussian import (
     kl_divergence_matrix,
     kl_per_dim,
     kl_scale,
+    paired_similarity,
     similarity,
     similarity_formula,
     similarity_matrix,
@@ -68,6 +69,33 @@ def test_pairwise_similarity_matches_torch_distributions(reduction):
     actual = similarity_matrix(mu_a, logvar_a, mu_b, logvar_b, reduction)
     assert actual.shape == (23, 17)
     torch.testing.assert_close(actual, expected, **TOLERANCE)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_paired_similarity_is_the_matrix_diagonal_in_float32(reduction):
+    """float32 Gaussians at the log σ² clamp beside each other (KL terms ~10⁴ that cancel): the row-wise scores of
+    ``paired_similarity`` are ``similarity_matrix``'s to one float32 step (both sum the KL in float64 and round once)
+    and, for the KL reductions, torch.distributions' in float64 to float32 rounding, where ``similarity``'s float32
+    sum is off by more."""
+    generator = torch.Generator().manual_seed(8)
+    mu_b = torch.tanh(torch.randn(200, 384, generator=generator))
+    logvar_b = -10.0 + 0.01 * torch.rand(200, 384, generator=generator)
+    mu_a = mu_b + 1e-4 * torch.randn(200, 384, generator=generator)
+    logvar_a = logvar_b + 1e-3 * torch.randn(200, 384, generator=generator)
+    paired = paired_similarity(mu_a, logvar_a, mu_b, logvar_b, reduction)
+    assert paired.dtype == torch.float32 and paired.shape == (200,)
+    one_step = dict(rtol=2.0**-23, atol=0.0)
+    matrix = similarity_matrix(mu_a, logvar_a, mu_b, logvar_b, reduction)
+    torch.testing.assert_close(paired, matrix.diagonal(), **one_step)
+    if reduction in KL_REDUCTIONS:  # float32 rounding of the float64 truth: KL, 1 + KL/c, the reciprocal (2⁻²⁴ each)
+        inputs = [tensor[:50].double() for tensor in (mu_a, logvar_a, mu_b, logvar_b)]
+        expected = reference_pairwise_similarity(*inputs, reduction).diagonal()
+        torch.testing.assert_close(paired[:50].double(), expected, rtol=3 * 2.0**-24, atol=0.0)
+        float32_sum = similarity(mu_a, logvar_a, mu_b, logvar_b, reduction)[:50].double()
+        if reduction == "sum":  # where a float32 sum of the terms loses digits: the case this function is for
+            assert ((float32_sum - expected).abs() / expected).max() > 1e-6
+    half = paired_similarity(*[tensor.bfloat16() for tensor in (mu_a, logvar_a, mu_b, logvar_b)], reduction)
+    assert half.dtype == torch.float32  # half precision in, float32 out (as similarity_matrix)
 
 
 def test_pairwise_kl_matches_torch_distributions_and_is_zero_on_itself():

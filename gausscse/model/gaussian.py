@@ -136,6 +136,29 @@ def similarity(
     return similarity_from_kl(per_dim.sum(dim=-1), kl_scale(reduction, per_dim.shape[-1]))
 
 
+def paired_similarity(
+    mu_a: torch.Tensor,
+    logvar_a: torch.Tensor,
+    mu_b: torch.Tensor,
+    logvar_b: torch.Tensor,
+    reduction: str,
+) -> torch.Tensor:
+    """Row-wise sim(a_i‖b_i), shape ``(...)``, with the values [`similarity_matrix`] gives the same pairs: for
+    ``"sum"`` and ``"mean_kl"`` the total KL is summed in float64 and the similarity computed from it in the inputs'
+    float dtype (float32 for half precision); ``"mean_dim"`` as [`similarity`].
+
+    For scoring and ranking (``model.similarity_pairwise``, the re-score of every search backend): near the
+    log σ² clamp a KL term reaches ~10⁴, and a float32 sum of d of them loses the digits that separate close
+    candidates, so two float32 formulations can order them differently on different CPUs. [`similarity`] is the
+    differentiable float32 form of the loss.
+    """
+    if check_reduction(reduction) not in KL_REDUCTIONS:
+        return similarity(mu_a, logvar_a, mu_b, logvar_b, reduction)
+    with torch.autocast(device_type=mu_a.device.type, enabled=False):
+        kl = kl_divergence(mu_a.double(), logvar_a.double(), mu_b.double(), logvar_b.double()).clamp_min(0.0)
+        return similarity_from_kl(kl.to(as_float32(mu_a).dtype), kl_scale(reduction, mu_a.shape[-1]))
+
+
 KL_SIDES = ("left", "right")
 # The two ways to search by entailment, as the kl_feature_map sides of (query, stored item): "entailing" scores
 # sim(q‖x), KL(q‖x) = ⟨A(q), B(x)⟩ (the items that entail q); "entailed_by" scores sim(x‖q), KL(x‖q) = ⟨A(x), B(q)⟩.

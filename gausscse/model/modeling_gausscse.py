@@ -35,7 +35,7 @@ except ImportError:
     PeftConfig = PeftModel = get_peft_model = set_peft_model_state_dict = None
 
 from .configuration_gausscse import POOLINGS, GaussCSEConfig
-from .gaussian import GaussianEmbeddings, similarity, similarity_matrix
+from .gaussian import GaussianEmbeddings, paired_similarity, similarity_matrix
 from .onnx_gausscse import ONNX_FILE, OnnxGaussianEncoder
 
 # The poolings of token states into one vector: a GaussCSE model's own (its config's POOLINGS) and the max over tokens,
@@ -773,11 +773,12 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
     def similarity_pairwise(
         self, a: GaussianEmbeddings | Sequence[str], b: GaussianEmbeddings | Sequence[str]
     ) -> torch.Tensor:
-        """Row-wise sim(a_i‖b_i), shape ``(N,)``; ``a`` and ``b`` must have the same length."""
+        """Row-wise sim(a_i‖b_i), shape ``(N,)``, the diagonal of [`similarity`]`(a, b)`; ``a`` and ``b`` must have the
+        same length."""
         a, b = self._check_pair(a, b, ("a", "b"))
         if len(a) != len(b):
             raise ValueError(f"a and b must have the same length for row-wise similarity, got {len(a)} and {len(b)}")
-        return similarity(a.mu, a.logvar, b.mu, b.logvar, reduction=self.config.similarity_reduction)
+        return paired_similarity(a.mu, a.logvar, b.mu, b.logvar, reduction=self.config.similarity_reduction)
 
     def entailment_score(
         self, premises: GaussianEmbeddings | Sequence[str], hypotheses: GaussianEmbeddings | Sequence[str]

@@ -18,7 +18,7 @@ from gausscse.model.gaussian import (
     SEARCH_DIRECTIONS,
     GaussianEmbeddings,
     check_reduction,
-    similarity,
+    paired_similarity,
     similarity_matrix,
 )
 from gausscse.search.faiss_backend import HNSW, FaissDirection
@@ -27,7 +27,8 @@ from gausscse.search.lancedb_backend import LANCEDB, LANCEDB_ANN, TABLE_NAME, La
 BACKENDS = ("torch", "faiss", HNSW, LANCEDB, LANCEDB_ANN)
 LANCEDB_BACKENDS = (LANCEDB, LANCEDB_ANN)
 CHUNK_ROWS = 4096  # stored items scored per matrix product (torch backend)
-QUERY_CHUNK = 256  # queries re-scored at a time (FAISS backends)
+QUERY_CHUNK = 256  # queries re-scored at a time (FAISS and LanceDB backends) ...
+RESCORE_ELEMENTS = 1 << 22  # ... fewer when their candidates × d exceed this
 GAUSSIANS_FILE = "gaussians.safetensors"
 SETTINGS_FILE = "index_config.json"
 KL_TERM_LIMIT = 1e30  # the largest μ² or μ²/σ² an index accepts (its float32 sums cannot overflow)
@@ -77,7 +78,7 @@ class GaussianIndex:
       product is −KL(q‖x) (or −KL(x‖q)), so its top hits are the top ``sum`` and ``mean_kl`` similarities (both
       decrease with the total KL). FAISS computes in float32,
       where the expanded KL loses digits at small variances, so a shortlist of ``candidates_per_result × k`` hits is
-      re-scored exactly (float32 per-dimension KL) and re-sorted.
+      re-scored exactly (the KL summed in float64, as ``similarity_matrix``) and re-sorted.
     * ``"faiss-hnsw"`` — approximate: an HNSW graph (``ef_search`` candidates explored per query) over the same
       vectors turned into a
       nearest-neighbour problem (``gausscse.search.faiss_backend``); the shortlist is re-scored exactly as above.
@@ -274,17 +275,19 @@ class GaussianIndex:
         """Exact similarities of each query with its candidates ``(Q, C)`` (id −1 = none: score −inf), sorted by
         descending score, ties in id order."""
         scores = torch.full(candidate_ids.shape, float("-inf"))
-        for start in range(0, len(queries), QUERY_CHUNK):
-            ids = candidate_ids[start : start + QUERY_CHUNK]
+        # float64 work buffers of (queries, candidates, d): at most RESCORE_ELEMENTS elements each
+        step = max(1, min(QUERY_CHUNK, RESCORE_ELEMENTS // max(1, candidate_ids.shape[1] * self.dim)))
+        for start in range(0, len(queries), step):
+            ids = candidate_ids[start : start + step]
             found = ids >= 0
             item_mu, item_logvar = self.mu[ids.clamp_min(0)].cpu(), self.logvar[ids.clamp_min(0)].cpu()
-            query_mu = queries.mu[start : start + QUERY_CHUNK, None, :].cpu()
-            query_logvar = queries.logvar[start : start + QUERY_CHUNK, None, :].cpu()
+            query_mu = queries.mu[start : start + step, None, :].cpu()
+            query_logvar = queries.logvar[start : start + step, None, :].cpu()
             if direction == "entailing":
-                chunk = similarity(query_mu, query_logvar, item_mu, item_logvar, self.reduction)
+                chunk = paired_similarity(query_mu, query_logvar, item_mu, item_logvar, self.reduction)
             else:
-                chunk = similarity(item_mu, item_logvar, query_mu, query_logvar, self.reduction)
-            scores[start : start + QUERY_CHUNK] = torch.where(found, chunk, float("-inf"))
+                chunk = paired_similarity(item_mu, item_logvar, query_mu, query_logvar, self.reduction)
+            scores[start : start + step] = torch.where(found, chunk, float("-inf"))
         return sort_by_score_then_id(scores, candidate_ids)
 
     def settings(self) -> dict[str, Any]:
