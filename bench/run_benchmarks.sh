@@ -10,7 +10,11 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 device=$(.venv/bin/python -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
 .venv/bin/python -m bench.bench_similarity --device "$device" --repeats 3 --json "results/bench_similarity_$device.json"
 .venv/bin/python -m bench.bench_train_step --device "$device" --json "results/bench_train_step_$device.json"
-.venv/bin/python -m bench.bench_encode --device "$device" --json "results/bench_encode_$device.json"
+# the default model (one trunk) and the earlier two-path design against sentence-transformers on the same backbone
+.venv/bin/python -m bench.bench_encode --device "$device" --sentences 2000 --batch_size 32 \
+  --json "results/bench_encode_$device.json"
+.venv/bin/python -m bench.bench_encode --device "$device" --sentences 2000 --batch_size 32 --variance_layers 0 \
+  --json "results/bench_encode_${device}_two_paths.json"
 if [ "$device" = cpu ]; then
   .venv/bin/python -m bench.bench_cpu_bf16 --json results/bench_cpu_bf16.json
 fi

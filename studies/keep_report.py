@@ -77,17 +77,16 @@ def mean_of(runs: dict[str, dict], path: tuple[str, ...]) -> float:
     return statistics.mean(value(results, path) for results in runs.values())
 
 
-def choose(candidates: dict[str, dict[str, dict]]) -> tuple[str, list[str]]:
-    """The rule (``RULE``) on ``candidates`` (``{candidate: {run: results}}``): the winner and the ranking."""
-    floor = mean_of(candidates[REFERENCE], DIRECTION_DEV) - DIRECTION_SLACK
-    keeping = [name for name, runs in candidates.items() if mean_of(runs, DIRECTION_DEV) >= floor]
+def rank_by_keep(candidates: dict[str, dict[str, dict]], names: list[str], retrieval_dev: tuple[str, ...]) -> list[str]:
+    """``names`` best first by keep = STS-B dev + ``retrieval_dev`` nDCG@10 (candidate means); keeps within
+    ``TIE_MARGIN`` of the best count as equal and go by SNLI-dev direction, then AUPRC."""
 
     def keep(name: str) -> float:
-        return mean_of(candidates[name], STS_DEV) + mean_of(candidates[name], RETRIEVAL_DEV)
+        return mean_of(candidates[name], STS_DEV) + mean_of(candidates[name], retrieval_dev)
 
-    best_keep = max(keep(name) for name in keeping)
-    ranking = sorted(
-        keeping,
+    best_keep = max((keep(name) for name in names), default=0.0)
+    return sorted(
+        names,
         key=lambda name: (
             keep(name) >= best_keep - TIE_MARGIN,
             keep(name) if keep(name) < best_keep - TIE_MARGIN else 0.0,
@@ -96,6 +95,13 @@ def choose(candidates: dict[str, dict[str, dict]]) -> tuple[str, list[str]]:
         ),
         reverse=True,
     )
+
+
+def choose(candidates: dict[str, dict[str, dict]]) -> tuple[str, list[str]]:
+    """The rule (``RULE``) on ``candidates`` (``{candidate: {run: results}}``): the winner and the ranking."""
+    floor = mean_of(candidates[REFERENCE], DIRECTION_DEV) - DIRECTION_SLACK
+    keeping = [name for name, runs in candidates.items() if mean_of(runs, DIRECTION_DEV) >= floor]
+    ranking = rank_by_keep(candidates, keeping, RETRIEVAL_DEV)
     return ranking[0], ranking
 
 

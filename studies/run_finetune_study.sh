@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The reproduction study with full fine-tuning: the four GaussCSE loss variants × both similarity reductions and
-# supervised SimCSE, each fine-tuned from the packaged MiniLM with the quickstart recipe (configs/quickstart.yaml)
+# supervised SimCSE, each fine-tuned from the packaged MiniLM with the quickstart recipe as it was (configs/study_base.yaml)
 # for STEPS steps and each seed of SEEDS; SNLI-dev metrics of the final weights (full dev set, for choosing
 # defaults); one evaluation of all runs on the full test splits with McNemar's tests; then results/REPRODUCTION.md.
 # Usage: STEPS=200 SEEDS="0" bash studies/run_finetune_study.sh   (about 5 min per run on 2 CPU cores)
@@ -23,7 +23,7 @@ for seed in $seeds; do
     reduction=${config##*:}
     name="${loss}_${reduction}_seed$seed"
     if [ ! -f "$runs/$name/train_results.json" ]; then
-      .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" --start paper \
+      .venv/bin/python train_gausscse.py configs/study_base.yaml --model_name_or_path "$backbone" --start paper \
         --output_dir "$runs/$name" --loss "$loss" --similarity_reduction "$reduction" --seed "$seed" \
         --max_steps "$steps" --bf16 "$bf16" --eval_strategy steps --eval_steps 1000000 --save_strategy no \
         --overwrite_output_dir  # a run cut short is trained again from scratch

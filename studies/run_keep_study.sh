@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The keep study: learn direction without losing the backbone's STS and retrieval quality. Candidates, all from the
-# packaged all-MiniLM-L6-v2 with the quickstart recipe (configs/quickstart.yaml: ent+con+rev, mean_kl, batch 64,
+# packaged all-MiniLM-L6-v2 with the quickstart recipe (configs/study_base.yaml, the quickstart recipe as it was: ent+con+rev, mean_kl, batch 64,
 # packed, the precision the quickstart picks), within the same training time:
 #   paper            --start paper: [CLS], tanh, random μ/σ² heads, the whole model trained (the earlier default)
 #   backbone_shared  --start backbone --frozen_mean false: the backbone's mean pooling + Normalize, identity μ head,
@@ -42,8 +42,8 @@ candidate_flags() {
     paper) echo "--start paper --max_steps 400 --eval_steps 400" ;;
     backbone_shared) echo "--start backbone --frozen_mean false --max_steps 400 --eval_steps 400" ;;
     backbone_keep) echo "--start backbone --frozen_mean false --keep_weight 10 --max_steps 300 --eval_steps 300" ;;
-    two_paths) echo "--start backbone --retrieval_weight 0 --max_steps 300 --eval_steps 300" ;;
-    two_paths_retrieval) echo "--start backbone --retrieval_weight 1 --max_steps 300 --eval_steps 300" ;;
+    two_paths) echo "--start backbone --variance_layers 0 --retrieval_weight 0 --max_steps 300 --eval_steps 300" ;;
+    two_paths_retrieval) echo "--start backbone --variance_layers 0 --retrieval_weight 1 --max_steps 300 --eval_steps 300" ;;
     *) echo "unknown candidate $1" >&2; exit 2 ;;
   esac
 }

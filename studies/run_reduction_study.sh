@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The similarity-reduction study: sum (the paper's eq. 2), mean_kl (1/(1 + KL/d)) and mean_dim (the released code's
 # mean_k 1/(1 + KL_k)), each fine-tuned from the packaged MiniLM with the quickstart recipe of the time
-# (configs/quickstart.yaml with --start paper and 400 steps: ent+con+rev, 400 packed steps of batch 64, the precision
+# (configs/study_base.yaml, the quickstart recipe as it was, with --start paper and 400 steps: ent+con+rev, 400 packed steps of batch 64, the precision
 # the quickstart picks) for every
 # seed of SEEDS; per seed one gausscse-evaluate of the three models (full SNLI dev for the selection, full SNLI test,
 # MNLI matched/mismatched and SICK test, McNemar's tests of mean_kl against the other two); then
@@ -29,7 +29,7 @@ for seed in $seeds; do
   for reduction in "${reductions[@]}"; do
     name="${reduction}_seed$seed"
     if [ ! -f "$runs/$name/train_results.json" ]; then
-      .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" --start paper \
+      .venv/bin/python train_gausscse.py configs/study_base.yaml --model_name_or_path "$backbone" --start paper \
         --output_dir "$runs/$name" --similarity_reduction "$reduction" --seed "$seed" --bf16 "$bf16" \
         --max_steps 400 --eval_steps 400 \
         --save_strategy no --overwrite_output_dir  # a run cut short is trained again from scratch

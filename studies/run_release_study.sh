@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The release study: which recipe configs/release.yaml trains for an hour on 2 CPU cores (issue 25). Every candidate
-# starts from the packaged all-MiniLM-L6-v2 with the quickstart recipe (configs/quickstart.yaml: ent+con+rev, the
+# starts from the packaged all-MiniLM-L6-v2 with the quickstart recipe (configs/study_base.yaml, the quickstart recipe as it was: ent+con+rev, the
 # similarity issue's mean_kl reduction, two paths — μ from a frozen copy of the backbone, log σ² trained — with the
 # retrieval term, batch 64, max length 64, packed, backbone rate 1e-4, heads 1e-3, 10 % warm-up, linear decay, the
 # precision the quickstart picks) and changes one thing:

@@ -23,7 +23,7 @@ write_study_json() {
 train_candidate() {
   local folder=$1 seed=$2
   shift 2
-  .venv/bin/python train_gausscse.py configs/quickstart.yaml --model_name_or_path "$backbone" \
+  .venv/bin/python train_gausscse.py configs/study_base.yaml --model_name_or_path "$backbone" \
     --output_dir "$folder" --seed "$seed" --bf16 "$bf16" --save_strategy no --overwrite_output_dir "$@"
 }
 
@@ -49,4 +49,19 @@ evaluate_study() {
 fields = {key: int(value) for key, value in (item.split('=', 1) for item in sys.argv[3:])}
 json.dump({'precision': sys.argv[1], 'hardware': f'{cpu_name()}, {os.cpu_count()} cores, CPU only', **fields},
           open(sys.argv[2], 'w'))" "$precision" "$out/study.json" "$@"
+}
+
+# train_runs RUNS OUT SEED CANDIDATE...: each candidate (flags from the runner's candidate_flags) trained for SEED into
+# RUNS/<candidate>_seed<SEED> unless finished there, its train_results.json copied into OUT/train.
+train_runs() {
+  local runs=$1 out=$2 seed=$3 candidate name
+  shift 3
+  for candidate in "$@"; do
+    name="${candidate}_seed$seed"
+    if [ ! -f "$runs/$name/train_results.json" ]; then
+      # shellcheck disable=SC2046
+      train_candidate "$runs/$name" "$seed" $(candidate_flags "$candidate")
+    fi
+    cp "$runs/$name/train_results.json" "$out/train/$name.json"
+  done
 }

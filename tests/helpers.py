@@ -47,6 +47,16 @@ def tiny_model(
     return GaussCSEModel(GaussCSEConfig(encoder_config=encoder_config, **config_kwargs)).eval()
 
 
+def tiny_inputs(seed: int = 1) -> dict[str, torch.Tensor]:
+    """Token ids and an attention mask for a tiny encoder: 3 rows of 9, 5 and 2 real tokens (padding in the batch)."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(3, 1000, (3, 9), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 5:] = 0
+    attention_mask[2, 2:] = 0
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
 def fresh_env(cwd: Path) -> dict[str, str]:
     """The environment of a fresh process run in ``cwd``: offline, without PYTHONPATH, its own remote-code module
     cache, this interpreter's console scripts (``gausscse-train``, ...) on the PATH."""

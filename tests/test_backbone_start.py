@@ -23,9 +23,9 @@ from gausscse.training.batch import TripletCollator, split_batch_embeddings
 from gausscse.training.losses import EmbeddingKeepLoss, GaussCSELoss
 from gausscse.training.trainer import GaussCSETrainer
 
-from .helpers import MINILM_PATH, tiny_encoder_config, train_args
+from .helpers import MINILM_PATH, tiny_encoder_config, tiny_inputs, train_args
 
-BACKBONE_FIELDS = {"mean_activation": "none", "head_init": "identity", "frozen_mean": True}
+BACKBONE_FIELDS = {"mean_activation": "none", "head_init": "identity", "frozen_mean": True, "variance_layers": 1}
 SENTENCES = [
     "Dogs run.",
     "A man is playing a guitar on a stage in front of a large and very enthusiastic crowd at night.",
@@ -68,15 +68,6 @@ def frozen_tiny_model(seed: int = 0, **config_kwargs) -> GaussCSEModel:
     fields.update(config_kwargs)
     encoder_config = tiny_encoder_config(hidden_dropout_prob=0.5, attention_probs_dropout_prob=0.5)
     return GaussCSEModel(GaussCSEConfig(encoder_config=encoder_config, **fields))
-
-
-def tiny_inputs(seed: int = 1) -> dict[str, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(3, 1000, (3, 9), generator=generator)
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, 5:] = 0
-    attention_mask[2, 2:] = 0
-    return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
 def mean_path_parameters(model: GaussCSEModel) -> dict[str, torch.Tensor]:
@@ -190,10 +181,12 @@ def test_backbone_start_mu_is_the_sentence_transformers_embedding(minilm_backbon
     assert model.config.pooling == "mean" and model.config.normalize_mean and model.config.frozen_mean
     assert (model.config.mean_activation, model.config.head_init) == ("none", "identity")
     assert model.config.similarity_reduction == "mean_kl"
-    assert model.mean_encoder is not None and model.mean_encoder is not model.encoder
+    # one trunk (results/ONEPASS.md): the encoder is the frozen μ path, log σ² from a copy of its top layer
+    assert model.config.variance_layers == 1 and model.mean_encoder is None
+    assert not any(parameter.requires_grad for parameter in model.encoder.parameters())
     torch.testing.assert_close(
-        model.mean_encoder.encoder.layer[3].attention.self.query.weight,
-        model.encoder.encoder.layer[3].attention.self.query.weight,
+        model.variance_layers[0].attention.self.query.weight,
+        model.encoder.encoder.layer[5].attention.self.query.weight,
         rtol=0,
         atol=0,
     )
@@ -209,6 +202,15 @@ def test_backbone_start_mu_is_the_sentence_transformers_embedding(minilm_backbon
     expected = 1.0 / (2.0 - cosine)
     torch.testing.assert_close(model.similarity(SENTENCES, SENTENCES), expected, rtol=1e-5, atol=0)
     assert expected.min() < 0.7  # different sentences: a real spread of scores, not all ≈ 1
+
+
+def test_a_trained_mu_or_an_explicit_setting_overrides_the_backbone_starts_trunk():
+    """--frozen_mean false (one encoder trained for μ and σ²) drops the start's variance_layers; --variance_layers 0
+    keeps the two full paths."""
+    shared = GaussCSEModel.from_backbone(MINILM_PATH, frozen_mean=False)
+    assert shared.config.variance_layers == 0 and shared.variance_layers is None and shared.mean_encoder is None
+    two_paths = GaussCSEModel.from_backbone(MINILM_PATH, variance_layers=0)
+    assert two_paths.config.frozen_mean and two_paths.mean_encoder is not None and two_paths.variance_layers is None
 
 
 def test_paper_start_on_minilm_is_the_papers_setup():

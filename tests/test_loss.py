@@ -182,6 +182,28 @@ def test_retrieval_term_is_the_loop_transcription_over_premises(reduction):
         GaussCSELoss("ent", TAU, reduction, retrieval_weight=-1)
 
 
+def test_retrieval_term_by_the_search_score_is_its_loop_transcription():
+    """retrieval_kl_weight λ_r: the retrieval term's logits are cos(μ_{s_j⁺}, μ_{s_i}) − λ_r·KL(s_j⁺‖s_i)/d (KL from
+    torch.distributions), not the similarity."""
+    batch = random_batch(5, seed=24)
+    plain = GaussCSELoss("ent+con+rev", TAU, "mean_kl")(batch)
+    searched = GaussCSELoss("ent+con+rev", TAU, "mean_kl", retrieval_weight=0.7, retrieval_kl_weight=0.3)(batch)
+    pre, ent, n = batch.premise, batch.entailment, len(batch)
+    dim = pre.mu.shape[-1]
+
+    def score(j: int, i: int) -> torch.Tensor:
+        kl = 1 / reference_sim(ent, j, pre, i, "sum") - 1
+        return torch.cosine_similarity(ent.mu[j], pre.mu[i], dim=0) - 0.3 * kl / dim
+
+    expected = 0.0
+    for j in range(n):
+        logits = torch.stack([score(j, i) / TAU for i in range(n)])
+        expected = expected - (logits[j] - torch.logsumexp(logits, 0)) / n
+    torch.testing.assert_close(searched, plain + 0.7 * expected, rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="retrieval_kl_weight must be a finite number >= 0, got -1"):
+        GaussCSELoss("ent", TAU, "mean_kl", retrieval_kl_weight=-1)
+
+
 def test_auxiliary_simcse_term_is_added_with_its_weight():
     batch = random_batch(4, seed=17)
     plain = GaussCSELoss("ent+con+rev", TAU, "mean_dim")(batch)

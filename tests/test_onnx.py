@@ -38,7 +38,9 @@ def saved_model(tmp_path, make_tiny_model, minilm_tokenizer):
 
 
 @pytest.mark.parametrize(
-    "config", [{}, {"frozen_mean": True}, {"model_type": "roberta"}], ids=["bert", "frozen_mean", "roberta"]
+    "config",
+    [{}, {"frozen_mean": True}, {"frozen_mean": True, "variance_layers": 1}, {"model_type": "roberta"}],
+    ids=["bert", "frozen_mean", "trunk", "roberta"],
 )
 def test_onnx_encode_equals_pytorch(config, saved_model):
     model, folder = saved_model(**config)

@@ -123,20 +123,46 @@ def test_the_keep_rule_drops_direction_losers_then_ranks_by_keep_then_direction(
 
 
 def test_keep_md_is_what_the_report_writer_makes_of_the_committed_json():
-    """results/KEEP.md is keep_report's output on results/keep_study, and the quickstart recipe is its selection."""
+    """results/KEEP.md is keep_report's output on results/keep_study, and the studies' base recipe (the quickstart
+    recipe until the one-pass study) is its selection."""
     from studies import keep_report
 
     report = keep_report.report()
     assert report == (REPO_ROOT / "results" / "KEEP.md").read_text()
     selected = report.split("**Selected: `")[1].split("`")[0]
     assert selected == "two_paths_retrieval"
-    quickstart = yaml.safe_load((REPO_ROOT / "configs" / "quickstart.yaml").read_text())
-    # the selected candidate's flags (studies/run_keep_study.sh: --start backbone = auto for MiniLM, 300 steps)
-    assert quickstart["max_steps"] == 300 and quickstart["retrieval_weight"] == 1.0
-    assert quickstart.get("start", "auto") in ("auto", "backbone") and "frozen_mean" not in quickstart
+    base = yaml.safe_load((REPO_ROOT / "configs" / "study_base.yaml").read_text())
+    # the selected candidate's flags (studies/run_keep_study.sh: --start backbone = auto for MiniLM, two paths, 300
+    # steps)
+    assert base["max_steps"] == 300 and base["retrieval_weight"] == 1.0 and base["variance_layers"] == 0
+    assert base.get("start", "auto") in ("auto", "backbone") and "frozen_mean" not in base
     backbone = json.loads((REPO_ROOT / "results/keep_study/eval/backbone/results.json").read_text())["models"]
     sts = next(iter(backbone.values()))["sts"]["avg"]["cosine"]
     assert f"| backbone (cosine) | {sts:.2f} |" in report
+
+
+def test_onepass_md_is_the_report_of_the_committed_json_and_the_quickstart_is_its_selection():
+    """results/ONEPASS.md is onepass_report's output on results/onepass_study; configs/quickstart.yaml trains the
+    selected candidate: its runner flags (studies/run_onepass_study.sh) on top of the studies' base recipe, with
+    --start auto giving the same trunk."""
+    from gausscse.model.modeling_gausscse import BACKBONE_VARIANCE_LAYERS
+    from studies import onepass_report
+
+    report = onepass_report.report()
+    assert report == (REPO_ROOT / "results" / "ONEPASS.md").read_text()
+    selected = report.split("**Selected: `")[1].split("`")[0]
+    assert selected == "trunk1_search"
+    runner = (REPO_ROOT / "studies" / "run_onepass_study.sh").read_text()
+    flags = runner.split(f'    {selected}) echo "')[1].split('"')[0].split()
+    given = dict(zip(flags[::2], flags[1::2], strict=True))
+    quickstart = yaml.safe_load((REPO_ROOT / "configs" / "quickstart.yaml").read_text())
+    base = yaml.safe_load((REPO_ROOT / "configs" / "study_base.yaml").read_text())
+    assert int(given["--variance_layers"]) == BACKBONE_VARIANCE_LAYERS and "variance_layers" not in quickstart
+    assert float(given["--retrieval_kl_weight"]) == quickstart["retrieval_kl_weight"]
+    assert int(given["--max_steps"]) == quickstart["max_steps"] == quickstart["eval_steps"]
+    assert quickstart.get("start", "auto") == "auto" and given["--start"] == "backbone"
+    same = ("loss", "retrieval_weight", "similarity_reduction", "max_seq_length", "pack_sequences", "learning_rate")
+    assert all(quickstart[name] == base[name] for name in (*same, "per_device_train_batch_size", "seed"))
 
 
 def release_run(direction_dev: float, auprc_dev: float, retrieval_dev: float) -> dict:
@@ -186,9 +212,10 @@ def test_release_yaml_is_the_selected_candidate_for_the_hour():
     assert all(f"    {name})" in runner for name in RELEASE_CANDIDATES)  # the table above names the runner's candidates
     selected = (REPO_ROOT / "results" / "RELEASE.md").read_text().split("**Selected: `")[1].split("`")[0]
     release = yaml.safe_load((REPO_ROOT / "configs" / "release.yaml").read_text())
-    quickstart = yaml.safe_load((REPO_ROOT / "configs" / "quickstart.yaml").read_text())
-    expected = {**quickstart, **RELEASE_CANDIDATES[selected]}
-    settings = ("loss", "retrieval_weight", "similarity_reduction", "max_seq_length", "pack_sequences")
+    base = yaml.safe_load((REPO_ROOT / "configs" / "study_base.yaml").read_text())
+    expected = {**base, **RELEASE_CANDIDATES[selected]}
+    settings = ("loss", "retrieval_weight", "variance_layers", "similarity_reduction", "max_seq_length")
+    settings += ("pack_sequences",)
     settings += ("per_device_train_batch_size", "learning_rate", "head_learning_rate", "warmup_steps", "seed")
     for name in settings:
         assert release[name] == expected[name], name

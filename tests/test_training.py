@@ -24,6 +24,8 @@ from gausscse.cli import train as train_gausscse
 from gausscse.data.sources import BadRowError, build_examples, load_source
 from gausscse.data.tokenize import tokenize_examples
 from gausscse.evaluation.encoders import load_encoder
+from gausscse.evaluation.search_weight import choose_kl_weight
+from gausscse.evaluation.tasks import NLI_DEV, load_nli, retrieval_set
 from gausscse.io import exchange_paths
 from gausscse.loading import CHECKPOINT_COMPLETE, load_model
 from gausscse.training.arguments import parse_arguments
@@ -148,6 +150,13 @@ def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process
     with Image.open(model_dir / "evaluation.png") as figure:
         assert figure.format == "PNG" and figure.width > 500
     assert results["data"]["complete_triplets"] == 24 and "eval_snli_dev_auprc" in results
+    # the search score's λ, chosen on all of SNLI dev's entailment retrieval at the end and stored in the config
+    dev = retrieval_set(load_nli("snli_dev", *NLI_DEV, data_dir=str(data_dir)))
+    chosen, curve = choose_kl_weight(GaussCSEModel.from_pretrained(model_dir), dev)
+    assert (
+        results["search_kl_weight"] == chosen == json.loads((model_dir / "config.json").read_text())["search_kl_weight"]
+    )
+    assert results["snli_dev_search_ndcg@10"] == pytest.approx(curve[chosen])
 
     torch.manual_seed(7)  # main() seeds the fresh heads with --seed 7
     initial = GaussCSEModel.from_backbone(str(backbone))

@@ -50,7 +50,15 @@ from gausscse.training.trainer import RUN_ARGUMENTS_FILE, GaussCSETrainer
 logger = logging.getLogger(__name__)
 
 
-MODEL_FIELDS = ("pooling", "mean_activation", "normalize_mean", "head_init", "frozen_mean", "similarity_reduction")
+MODEL_FIELDS = (
+    "pooling",
+    "mean_activation",
+    "normalize_mean",
+    "head_init",
+    "frozen_mean",
+    "variance_layers",
+    "similarity_reduction",
+)
 
 
 def model_overrides(model_args: ModelArguments) -> dict[str, str]:
@@ -110,6 +118,13 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
         )
     if model_args.freeze_backbone:
         model.encoder.requires_grad_(False)
+        if model.variance_layers is not None:
+            model.variance_layers.requires_grad_(False)
+    if model_args.lora_r > 0 and model.variance_layers is not None:
+        raise ValueError(
+            "--lora_r with --variance_layers: the encoder is the model's frozen μ path and its trained part is the "
+            "copied top layers already; drop --lora_r (or train two paths: --variance_layers 0)"
+        )
     if model_args.lora_r > 0:
         apply_lora(
             model, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout, model_args.lora_target_modules
@@ -215,6 +230,7 @@ RUN_FIXED_FLAGS = (
     "temperature",
     "simcse_weight",
     "retrieval_weight",
+    "retrieval_kl_weight",
     "keep_weight",
     "per_device_train_batch_size",
     "gradient_accumulation_steps",
@@ -403,6 +419,7 @@ def train_and_save(
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     metrics = trainer.evaluate()
+    search = set_search_kl_weight(model, evaluator, data_args) if evaluator and trainer.is_world_process_zero() else {}
     results = {
         **train_output.metrics,
         **metrics,
@@ -415,6 +432,7 @@ def train_and_save(
         "eval_max_examples": data_args.eval_max_examples,  # SNLI-dev pairs behind the eval_* metrics (None: all)
         "dev_curve": dev_curve(trainer.state.log_history),
         "data": data_stats.as_dict(),
+        **search,
     }
     model_dir = Path(training_args.output_dir)
     if trainer.is_world_process_zero():
@@ -443,6 +461,35 @@ def train_and_save(
             )
             logger.info("Pushed %s: %s", model_dir, url)
     return model_dir
+
+
+def set_search_kl_weight(model: GaussCSEModel, evaluator, data_args: DataArguments) -> dict:
+    """Choose the λ of the model's search score on the dev data's entailment retrieval (all of SNLI dev, or
+    ``--validation_file``) and set ``config.search_kl_weight`` (``gausscse.evaluation.search_weight``); returns the
+    metrics to report (``{}`` for a model of no KL reduction, whose similarity is no inner product)."""
+    from gausscse.evaluation.search_weight import choose_kl_weight
+    from gausscse.evaluation.tasks import NLI_DEV, load_nli, retrieval_set
+    from gausscse.model.gaussian import KL_REDUCTIONS
+
+    if model.config.similarity_reduction not in KL_REDUCTIONS or evaluator.point:
+        return {}
+    pairs = (
+        evaluator.pairs if evaluator.name != "snli_dev" else load_nli("snli_dev", *NLI_DEV, data_dir=data_args.data_dir)
+    )
+    weight, curve = choose_kl_weight(model, retrieval_set(pairs), max_length=data_args.eval_max_seq_length)
+    model.config.search_kl_weight = weight
+    logger.info(
+        "search score cos − λ·KL/d: λ = %g (%s retrieval nDCG@10 %.2f; cosine %.2f)",
+        weight,
+        evaluator.name,
+        curve[weight],
+        curve[0.0],
+    )
+    return {
+        "search_kl_weight": weight,
+        f"{evaluator.name}_search_ndcg@10": curve[weight],
+        f"{evaluator.name}_cosine_ndcg@10": curve[0.0],
+    }
 
 
 def run() -> None:

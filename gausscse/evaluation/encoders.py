@@ -46,12 +46,15 @@ class EncodedSentences:
         logvar: ``(N, d)`` float32 log σ², or ``None`` for a point encoder.
         reduction: the Gaussian similarity reduction (``"sum"``/``"mean_kl"``/``"mean_dim"``), ``None`` for a point
             encoder.
+        search_kl_weight: the model's λ of its search score (``GaussCSEConfig.search_kl_weight``), ``None`` if it
+            states none.
     """
 
     index: dict[str, int]
     mu: torch.Tensor
     logvar: torch.Tensor | None
     reduction: str | None = None
+    search_kl_weight: float | None = None
 
     @property
     def is_gaussian(self) -> bool:
@@ -163,6 +166,7 @@ class GaussianEncoder:
             mu=embeddings.mu,
             logvar=None if self.point else embeddings.logvar,
             reduction=None if self.point else self.model.config.similarity_reduction,
+            search_kl_weight=None if self.point else getattr(self.model.config, "search_kl_weight", None),
         )
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from gausscse.data.registry import load_split
-from gausscse.model.gaussian import similarity_matrix
+from gausscse.model.gaussian import search_score_matrix, similarity_matrix
 
 from .encoders import EncodedSentences
 from .metrics import load_metric
@@ -340,7 +340,8 @@ def rank_corpus(scores: torch.Tensor, depth: int = RETRIEVAL_DEPTH) -> list[list
 
 def retrieval_scores(encoded: EncodedSentences, retrieval: RetrievalSet) -> dict[str, torch.Tensor]:
     """``(queries, corpus)`` score matrices by name: ``similarity`` = sim(query‖premise) with the model's reduction
-    (Gaussian models), ``cosine`` = cos of μ (or of the point embeddings)."""
+    (Gaussian models), ``cosine`` = cos of μ (or of the point embeddings), ``search`` = the model's search score
+    cos − λ·KL(query‖premise)/d (models that state λ, ``search_kl_weight``)."""
     queries, corpus = encoded.rows(retrieval.queries), encoded.rows(retrieval.corpus)
     scores = {
         "cosine": F.normalize(encoded.mu[queries], dim=-1) @ F.normalize(encoded.mu[corpus], dim=-1).T,
@@ -348,6 +349,14 @@ def retrieval_scores(encoded: EncodedSentences, retrieval: RetrievalSet) -> dict
     if encoded.is_gaussian:
         scores["similarity"] = similarity_matrix(
             encoded.mu[queries], encoded.logvar[queries], encoded.mu[corpus], encoded.logvar[corpus], encoded.reduction
+        )
+    if encoded.is_gaussian and encoded.search_kl_weight is not None:
+        scores["search"] = search_score_matrix(
+            encoded.mu[queries],
+            encoded.logvar[queries],
+            encoded.mu[corpus],
+            encoded.logvar[corpus],
+            encoded.search_kl_weight,
         )
     return scores
 

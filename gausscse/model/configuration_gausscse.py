@@ -84,7 +84,12 @@ class GaussCSEConfig(PreTrainedConfig):
             Two paths: μ comes from `mean_encoder`, a frozen copy of the encoder it started from (and a frozen μ
             head), while the trained `encoder` gives log σ² only. μ then stays the backbone's sentence embedding
             (its STS and retrieval quality are kept) and direction is learnt through the variances. The frozen
-            path costs one more forward pass (no backward) and a second copy of the encoder's weights.
+            path costs one more forward pass (no backward) and a second copy of the encoder's weights, unless
+            `variance_layers` is set.
+        variance_layers (`int`, defaults to 0):
+            With `frozen_mean`, k > 0 gives one shared trunk instead of two paths: the encoder itself is frozen and
+            gives μ, and log σ² comes from a trained copy of its top k layers, run on the frozen encoder's states
+            below them (a forward pass costs 1 + k/L of the encoder's, the weights k/L more). 0: two full paths.
         embedding_size (`int`, *optional*):
             Dimension d of the Gaussians. Defaults to the encoder's hidden size.
         similarity_reduction (`str`, defaults to `"mean_kl"`):
@@ -93,6 +98,10 @@ class GaussCSEConfig(PreTrainedConfig):
             sentence-transformers' `dot` rank exactly, and not saturated as the KL grows with d);
             `"sum"`: sim(a‖b) = 1 / (1 + Σ_k KL_k), the paper's eq. 2;
             `"mean_dim"`: sim(a‖b) = mean_k 1 / (1 + KL_k), as the released code computes it.
+        search_kl_weight (`float`, *optional*):
+            λ of the model's search score cos(μ_q, μ_x) − λ · KL(q‖x) / d (relevance by the cosine of the means, plus
+            direction), chosen on SNLI dev at the end of training (`gausscse.evaluation.search_weight`); λ = 0 is the
+            cosine. `None` (models saved before it existed): no search score is stated.
         logvar_min, logvar_max (`float`, defaults to -10 and 10):
             Clamp range of the predicted log σ², so exp(±logvar) and the KL stay finite; within ±30.
 
@@ -115,8 +124,10 @@ class GaussCSEConfig(PreTrainedConfig):
     normalize_mean: bool = False
     head_init: str = "random"
     frozen_mean: bool = False
+    variance_layers: int = 0
     embedding_size: int | None = None
     similarity_reduction: str = "mean_kl"
+    search_kl_weight: float | None = None
     logvar_min: float = -10.0
     logvar_max: float = 10.0
 
@@ -131,6 +142,15 @@ class GaussCSEConfig(PreTrainedConfig):
                 f"need -{LOGVAR_BOUND:g} <= logvar_min < logvar_max <= {LOGVAR_BOUND:g} (beyond, exp(log σ²) overflows "
                 f"the similarity), got logvar_min={self.logvar_min}, logvar_max={self.logvar_max}"
             )
+        layers = getattr(self.encoder_config, "num_hidden_layers", None)
+        if self.variance_layers and not (self.frozen_mean and layers and 0 < self.variance_layers <= layers):
+            raise ValueError(
+                f"variance_layers (the top layers copied for log σ² on a frozen trunk) needs frozen_mean=True and "
+                f"1 <= variance_layers <= the encoder's num_hidden_layers ({layers}), got variance_layers="
+                f"{self.variance_layers}, frozen_mean={self.frozen_mean}"
+            )
+        if self.search_kl_weight is not None and not 0 <= self.search_kl_weight < float("inf"):
+            raise ValueError(f"search_kl_weight must be a finite number >= 0, got {self.search_kl_weight}")
         if self.embedding_size is None:
             self.embedding_size = self.encoder_config.hidden_size
         if self.embedding_size < 1:

@@ -243,6 +243,28 @@ def similarity_matrix(
     return torch.cat(chunks, dim=0)
 
 
+def search_score_matrix(
+    mu_a: torch.Tensor, logvar_a: torch.Tensor, mu_b: torch.Tensor, logvar_b: torch.Tensor, kl_weight: float
+) -> torch.Tensor:
+    """All-pairs search score S_ij = cos(μ_{a_i}, μ_{b_j}) − λ · KL(a_i‖b_j) / d, shape ``(N, M)`` (float32; float64 for
+    float64 inputs).
+
+    Relevance (the cosine of the means: the backbone's own when μ is its embedding) plus the model's direction (the
+    KL term: low when b covers a, i.e. b entails a). λ = ``kl_weight`` ≥ 0; λ = 0 is the cosine. Both terms are
+    inner products of per-sentence vectors, so the score is one inner product too and an inner-product index
+    searches it exactly. The KL runs through [`kl_divergence_matrix`] (float64 product).
+    """
+    if kl_weight < 0 or kl_weight != kl_weight:
+        raise ValueError(f"kl_weight must be a number >= 0, got {kl_weight}")
+    with torch.autocast(device_type=mu_a.device.type, enabled=False):
+        mu_a, mu_b = as_float32(mu_a), as_float32(mu_b)
+        cosine = torch.nn.functional.normalize(mu_a, dim=-1) @ torch.nn.functional.normalize(mu_b, dim=-1).T
+        if kl_weight == 0:
+            return cosine
+        kl = kl_divergence_matrix(mu_a, logvar_a, mu_b, logvar_b)
+        return cosine - kl_weight * kl / mu_a.shape[-1]
+
+
 def check_finite(argument: str, tensor: torch.Tensor) -> None:
     """Raise ``ValueError`` naming ``argument`` (and the first bad row of a batch) if ``tensor`` holds NaN or inf."""
     rows = tensor.flatten(1) if tensor.ndim > 1 else tensor.reshape(1, -1)

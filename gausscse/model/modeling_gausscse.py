@@ -1,7 +1,9 @@
 """GaussCSE: sentences as diagonal Gaussians (Yoda et al., EACL 2024). Ships with the weights as Hub custom code.
 
 encoder → pooled vector v ([CLS] / ``<s>`` or mean) → μ = tanh(W_μ v + b_μ), log σ² = W_σ v + b_σ (clamped).
-With ``frozen_mean`` μ comes from a second, frozen copy of the encoder it started from (two paths).
+With ``frozen_mean`` μ comes from a second, frozen copy of the encoder it started from (two paths); with
+``variance_layers`` = k as well, the encoder itself is the frozen μ path and log σ² comes from trained copies of its
+top k layers run on its own lower states (one shared trunk).
 """
 
 from __future__ import annotations
@@ -62,9 +64,13 @@ FALLBACK_MAX_LENGTH = 512  # for an encoder that states no limit
 DEFAULT_MAX_LENGTH: int | None = None
 # How from_backbone sets up the heads: "paper" = [CLS], tanh, random heads (the paper and its released code);
 # "backbone" = the backbone's own sentence embedding (its pooling and normalisation), an identity μ head without
-# activation, a neutral (zero) log-variance head and the frozen μ path; "auto" = "backbone" for a sentence-transformers
-# model (a folder or Hub repo with modules.json and 1_Pooling/config.json), "paper" for any other encoder.
+# activation, a neutral (zero) log-variance head and the frozen μ path with log σ² from its top layer's copy;
+# "auto" = "backbone" for a sentence-transformers model (a folder or Hub repo with modules.json and
+# 1_Pooling/config.json), "paper" for any other encoder.
 STARTS = ("auto", "paper", "backbone")
+# The "backbone" start's log σ² path: a trained copy of the backbone's top layer on the frozen trunk (one forward pass
+# plus one layer), what the one-pass study chose on dev data (results/ONEPASS.md); 0 = two full paths.
+BACKBONE_VARIANCE_LAYERS = 1
 # An adapter folder (a model whose encoder carries LoRA adapters, saved unmerged): the two heads in HEADS_FILE, the
 # GaussCSE config + code, and peft's adapter_config.json and adapter_model.safetensors in ADAPTER_FOLDER — not at the
 # top, where transformers' AutoModel would take the folder for a bare peft adapter and load only its backbone. The
@@ -276,6 +282,16 @@ def _encoder_init_kwargs(config) -> dict:
     return {}
 
 
+def encoder_layers(encoder: nn.Module) -> nn.ModuleList:
+    """The encoder's stack of transformer layers: its first ``nn.ModuleList`` of ``num_hidden_layers`` modules
+    (``encoder.layer`` of BERT, RoBERTa, MiniLM, DeBERTa, ...)."""
+    count = getattr(encoder.config, "num_hidden_layers", None)
+    for module in encoder.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == count:
+            return module
+    raise ValueError(f"{type(encoder).__name__} has no list of {count} layers: variance_layers cannot copy its top")
+
+
 def _check_sentences(argument: str, sentences) -> list[str]:
     if isinstance(sentences, str) or not isinstance(sentences, Sequence):
         raise TypeError(f"{argument} must be a list of strings, got {type(sentences).__name__}")
@@ -335,7 +351,13 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         super().__init__(config)
         self.encoder = encoder if encoder is not None else self._build_encoder(config.encoder_config)
         self.mean_encoder = None
-        if config.frozen_mean and mean_encoder is not None:
+        self.variance_layers = None
+        if config.variance_layers:  # one trunk: the encoder is the frozen μ path, log σ² from copies of its top
+            if mean_encoder is not None:
+                raise ValueError("mean_encoder is for two paths; with variance_layers the encoder itself gives μ")
+            top = encoder_layers(self.encoder)[-config.variance_layers :]
+            self.variance_layers = nn.ModuleList(copy.deepcopy(layer) for layer in top)
+        elif config.frozen_mean and mean_encoder is not None:
             self.mean_encoder = mean_encoder
         elif config.frozen_mean:  # a copy of the encoder given (it starts where μ stays), else built to be loaded
             self.mean_encoder = (
@@ -353,11 +375,18 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
 
     def freeze_mean_path(self) -> None:
         """With ``frozen_mean``: the μ path (``mean_encoder`` and ``mean_head``) takes no gradient and stays in eval
-        mode, so no optimizer holds it and μ is deterministic. Done at construction and after loading."""
-        if self.mean_encoder is not None:
-            self.mean_encoder.requires_grad_(False)
+        mode, so no optimizer holds it and μ is deterministic. Done at construction and after loading. With
+        ``variance_layers`` the μ path is the encoder itself."""
+        frozen = self.mu_encoder if self.config.frozen_mean else None
+        if frozen is not None:
+            frozen.requires_grad_(False)
             self.mean_head.requires_grad_(False)
-            self.mean_encoder.eval()
+            frozen.eval()
+
+    @property
+    def mu_encoder(self) -> nn.Module:
+        """The encoder whose states give μ: ``mean_encoder`` (two paths), else ``encoder``."""
+        return self.mean_encoder if self.mean_encoder is not None else self.encoder
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -509,8 +538,8 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
     def train(self, mode: bool = True) -> GaussCSEModel:
         """As ``nn.Module.train``; the frozen μ path stays in eval mode (no dropout), so μ is deterministic."""
         super().train(mode)
-        if self.mean_encoder is not None:
-            self.mean_encoder.eval()
+        if self.config.frozen_mean:
+            self.mu_encoder.eval()
         return self
 
     @staticmethod
@@ -537,7 +566,10 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         encoder = AutoModel.from_pretrained(
             name_or_path, **_encoder_init_kwargs(encoder_config), **(encoder_kwargs or {})
         )
-        config_kwargs = {**start_fields(name_or_path, start, encoder_kwargs), **config_kwargs}
+        started = start_fields(name_or_path, start, encoder_kwargs)
+        if config_kwargs.get("frozen_mean") is False and "variance_layers" not in config_kwargs:
+            started.pop("variance_layers", None)  # one trunk is a frozen-μ design: a trained μ takes the whole encoder
+        config_kwargs = {**started, **config_kwargs}
         # The config would otherwise reset the encoder's attention implementation (sdpa, ...) to unset.
         config_kwargs.setdefault("attn_implementation", encoder.config._attn_implementation)
         model = cls(GaussCSEConfig(encoder_config=encoder.config, **config_kwargs), encoder=encoder)
@@ -621,6 +653,8 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             "output_attentions": output_attentions,
         }
         encoder_inputs = {name: value for name, value in encoder_inputs.items() if value is not None}
+        if self.variance_layers is not None:
+            return self._trunk_forward(encoder_inputs, kwargs, attention_mask, sentence_index, return_dict)
         encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
         pooled = self.pool_batch(encoder_output.last_hidden_state, attention_mask, sentence_index)
         logvar = self.logvar_from_pooled(pooled)
@@ -631,6 +665,42 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             with torch.no_grad():  # the frozen μ path: never part of the graph
                 mean_hidden = self.mean_encoder(**mean_inputs, **kwargs, return_dict=True).last_hidden_state
                 mu = self.mean_from_pooled(self.pool_batch(mean_hidden, attention_mask, sentence_index))
+        return self._output(mu, logvar, pooled, encoder_output, return_dict)
+
+    def _trunk_forward(
+        self,
+        encoder_inputs: dict,
+        kwargs: dict,
+        attention_mask: torch.Tensor | None,
+        sentence_index: torch.Tensor | None,
+        return_dict: bool | None,
+    ) -> GaussCSEOutput | tuple:
+        """``forward`` of one shared trunk (``variance_layers`` = k): the frozen encoder runs once and gives μ; the
+        inputs of its layer L − k (hidden states and the attention mask as the encoder prepared it) are caught on the
+        way and run through the k trained copies, whose pooled output gives log σ²."""
+        layers = encoder_layers(self.encoder)
+        caught: dict = {}
+
+        def catch(module, args, layer_kwargs):
+            caught.update(args=args, kwargs=layer_kwargs)
+
+        hook = layers[len(layers) - len(self.variance_layers)].register_forward_pre_hook(catch, with_kwargs=True)
+        try:
+            with torch.no_grad():  # the frozen μ path: never part of the graph
+                encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
+        finally:
+            hook.remove()
+        mu = self.mean_from_pooled(self.pool_batch(encoder_output.last_hidden_state, attention_mask, sentence_index))
+        hidden, *layer_args = caught["args"]
+        for layer in self.variance_layers:
+            hidden = layer(hidden, *layer_args, **caught["kwargs"])
+            hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+        pooled = self.pool_batch(hidden, attention_mask, sentence_index)
+        return self._output(mu, self.logvar_from_pooled(pooled), pooled, encoder_output, return_dict)
+
+    def _output(self, mu, logvar, pooled, encoder_output, return_dict: bool | None) -> GaussCSEOutput | tuple:
+        """The [`GaussCSEOutput`] of ``forward`` (its tuple unless ``return_dict``), token states from
+        ``encoder_output``."""
         output = GaussCSEOutput(
             mu=mu,
             logvar=logvar,
@@ -832,8 +902,8 @@ def start_fields(name_or_path: str, start: str = "auto", hub_kwargs: dict | None
     """The [`GaussCSEConfig`] fields a ``start`` sets (see ``STARTS``): ``"paper"`` → ``{}`` (the config's defaults:
     [CLS], tanh, random heads); ``"backbone"`` → the sentence-transformers pooling and normalisation of
     ``name_or_path`` (mean pooling, no normalisation for a plain encoder), ``mean_activation="none"``,
-    ``head_init="identity"``, ``frozen_mean=True``; ``"auto"`` → ``"backbone"`` for a sentence-transformers model,
-    else ``"paper"``."""
+    ``head_init="identity"``, ``frozen_mean=True`` and ``variance_layers=BACKBONE_VARIANCE_LAYERS`` (one trunk);
+    ``"auto"`` → ``"backbone"`` for a sentence-transformers model, else ``"paper"``."""
     if start not in STARTS:
         raise ValueError(f"start must be one of {STARTS}, got {start!r}")
     found = sentence_transformers_pooling(name_or_path, hub_kwargs) if start != "paper" else None
@@ -850,6 +920,7 @@ def start_fields(name_or_path: str, start: str = "auto", hub_kwargs: dict | None
         "mean_activation": "none",
         "head_init": "identity",
         "frozen_mean": True,
+        "variance_layers": BACKBONE_VARIANCE_LAYERS,
     }
 
 
@@ -857,6 +928,7 @@ __all__ = [
     "ADAPTER_CONFIG_FILE",
     "ADAPTER_FOLDER",
     "ADAPTER_WEIGHTS_FILE",
+    "BACKBONE_VARIANCE_LAYERS",
     "DEFAULT_MAX_LENGTH",
     "ENCODER_POSITIONS",
     "HEADS_FILE",
@@ -867,6 +939,7 @@ __all__ = [
     "GaussCSEOutput",
     "GaussCSEPreTrainedModel",
     "adapter_heads_file",
+    "encoder_layers",
     "has_adapter",
     "pad_token_ids",
     "pool_tokens",

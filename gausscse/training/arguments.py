@@ -81,6 +81,13 @@ class ModelArguments:
         default=None,
         metadata={"help": "μ from a frozen copy of the backbone, log σ² from the trained one (see GaussCSEConfig)."},
     )
+    variance_layers: int | None = field(
+        default=None,
+        metadata={
+            "help": "With --frozen_mean: k > 0 = one frozen trunk gives μ, log σ² from a trained copy of its top k "
+            "layers (cost 1 + k/L; see GaussCSEConfig); 0 = two full paths."
+        },
+    )
     similarity_reduction: str | None = field(
         default=None,
         metadata={
@@ -272,6 +279,13 @@ class GaussCSETrainingArguments(TrainingArguments):
             "the frozen μ path (what results/KEEP.md chose), 0 otherwise (the paper's loss)."
         },
     )
+    retrieval_kl_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "The retrieval term ranks by the search score cos − λ_r·KL/d with this λ_r instead of by the "
+            "similarity (see training.losses); default: by the similarity."
+        },
+    )
     keep_weight: float = field(
         default=0.0,
         metadata={
@@ -337,6 +351,7 @@ NUMERIC_FLAGS: dict[str, tuple[float, bool]] = {
     "simcse_weight": (0.0, True),
     "keep_weight": (0.0, True),
     "retrieval_weight": (0.0, True),
+    "retrieval_kl_weight": (0.0, True),
     "max_grad_norm": (0.0, True),
     "num_train_epochs": (0.0, False),
 }

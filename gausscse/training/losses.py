@@ -18,6 +18,10 @@ hypothesis, as entailment search does (claim → the premises that entail it):
 
     L_ret = (1/N) Σ_j −log [ e^{sim(s_j⁺‖s_j)/τ} / Σ_i e^{sim(s_j⁺‖s_i)/τ} ]
 
+With ``retrieval_kl_weight`` λ_r the term ranks by the search score instead of sim: s(s_j⁺, s_i) =
+cos(μ_{s_j⁺}, μ_{s_i}) − λ_r·KL(s_j⁺‖s_i)/d (``gaussian.search_score_matrix``), what a model's search uses; with a
+frozen μ the cosine is fixed and the KL learns what it misses.
+
 Two refinements, both of them masks on the denominator (a masked term is −inf before the log-sum-exp):
 
 * missing hard negatives: examples without s_j⁻ drop their column from V_C;
@@ -33,7 +37,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gausscse.model.gaussian import GaussianEmbeddings, as_float32, check_reduction, similarity_matrix
+from gausscse.model.gaussian import (
+    GaussianEmbeddings,
+    as_float32,
+    check_reduction,
+    search_score_matrix,
+    similarity_matrix,
+)
 
 from .distributed import gather_with_grad
 
@@ -230,6 +240,8 @@ class GaussCSELoss(nn.Module):
         simcse_weight: weight λ of the released code's optional auxiliary term λ·SupervisedSimCSE(μ); 0 turns it off.
         retrieval_weight: weight λ of the retrieval term L_ret (module docstring): each entailment hypothesis ranks
             its own premise above the batch's other premises; 0 turns it off.
+        retrieval_kl_weight: λ_r: the retrieval term ranks by the search score cos − λ_r·KL/d (module docstring)
+            instead of the similarity; ``None``: by the similarity.
         gather: gather the negatives across processes under ``torch.distributed``.
 
     Inputs: an [`NLIBatchEmbeddings`]. Output: the scalar loss.
@@ -251,6 +263,7 @@ class GaussCSELoss(nn.Module):
         simcse_weight: float = 0.0,
         gather: bool = True,
         retrieval_weight: float = 0.0,
+        retrieval_kl_weight: float | None = None,
     ):
         super().__init__()
         if variant not in GAUSSCSE_VARIANTS:
@@ -261,7 +274,10 @@ class GaussCSELoss(nn.Module):
             raise ValueError(f"simcse_weight must be non-negative, got {simcse_weight}")
         if retrieval_weight < 0:
             raise ValueError(f"retrieval_weight must be non-negative, got {retrieval_weight}")
+        if retrieval_kl_weight is not None and not 0 <= retrieval_kl_weight < float("inf"):
+            raise ValueError(f"retrieval_kl_weight must be a finite number >= 0, got {retrieval_kl_weight}")
         self.retrieval_weight = retrieval_weight
+        self.retrieval_kl_weight = retrieval_kl_weight
         self.variant = variant
         self.temperature = check_temperature(temperature)
         self.reduction = check_reduction(reduction)
@@ -308,9 +324,11 @@ class GaussCSELoss(nn.Module):
         has the premises as rows; across processes the transpose would hold only this process's hypotheses.)"""
         columns, offset, masks = columns or self.columns(batch)
         hypotheses = _rows(columns.entailment, offset, len(batch))
-        logits = similarity_matrix(
-            hypotheses.mu, hypotheses.logvar, columns.premise.mu, columns.premise.logvar, self.reduction
-        )
+        gaussians = (hypotheses.mu, hypotheses.logvar, columns.premise.mu, columns.premise.logvar)
+        if self.retrieval_kl_weight is None:
+            logits = similarity_matrix(*gaussians, self.reduction)
+        else:
+            logits = search_score_matrix(*gaussians, self.retrieval_kl_weight)
         targets = torch.arange(len(batch), device=logits.device) + offset
         return masked_cross_entropy([logits / self.temperature], [masks.retrieval], targets)
 
@@ -368,13 +386,25 @@ def check_temperature(temperature: float) -> float:
 
 
 def build_loss(
-    name: str, temperature: float, reduction: str, simcse_weight: float = 0.0, retrieval_weight: float = 0.0
+    name: str,
+    temperature: float,
+    reduction: str,
+    simcse_weight: float = 0.0,
+    retrieval_weight: float = 0.0,
+    retrieval_kl_weight: float | None = None,
 ) -> nn.Module:
     """The loss module for a ``--loss`` name: a GaussCSE variant or ``simcse`` (the supervised SimCSE baseline);
     ``reduction``: the model's ``config.similarity_reduction``."""
     if check_loss_name(name) == "simcse":
         return SupervisedSimCSELoss(temperature)
-    return GaussCSELoss(name, temperature, reduction, simcse_weight, retrieval_weight=retrieval_weight)
+    return GaussCSELoss(
+        name,
+        temperature,
+        reduction,
+        simcse_weight,
+        retrieval_weight=retrieval_weight,
+        retrieval_kl_weight=retrieval_kl_weight,
+    )
 
 
 __all__ = [

@@ -94,13 +94,14 @@ class GaussCSETrainer(Trainer):
             retrieval_weight=default_retrieval_weight(
                 self.args.retrieval_weight, self.accelerator.unwrap_model(self.model)
             ),
+            retrieval_kl_weight=self.args.retrieval_kl_weight,
         )
         # The loss is a per-batch mean: let Trainer divide it by the gradient accumulation steps.
         self.model_accepts_loss_kwargs = False
         self.keep_teacher = None
         if self.args.keep_weight > 0:
             unwrapped = self.accelerator.unwrap_model(self.model)
-            if unwrapped.mean_encoder is not None:
+            if unwrapped.config.frozen_mean:
                 raise ValueError("--keep_weight with a frozen_mean model: its μ is frozen already, nothing to keep")
             # the encoder as training starts (the backbone, or the model being continued), frozen
             self.keep_teacher = copy.deepcopy(unwrapped.encoder).eval().requires_grad_(False)

@@ -1,0 +1,90 @@
+"""The λ of a model's search score cos(μ_q, μ_x) − λ · KL(q‖x) / d, chosen on dev data.
+
+The score adds the model's direction (the KL term) to relevance (the cosine of the means); λ = 0 is the cosine. It
+is chosen where search is judged: entailment retrieval on SNLI dev (each entailment hypothesis is a query, the
+premises the corpus), by nDCG@10 over a fixed grid, the smallest λ among equally good ones (closest to the cosine).
+Training does this at its end; ``python -m gausscse.evaluation.search_weight --model DIR`` does it for a saved model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from gausscse.model.gaussian import KL_REDUCTIONS, kl_divergence_matrix
+
+from .metrics import load_metric
+from .tasks import NLI_DEV, RetrievalSet, load_nli, rank_corpus, retrieval_set
+
+# 0 (the cosine) and 10⁻⁴ … 10 in quarter decades: KL/d of a trained model spans ~10⁻² … 10³ between sentences
+KL_WEIGHT_GRID = (0.0, *(round(10 ** (exponent / 4), 6) for exponent in range(-16, 5)))
+
+
+def retrieval_ndcg(scores: torch.Tensor, relevant: list[list[int]]) -> float:
+    """nDCG@10 (percent) of ranking each query's corpus by ``scores`` ``(queries, corpus)``."""
+    ranked = rank_corpus(scores)
+    return 100.0 * load_metric("retrieval").compute(predictions=ranked, references=relevant)["ndcg@10"]
+
+
+def kl_weight_curve(
+    mu_q: torch.Tensor,
+    logvar_q: torch.Tensor,
+    mu_x: torch.Tensor,
+    logvar_x: torch.Tensor,
+    relevant: list[list[int]],
+    grid: tuple[float, ...] = KL_WEIGHT_GRID,
+) -> dict[float, float]:
+    """nDCG@10 of cos(μ_q, μ_x) − λ · KL(q‖x) / d for every λ of ``grid`` (the cosine and KL computed once)."""
+    cosine = torch.nn.functional.normalize(mu_q.float(), dim=-1) @ torch.nn.functional.normalize(mu_x.float(), dim=-1).T
+    kl = kl_divergence_matrix(mu_q, logvar_q, mu_x, logvar_x) / mu_q.shape[-1]
+    return {weight: retrieval_ndcg(cosine - weight * kl, relevant) for weight in grid}
+
+
+def best_kl_weight(curve: dict[float, float]) -> float:
+    """The λ of the highest nDCG@10, the smallest among equal ones."""
+    best = max(curve.values())
+    return min(weight for weight, ndcg in curve.items() if ndcg == best)
+
+
+def choose_kl_weight(model, retrieval: RetrievalSet, batch_size: int = 128, max_length: int | None = 64):
+    """``(λ, curve)`` for ``model`` (a GaussCSE model of a KL reduction) on ``retrieval``: its sentences encoded
+    once, nDCG@10 per λ of the grid."""
+    if model.config.similarity_reduction not in KL_REDUCTIONS:
+        raise ValueError(
+            f"the search score needs a KL reduction {KL_REDUCTIONS}; this model's is "
+            f"{model.config.similarity_reduction!r}"
+        )
+    queries = model.encode(retrieval.queries, batch_size=batch_size, max_length=max_length)
+    corpus = model.encode(retrieval.corpus, batch_size=batch_size, max_length=max_length)
+    curve = kl_weight_curve(queries.mu, queries.logvar, corpus.mu, corpus.logvar, retrieval.relevant)
+    return best_kl_weight(curve), curve
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Choose λ for a saved model on SNLI dev and write it into the folder's config.json."""
+    from gausscse.loading import load_model
+    from gausscse.model.configuration_gausscse import write_json_atomic
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a saved GaussCSE folder (its config.json is updated)")
+    parser.add_argument("--data_dir", default=None, help="the offline data (default: ../shared/data)")
+    parser.add_argument("--max_length", type=int, default=64)
+    args = parser.parse_args(argv)
+    model = load_model(args.model).eval()
+    weight, curve = choose_kl_weight(
+        model, retrieval_set(load_nli("snli_dev", *NLI_DEV, data_dir=args.data_dir)), max_length=args.max_length
+    )
+    config_path = Path(args.model) / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["search_kl_weight"] = weight
+    write_json_atomic(config_path, config)
+    result = {"search_kl_weight": weight, "snli_dev_ndcg@10": {str(key): value for key, value in curve.items()}}
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
