@@ -21,7 +21,7 @@ from gausscse.model.configuration_gausscse import SENTENCE_TRANSFORMERS_FILES
 from gausscse.model.sentence_transformer_gausscse import GaussCSESentenceTransformer, GaussCSETransformer
 from studies import retrieval
 
-from .helpers import nli_rows, tiny_encoder_config, write_jsonl_gz
+from .helpers import ACROSS_PROCESSES, nli_rows, tiny_encoder_config, write_jsonl_gz
 
 CLAIMS = ["A man is outside.", "Children are playing.", "A person cooks food.", "An animal sleeps."]
 PASSAGES = [
@@ -119,9 +119,9 @@ print(type(st).__name__, st.get_embedding_dimension(task="query"), st.encode_doc
     got = torch.load(tmp_path / "st.pt")
     model = GaussCSEModel.from_pretrained(saved_folder)
     claims, passages = model.encode(CLAIMS), model.encode(PASSAGES)
-    torch.testing.assert_close(got["mu"], claims.mu, rtol=0, atol=1e-6)  # plain encode: μ
-    torch.testing.assert_close(got["details_mu"], claims.mu, rtol=0, atol=1e-6)  # output_value=None: μ, log σ²
-    torch.testing.assert_close(got["details_logvar"], claims.logvar, rtol=0, atol=1e-6)
+    torch.testing.assert_close(got["mu"], claims.mu, **ACROSS_PROCESSES)  # plain encode: μ
+    torch.testing.assert_close(got["details_mu"], claims.mu, **ACROSS_PROCESSES)  # output_value=None: μ, log σ²
+    torch.testing.assert_close(got["details_logvar"], claims.logvar, **ACROSS_PROCESSES)
     kl = reference_kl(claims.mu, claims.logvar, passages.mu, passages.logvar)  # KL(claim_i‖passage_j)
     assert kl.min() > 0.1 and kl.std() > 0.1  # the Gaussians differ
     assert got["query"].shape == (4, 66) and got["document"].shape == (7, 66)  # 2d + 2
@@ -189,8 +189,8 @@ torch.save({{
     expected = GaussCSEModel.from_pretrained(saved_folder).encode(CLAIMS)
     assert (tmp_path / "by_st" / "sentence_transformer_gausscse.py").is_file()
     for name, (mu, logvar) in torch.load(tmp_path / "round_trips.pt").items():
-        torch.testing.assert_close(mu, expected.mu, rtol=0, atol=1e-6, msg=name)
-        torch.testing.assert_close(logvar, expected.logvar, rtol=0, atol=1e-6, msg=name)
+        torch.testing.assert_close(mu, expected.mu, **ACROSS_PROCESSES, msg=name)
+        torch.testing.assert_close(logvar, expected.logvar, **ACROSS_PROCESSES, msg=name)
 
 
 def test_a_mean_dim_model_says_its_routes_rank_by_the_sum_form(minilm_tokenizer, caplog):
