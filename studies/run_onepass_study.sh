@@ -5,7 +5,7 @@
 # frozen), each trained for about the same time (~400 s on 2 CPU cores, the quickstart's training budget):
 #   two_paths  the current default: a trained copy of the whole encoder for log σ² (cost 2 forward passes), 300 steps
 #   trunk1     one shared trunk: the frozen encoder runs once; log σ² from a trained copy of its top layer
-#              (--variance_layers 1; cost 1 + 1/6), 1600 steps (0.24 s each: the copy alone takes gradients)
+#              (--variance_layers 1; cost 1 + 1/6), 1600 steps (shorter steps: the copy alone takes gradients)
 #   trunk2     the same with the top 2 layers (cost 1 + 2/6), 1200 steps
 #   trunk1_search  trunk1 whose retrieval term ranks by the search score cos − 0.1·KL/d instead of the similarity
 #              (--retrieval_kl_weight 0.1): the KL learns what the frozen cosine misses. Added after trunk1's seed-42

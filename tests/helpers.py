@@ -35,8 +35,8 @@ def tiny_encoder_config(model_type: str = "bert", **overrides) -> dict:
 
 
 # The tolerance between encodings of one model in two processes: each may run other float32 kernels (thread count,
-# the instruction set the library dispatches to), so the forward's rounding differs by ~1e-6 (measured between AVX2
-# and AVX512 kernels on the tiny encoders); a model loaded wrongly differs by far more.
+# the instruction set the library dispatches to), so the forward's float32 rounding differs (by more than 1e-6
+# between an AVX2 and an AVX512 process on the tiny encoders); a model loaded wrongly differs by far more.
 ACROSS_PROCESSES = {"rtol": 1e-5, "atol": 1e-5}
 
 

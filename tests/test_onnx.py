@@ -96,7 +96,7 @@ def test_int8_graph_is_written_loaded_and_close(saved_model):
     ONNX Runtime multiplies uint8 activations (0..255, ``DynamicQuantizeLinear``) by the int8 weights. With AVX-VNNI /
     AVX512-VNNI / AMX the products accumulate in int32; without VNNI (AVX2, AVX512F/BW) ``vpmaddubsw`` adds each
     pair of products in a saturating int16 first: exact only while 2·255·|w| ≤ 32767, i.e. |w| ≤ 64. 8-bit weights
-    (up to 127) broke that: on an AVX2-only AMD EPYC 12.5 % of μ was off by up to 0.16. So the weights must fit in
+    (up to 127) broke that, and an AVX2-only CPU returned another μ. So the weights must fit in
     7 bits (``reduce_range``), checked here on the graph itself; then the 0.05 bound below is a property of this
     model's quantisation (same integers everywhere), not of the CPU that runs the test."""
     model, folder = saved_model()

@@ -178,7 +178,7 @@ def test_approximate_recall_at_10_on_a_fixed_seed(direction):
         sum(len(set(a) & set(b)) for a, b in zip(expected.tolist(), found.tolist(), strict=True)) / expected.numel()
     )
     # HNSW is approximate and its graph depends on float32 rounding (FAISS picks AVX2 or AVX512 code) and on the
-    # order threads insert items: 0.97 here; 0.9 still tells a working graph from a broken transform (0.001)
+    # order threads insert items: 0.9 leaves room for that and still tells a working graph from a broken transform
     assert recall >= 0.9, recall
     # whatever it found is scored exactly
     _, reference = brute_force(queries, items, "sum", direction)
@@ -368,8 +368,8 @@ def test_an_extreme_but_valid_item_keeps_every_backend_correct(backend, directio
     ordinary = [0, 2, 3, 4, 5]  # for the extreme query every other KL is ~1e20: float32 cannot order them
     if backend == "faiss":
         assert ids[ordinary].tolist() == expected_ids[ordinary, :10].tolist()
-    else:  # approximate: recall@10 near the one without the extreme item (0.96 with it, 0.92–0.98 without, on one
-        # CPU; the graph's float32 rounding and insertion order vary by CPU and threads): 0.8 leaves room for that
+    else:  # approximate: recall@10 near the one without the extreme item; the graph's float32 rounding and
+        # insertion order vary by CPU and threads, and 0.8 leaves room for that
         found = [
             len(set(row.tolist()) & set(best.tolist())) for row, best in zip(ids, expected_ids[:, :10], strict=True)
         ]
@@ -388,8 +388,8 @@ def test_every_backend_returns_the_models_own_scores_near_the_clamp(backend, red
     """Items around one Gaussian with log σ² at the model's clamp (−10: KL terms ~10⁴), queries beside some of them:
     every re-scoring backend returns ``similarity_matrix``'s scores (``model.similarity``, the torch backend: the KL
     summed in float64 and rounded once to float32), so they can differ by one float32 step at most, on any CPU. A
-    float32 sum of the d KL terms misses by dozens of steps here — enough to order close candidates differently
-    from the torch backend, and differently on different instruction sets."""
+    float32 sum of the d KL terms misses by more than a step here (the old re-score failed this test): enough to
+    order close candidates differently from the torch backend, and differently on different instruction sets."""
     generator = torch.Generator().manual_seed(31)
     dim = 64
     mu = torch.tanh(torch.randn(1, dim, generator=generator)) + 0.01 * torch.randn(300, dim, generator=generator)
@@ -677,8 +677,8 @@ def test_lancedb_ann_recall_at_10_with_few_partitions_probed(direction, tmp_path
     assert [index.index_type for index in ann.table.list_indices()] == ["IvfFlat"]
     assert ann.table.count_rows() + len(ann.transform["outliers"]) == ann.rows == 3000
     recall = sum(len(set(a) & set(b)) for a, b in zip(expected.tolist(), found.tolist(), strict=True)) / 500
-    # LanceDB's k-means is unseeded and its float32 kernels differ by CPU: 12 builds on one machine gave 0.918–0.998.
-    # IVF on the raw vectors under dot found 0.19 here, so 0.8 still tells the lifted index from it
+    # LanceDB's k-means is unseeded and its float32 kernels differ by CPU, so recall varies from build to build; IVF
+    # on the raw vectors under dot found only a small part of the top 10, so 0.8 still tells the lifted index from it
     assert recall >= 0.8, recall
     assert (scores[:, :-1] >= scores[:, 1:]).all()  # re-scored: exact similarities, best first
 
@@ -738,7 +738,8 @@ def test_approximate_recall_when_log_variances_sit_at_the_clamp(backend, directi
     _, expected = getattr(exact, direction)(queries, 10)
     _, found = getattr(approximate, direction)(queries, 10)
     recall = sum(len(set(a) & set(b)) for a, b in zip(expected.tolist(), found.tolist(), strict=True)) / 500
-    # 0.956–0.998 over builds (unseeded k-means, HNSW insertion order, CPU-specific float32); uncentred: 0.001
+    # recall varies over builds (unseeded k-means, HNSW insertion order, CPU-specific float32); uncentred columns
+    # found almost nothing, so 0.8 still tells the two apart
     assert recall >= 0.8, recall
 
 

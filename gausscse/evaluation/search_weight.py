@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import torch
 
-from gausscse.model.gaussian import KL_REDUCTIONS, kl_divergence_matrix
+from gausscse.model.gaussian import KL_REDUCTIONS, cosine_matrix, kl_divergence_matrix, search_score_from
 
 from .metrics import load_metric
 from .tasks import NLI_DEV, RetrievalSet, load_nli, rank_corpus, retrieval_set
 
-# 0 (the cosine) and 10⁻⁴ … 10 in quarter decades: KL/d of a trained model spans ~10⁻² … 10³ between sentences
+# 0 (the cosine) and 10⁻⁴ … 10 in quarter decades
 KL_WEIGHT_GRID = (0.0, *(round(10 ** (exponent / 4), 6) for exponent in range(-16, 5)))
 
 
@@ -38,9 +37,8 @@ def kl_weight_curve(
     grid: tuple[float, ...] = KL_WEIGHT_GRID,
 ) -> dict[float, float]:
     """nDCG@10 of cos(μ_q, μ_x) − λ · KL(q‖x) / d for every λ of ``grid`` (the cosine and KL computed once)."""
-    cosine = torch.nn.functional.normalize(mu_q.float(), dim=-1) @ torch.nn.functional.normalize(mu_x.float(), dim=-1).T
-    kl = kl_divergence_matrix(mu_q, logvar_q, mu_x, logvar_x) / mu_q.shape[-1]
-    return {weight: retrieval_ndcg(cosine - weight * kl, relevant) for weight in grid}
+    cosine, kl = cosine_matrix(mu_q, mu_x), kl_divergence_matrix(mu_q, logvar_q, mu_x, logvar_x)
+    return {weight: retrieval_ndcg(search_score_from(cosine, kl, weight, mu_q.shape[-1]), relevant) for weight in grid}
 
 
 def best_kl_weight(curve: dict[float, float]) -> float:
@@ -66,7 +64,6 @@ def choose_kl_weight(model, retrieval: RetrievalSet, batch_size: int = 128, max_
 def main(argv: list[str] | None = None) -> dict:
     """Choose λ for a saved model on SNLI dev and write it into the folder's config.json."""
     from gausscse.loading import load_model
-    from gausscse.model.configuration_gausscse import write_json_atomic
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a saved GaussCSE folder (its config.json is updated)")
@@ -77,10 +74,8 @@ def main(argv: list[str] | None = None) -> dict:
     weight, curve = choose_kl_weight(
         model, retrieval_set(load_nli("snli_dev", *NLI_DEV, data_dir=args.data_dir)), max_length=args.max_length
     )
-    config_path = Path(args.model) / "config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    config["search_kl_weight"] = weight
-    write_json_atomic(config_path, config)
+    model.config.search_kl_weight = weight
+    model.config.save_pretrained(args.model)  # config.json (and the sentence-transformers files), each written whole
     result = {"search_kl_weight": weight, "snli_dev_ndcg@10": {str(key): value for key, value in curve.items()}}
     print(json.dumps(result, indent=2))
     return result

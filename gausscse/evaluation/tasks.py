@@ -21,10 +21,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from gausscse.data.registry import load_split
-from gausscse.model.gaussian import search_score_matrix, similarity_matrix
+from gausscse.model.gaussian import (
+    KL_REDUCTIONS,
+    cosine_matrix,
+    kl_divergence_matrix,
+    kl_scale,
+    search_score_from,
+    similarity_from_kl,
+    similarity_matrix,
+)
 
 from .encoders import EncodedSentences
 from .metrics import load_metric
@@ -343,21 +350,18 @@ def retrieval_scores(encoded: EncodedSentences, retrieval: RetrievalSet) -> dict
     (Gaussian models), ``cosine`` = cos of μ (or of the point embeddings), ``search`` = the model's search score
     cos − λ·KL(query‖premise)/d (models that state λ, ``search_kl_weight``)."""
     queries, corpus = encoded.rows(retrieval.queries), encoded.rows(retrieval.corpus)
-    scores = {
-        "cosine": F.normalize(encoded.mu[queries], dim=-1) @ F.normalize(encoded.mu[corpus], dim=-1).T,
-    }
-    if encoded.is_gaussian:
-        scores["similarity"] = similarity_matrix(
-            encoded.mu[queries], encoded.logvar[queries], encoded.mu[corpus], encoded.logvar[corpus], encoded.reduction
-        )
-    if encoded.is_gaussian and encoded.search_kl_weight is not None:
-        scores["search"] = search_score_matrix(
-            encoded.mu[queries],
-            encoded.logvar[queries],
-            encoded.mu[corpus],
-            encoded.logvar[corpus],
-            encoded.search_kl_weight,
-        )
+    scores = {"cosine": cosine_matrix(encoded.mu[queries], encoded.mu[corpus])}
+    if not encoded.is_gaussian:
+        return scores
+    gaussians = (encoded.mu[queries], encoded.logvar[queries], encoded.mu[corpus], encoded.logvar[corpus])
+    dim = encoded.mu.shape[-1]
+    by_kl = encoded.reduction in KL_REDUCTIONS
+    kl = kl_divergence_matrix(*gaussians) if by_kl or encoded.search_kl_weight is not None else None  # once for both
+    scores["similarity"] = (
+        similarity_from_kl(kl, kl_scale(encoded.reduction, dim)) if by_kl else similarity_matrix(*gaussians, "mean_dim")
+    )
+    if encoded.search_kl_weight is not None:
+        scores["search"] = search_score_from(scores["cosine"], kl, encoded.search_kl_weight, dim)
     return scores
 
 

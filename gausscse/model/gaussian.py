@@ -243,6 +243,19 @@ def similarity_matrix(
     return torch.cat(chunks, dim=0)
 
 
+def cosine_matrix(mu_a: torch.Tensor, mu_b: torch.Tensor) -> torch.Tensor:
+    """All-pairs cos(μ_{a_i}, μ_{b_j}), shape ``(N, M)``, float32 (float64 for float64 inputs)."""
+    mu_a, mu_b = as_float32(mu_a), as_float32(mu_b)
+    return torch.nn.functional.normalize(mu_a, dim=-1) @ torch.nn.functional.normalize(mu_b, dim=-1).T
+
+
+def search_score_from(cosine: torch.Tensor, kl: torch.Tensor, kl_weight: float, dim: int) -> torch.Tensor:
+    """The search score cos − λ · KL / d from the cosine and the KL of the same pairs (λ = ``kl_weight`` ≥ 0)."""
+    if not 0 <= kl_weight < float("inf"):
+        raise ValueError(f"kl_weight must be a number >= 0, got {kl_weight}")
+    return cosine if kl_weight == 0 else cosine - kl_weight * kl / dim
+
+
 def search_score_matrix(
     mu_a: torch.Tensor, logvar_a: torch.Tensor, mu_b: torch.Tensor, logvar_b: torch.Tensor, kl_weight: float
 ) -> torch.Tensor:
@@ -254,15 +267,9 @@ def search_score_matrix(
     inner products of per-sentence vectors, so the score is one inner product too and an inner-product index
     searches it exactly. The KL runs through [`kl_divergence_matrix`] (float64 product).
     """
-    if kl_weight < 0 or kl_weight != kl_weight:
-        raise ValueError(f"kl_weight must be a number >= 0, got {kl_weight}")
     with torch.autocast(device_type=mu_a.device.type, enabled=False):
-        mu_a, mu_b = as_float32(mu_a), as_float32(mu_b)
-        cosine = torch.nn.functional.normalize(mu_a, dim=-1) @ torch.nn.functional.normalize(mu_b, dim=-1).T
-        if kl_weight == 0:
-            return cosine
-        kl = kl_divergence_matrix(mu_a, logvar_a, mu_b, logvar_b)
-        return cosine - kl_weight * kl / mu_a.shape[-1]
+        kl = kl_divergence_matrix(mu_a, logvar_a, mu_b, logvar_b) if kl_weight else None
+        return search_score_from(cosine_matrix(mu_a, mu_b), kl, kl_weight, mu_a.shape[-1])
 
 
 def check_finite(argument: str, tensor: torch.Tensor) -> None:

@@ -282,14 +282,19 @@ def _encoder_init_kwargs(config) -> dict:
     return {}
 
 
-def encoder_layers(encoder: nn.Module) -> nn.ModuleList:
-    """The encoder's stack of transformer layers: its first ``nn.ModuleList`` of ``num_hidden_layers`` modules
-    (``encoder.layer`` of BERT, RoBERTa, MiniLM, DeBERTa, ...)."""
+def encoder_layers_path(encoder: nn.Module) -> str:
+    """Where the encoder keeps its stack of transformer layers: the name of its first ``nn.ModuleList`` of
+    ``num_hidden_layers`` modules (``"encoder.layer"`` of BERT, RoBERTa, MiniLM, DeBERTa, ...)."""
     count = getattr(encoder.config, "num_hidden_layers", None)
-    for module in encoder.modules():
+    for name, module in encoder.named_modules():
         if isinstance(module, nn.ModuleList) and len(module) == count:
-            return module
+            return name
     raise ValueError(f"{type(encoder).__name__} has no list of {count} layers: variance_layers cannot copy its top")
+
+
+def encoder_layers(encoder: nn.Module) -> nn.ModuleList:
+    """The encoder's stack of transformer layers ([`encoder_layers_path`])."""
+    return encoder.get_submodule(encoder_layers_path(encoder))
 
 
 def _check_sentences(argument: str, sentences) -> list[str]:
@@ -355,7 +360,8 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         if config.variance_layers:  # one trunk: the encoder is the frozen μ path, log σ² from copies of its top
             if mean_encoder is not None:
                 raise ValueError("mean_encoder is for two paths; with variance_layers the encoder itself gives μ")
-            top = encoder_layers(self.encoder)[-config.variance_layers :]
+            self._layers_path = encoder_layers_path(self.encoder)  # found once: forward looks it up by name
+            top = self.encoder.get_submodule(self._layers_path)[-config.variance_layers :]
             self.variance_layers = nn.ModuleList(copy.deepcopy(layer) for layer in top)
         elif config.frozen_mean and mean_encoder is not None:
             self.mean_encoder = mean_encoder
@@ -678,7 +684,7 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         """``forward`` of one shared trunk (``variance_layers`` = k): the frozen encoder runs once and gives μ; the
         inputs of its layer L − k (hidden states and the attention mask as the encoder prepared it) are caught on the
         way and run through the k trained copies, whose pooled output gives log σ²."""
-        layers = encoder_layers(self.encoder)
+        layers = self.encoder.get_submodule(self._layers_path)
         caught: dict = {}
 
         def catch(module, args, layer_kwargs):
@@ -940,6 +946,7 @@ __all__ = [
     "GaussCSEPreTrainedModel",
     "adapter_heads_file",
     "encoder_layers",
+    "encoder_layers_path",
     "has_adapter",
     "pad_token_ids",
     "pool_tokens",

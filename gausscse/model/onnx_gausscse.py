@@ -117,9 +117,9 @@ def quantize_onnx_bytes(model_bytes: bytes) -> bytes:
     moved it further. What int8 costs in ranking and accuracy: ``bench/bench_serving.py``.
 
     The weights use 7 bits (``reduce_range``, |w| ≤ 64): on CPUs without VNNI (AVX2, AVX512F/BW) ONNX Runtime adds
-    pairs of uint8 × int8 products in a saturating int16 (``vpmaddubsw``), exact only for 2·255·|w| ≤ 32767. With
-    8-bit weights the same file gave μ off by up to 0.16 on an AVX2-only CPU and not on a VNNI one; with 7 bits
-    every x86-64 CPU computes the same integers."""
+    pairs of uint8 × int8 products in a saturating int16 (``vpmaddubsw``), exact only for 2·255·|w| ≤ 32767: with
+    8-bit weights such a CPU computed another μ than a VNNI one; with 7 bits every x86-64 CPU computes the same
+    integers."""
     require_onnxruntime()
     quantization = importlib.import_module("onnxruntime.quantization")  # needs the onnx package too
     with tempfile.TemporaryDirectory() as scratch:
