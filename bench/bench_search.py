@@ -162,14 +162,14 @@ def run_method(
             index = GaussianIndex(dim, "sum", method, **database)
             index.add(items)
             if method.startswith("faiss"):
-                index.faiss_direction("entailing")  # build now, so the search is timed alone
+                index.engine.direction("entailing")  # build now, so the search is timed alone
             if method == "lancedb-ann":  # the first search builds LanceDB's IVF index: counted in the build
                 index.entailing(query_gaussians[:WARM_UP_QUERIES], k)
             build_seconds = time.perf_counter() - start
             index.entailing(query_gaussians[:WARM_UP_QUERIES], k)  # first touch of the index's memory, untimed
             for width in widths.get(method, [None]):
                 if method == "faiss-hnsw":
-                    index.faiss_direction("entailing").set_ef_search(width)
+                    index.engine.direction("entailing").set_ef_search(width)
                 elif method == "lancedb-ann":
                     index.nprobes = width
                 start = time.perf_counter()

@@ -129,6 +129,44 @@ def check_replaceable(folder: str | Path, marker: str, flag: str = "") -> None:
         raise FileExistsError(f"{named} exists and has no {marker}: refusing to replace it")
 
 
+def check_output_location(path: str | Path, flag: str) -> Path:
+    """The absolute path of the output folder ``path`` (given by the argument ``flag``), checked before any long work,
+    with a ``ValueError`` naming ``flag`` when it cannot be written: it is a file; it is the working directory or holds
+    it (an output folder is replaced whole, and a process cannot swap away the folder it stands in); or its nearest
+    existing parent folder takes no new entries (the staging folder and lock are made beside it)."""
+    target = Path(path).expanduser().absolute()
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{flag} {path} is a file, not a folder")
+    resolved = target.resolve()
+    if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents:
+        raise ValueError(
+            f"{flag} {path} is the working directory or holds it: the folder is replaced whole when written; pass a "
+            "folder inside it (e.g. outputs/run)"
+        )
+    parent = resolved.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {path}: {parent} is a file, not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".gausscse-write-check."))
+    except OSError as error:
+        raise ValueError(f"{flag} {path}: cannot write in {parent} ({error.strerror or error})") from None
+    return target
+
+
+def check_not_nested(first: str | Path, first_flag: str, second: str | Path, second_flag: str) -> None:
+    """``ValueError`` when the folders ``first`` and ``second`` (symbolic links resolved) are one folder or one
+    holds the other: writing one would replace or delete the other."""
+    one, other = Path(first).resolve(), Path(second).resolve()
+    if one == other or one in other.parents or other in one.parents:
+        relation = "is" if one == other else "holds" if one in other.parents else "is inside"
+        raise ValueError(
+            f"{first_flag} {first} {relation} {second_flag} {second}: each must be a folder of its own, neither "
+            "inside the other"
+        )
+
+
 @contextmanager
 def staging_folder(folder: Path, prefix: str) -> Iterator[Path]:
     """An empty folder of this call's own (``prefix`` + random) beside ``folder``, with the usual permissions, for

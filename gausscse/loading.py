@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoTokenizer, PreTrainedConfig
 
 from gausscse.model import GaussCSEModel
 
@@ -100,13 +100,14 @@ def load_model(
     """
     check_model_reference(name_or_path)
     hub_kwargs = {key: value for key, value in (("revision", revision), ("token", token)) if value is not None}
-    try:
-        config = AutoConfig.from_pretrained(str(name_or_path), **hub_kwargs)
+    try:  # the config as JSON: AutoConfig would offer to run the code of a folder whose model type it does not know
+        config, _ = PreTrainedConfig.get_config_dict(str(name_or_path), **hub_kwargs)
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"{name_or_path}: no loadable model config ({error})") from error
-    if config.model_type != GaussCSEModel.config_class.model_type:
+    model_type = config.get("model_type")
+    if model_type != GaussCSEModel.config_class.model_type:
         raise ModelLoadError(
-            f"{name_or_path} is a {config.model_type!r} model, not a GaussCSE model: start one from it with "
+            f"{name_or_path} is a {model_type!r} model, not a GaussCSE model: start one from it with "
             "GaussCSEModel.from_backbone or gausscse-train --model_name_or_path"
         )
     try:
@@ -114,7 +115,10 @@ def load_model(
     except (OSError, ValueError, ImportError) as error:
         raise ModelLoadError(f"{name_or_path}: the GaussCSE model does not load ({error})") from error
     try:
-        model.get_tokenizer(AutoTokenizer.from_pretrained(str(name_or_path), config=model.config, **hub_kwargs))
+        tokenizer = AutoTokenizer.from_pretrained(
+            str(name_or_path), config=model.config, trust_remote_code=False, **hub_kwargs
+        )
+        model.get_tokenizer(tokenizer)
     except (OSError, ValueError):
         pass  # no tokenizer saved with it: encode() says so and takes tokenizer=...
     if device is not None:

@@ -126,6 +126,20 @@ def reference_similarity(
     raise ValueError(f"unknown reduction {reduction!r}")
 
 
+def reference_search_score(queries, items, kl_weight: float, direction: str) -> torch.Tensor:
+    """All-pairs search score cos(μ_q, μ_x) − λ · KL / d, ``(Q, N)`` float64, independent of ``gausscse``: the cosine
+    from scikit-learn, the KL (KL(q‖x) for ``entailing``, KL(x‖q) for ``entailed_by``) from ``torch.distributions``."""
+    from sklearn.metrics.pairwise import cosine_similarity
+
+    cosine = torch.from_numpy(cosine_similarity(queries.mu.double().numpy(), items.mu.double().numpy()))
+    pair = (queries, items) if direction == "entailing" else (items, queries)
+    dim = queries.mu.shape[-1]
+    a = Normal(pair[0].mu.double()[:, None, :], torch.exp(0.5 * pair[0].logvar.double())[:, None, :])
+    b = Normal(pair[1].mu.double()[None, :, :], torch.exp(0.5 * pair[1].logvar.double())[None, :, :])
+    kl = kl_divergence(Independent(a, 1), Independent(b, 1))
+    return cosine - kl_weight * (kl if direction == "entailing" else kl.T) / dim
+
+
 def assert_top_k(ids: torch.Tensor, scores: torch.Tensor, reference: torch.Tensor, rtol: float) -> None:
     """``ids`` (Q, k) with their ``scores`` are a top k of each row of ``reference`` (Q, N), tie-aware: two items
     whose reference scores are within ``rtol`` (relative to the row's largest score) may come in either order or

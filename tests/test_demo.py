@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from unittest import mock
 
+import gradio as gr
 import numpy as np
 import pytest
 import torch
@@ -117,6 +118,27 @@ def test_search_ranks_the_corpus_by_sim_claim_given_sentence(model, tmp_path):
     assert len(fallback.search("a dog is outside", 3)) == 3 and fallback.sentences == list(EXAMPLE_CORPUS)
 
 
+def test_search_ranks_by_the_models_search_score_when_it_states_one(model, tmp_path):
+    """A model with λ (search_kl_weight): the demo's hits are its search score cos − λ·KL(claim‖sentence)/d
+    (scikit-learn, torch.distributions), best first, and the page says so."""
+    import copy
+
+    from gausscse.demo.core import search_rule
+
+    from .helpers import reference_search_score
+
+    searching = copy.deepcopy(model)
+    searching.config.search_kl_weight = 0.5
+    premises = [f"premise number {k} about a dog in a park" for k in range(6)]
+    write_jsonl_gz(tmp_path / "snli" / "test.jsonl.gz", [{"premise": p, "hypothesis": "h"} for p in premises])
+    hits = Corpus(searching, data_dir=tmp_path).search("a dog is outside", 6)
+    claim, sentences = searching.encode(["a dog is outside"]), searching.encode(premises)
+    expected = reference_search_score(claim, sentences, 0.5, "entailing")[0]
+    assert [score for score, _ in hits] == pytest.approx(sorted(expected.tolist(), reverse=True), rel=1e-5, abs=1e-6)
+    assert "search score" in search_rule(searching) and "0.5·KL(claim‖sentence)/d" in search_rule(searching)
+    assert search_rule(model).startswith("sim(claim‖sentence)")
+
+
 def test_bad_input_and_a_missing_model_give_clear_messages(model, tmp_path):
     with pytest.raises(DemoError, match="sentence A is empty"):
         direction(model, "   ", SENTENCE_B)
@@ -130,6 +152,30 @@ def test_bad_input_and_a_missing_model_give_clear_messages(model, tmp_path):
         Corpus(model, data_dir=tmp_path).search("", 3)
     with pytest.raises(DemoError, match=r"No GaussCSE model at .*missing.* set GAUSSCSE_MODEL"):
         load_model(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize(
+    ("claim", "k", "message"),
+    [
+        ("A dog runs.", 2.7, r"k must be a whole number of results from 1 to \d+, got 2\.7"),
+        ("A dog runs.", "5", r"k must be a whole number of results .* got '5'"),
+        ("A dog runs.", True, r"k must be a whole number of results .* got True"),
+        ("A dog runs.", 0, r"k must be between 1 and \d+, got 0"),
+        (123, 3, "claim must be text \\(a sentence\\), got int"),
+        (["A dog runs."], 3, "claim must be text \\(a sentence\\), got list"),
+    ],
+)
+def test_the_search_api_names_a_bad_claim_or_count(model, tmp_path, claim, k, message):
+    """The API answers a fractional, textual or boolean k and a claim that is not text with one message (k = 2.7 was
+    truncated to 2 silently; claim = 123 gave "AttributeError: 'int' object has no attribute 'strip'"); a whole
+    float such as the slider's 3.0 is a count."""
+    answers = Answers(model)
+    answers.corpus = Corpus(model, data_dir=tmp_path / "no-data")
+    with pytest.raises(gr.Error, match=message):
+        answers.search(claim, k)
+    assert len(answers.search("A dog runs.", 3.0)) == 3
+    with pytest.raises(gr.Error, match="sentences must be text"):
+        answers.similarity(42)
 
 
 def widest_covering_pair(mu: torch.Tensor, logvar: torch.Tensor) -> list[int]:

@@ -52,3 +52,20 @@ def test_results_list_only_this_runs_plots_and_files_are_readable(saved_tiny_mod
     assert json.loads((output / "results.json").read_text())["plots"] == payload["plots"]
     for name in ("results.json", "report.md", *payload["plots"]):
         assert (output / name).stat().st_mode & 0o777 == 0o644, name
+
+
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        ("nli", r"nli on snli_dev: labels has no positive example"),
+        ("sts", r"sts on sts12: Spearman needs at least 2 pairs, got 1"),
+        ("direction", r"direction on snli: no entailment pairs"),
+    ],
+)
+def test_a_split_too_small_for_its_task_is_named(task, message, saved_tiny_model, tmp_path):
+    """--max_examples 1 leaves each split one row: the error says which task and split cannot be computed (it said
+    only "labels has no positive example" or "Spearman needs at least 2 pairs")."""
+    with pytest.raises(ValueError, match=message):
+        main(
+            ["--model", str(saved_tiny_model), "--tasks", task, "--max_examples", "1", "--output", str(tmp_path / "e")]
+        )

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from gausscse.io import atomic_path, write_atomic, write_json
+from gausscse.io import atomic_path, current_umask, write_atomic, write_json
 
 
 def test_a_failed_write_leaves_the_earlier_file_and_no_temporary(tmp_path):
@@ -29,3 +29,33 @@ def test_written_files_follow_the_umask_and_json_is_strict(tmp_path):
     path = tmp_path / "deep" / "results.json"
     assert path.stat().st_mode & 0o777 == 0o640  # not mkstemp's 0600
     assert json.loads(path.read_text()) == {"auprc": None, "3": [1.5]}
+
+
+def test_the_shipped_atomic_write_keeps_concurrent_writers_apart(tmp_path):
+    """The model folder's own atomic write (ONNX graphs, modules.json, config files): two writers of one path at once
+    each succeed and the file is always one writer's bytes, whole (a shared temporary name made one fail with
+    FileNotFoundError and let the other report success over mixed bytes)."""
+    import threading
+
+    from gausscse.model.configuration_gausscse import write_bytes_atomic
+
+    target = tmp_path / "onnx" / "model.onnx"
+    payloads = [bytes([value]) * (1 << 20) for value in (1, 2)]
+    errors: list[BaseException] = []
+
+    def writer(payload: bytes) -> None:
+        try:
+            for _ in range(30):
+                write_bytes_atomic(target, payload)
+        except BaseException as error:  # collected: a thread's exception would not fail the test
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(payload,)) for payload in payloads]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert target.read_bytes() in payloads
+    assert not list(target.parent.glob(".*.tmp"))
+    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~current_umask())

@@ -5,7 +5,9 @@ numbers can only come from ONNX Runtime; int8 files, saving, and the errors."""
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 
 import numpy as np
 import onnx
@@ -14,6 +16,7 @@ import onnxruntime
 import pytest
 import torch
 
+from gausscse import GaussCSEModel
 from gausscse.model.onnx_gausscse import ONNX_FILE, QUANTIZED_ONNX_FILE, OnnxGaussianEncoder, export_onnx
 
 SENTENCES = [
@@ -32,6 +35,7 @@ def saved_model(tmp_path, make_tiny_model, minilm_tokenizer):
         model = make_tiny_model(similarity_reduction="sum", **config_kwargs)
         model.get_tokenizer(minilm_tokenizer)
         model.save_pretrained(folder)
+        model.name_or_path = str(folder)  # its graphs are read from there, as for a model loaded from the folder
         return model, folder
 
     return save
@@ -58,7 +62,8 @@ def test_onnx_encode_equals_pytorch(config, saved_model):
 
 def test_the_onnx_backend_runs_onnx_runtime_in_a_fresh_process(saved_model, fresh_python, tmp_path):
     """Only the folder's shipped code (the gausscse package blocked); after loading, every PyTorch weight is set to
-    zero: the routes still equal PyTorch's, so ONNX Runtime computed them. Saving keeps the graph."""
+    zero: the routes still equal PyTorch's, so ONNX Runtime computed them. Saving keeps the graph (once the weights
+    it was exported from are back)."""
     model, folder = saved_model()
     st = model.as_sentence_transformer()
     expected = {
@@ -74,6 +79,7 @@ module = st[0]
 assert st.backend == "onnx" and type(module.onnx_encoder).__name__ == "OnnxGaussianEncoder", module
 import onnxruntime
 assert isinstance(module.onnx_encoder.session, onnxruntime.InferenceSession)
+weights = {{name: tensor.clone() for name, tensor in module.model.state_dict().items()}}
 with torch.no_grad():
     for parameter in module.model.parameters():
         parameter.zero_()
@@ -81,6 +87,7 @@ expected = json.load(open({str(tmp_path / "expected.json")!r}))
 for route, values in expected.items():
     got = getattr(st, route)({SENTENCES!r}, convert_to_tensor=True)
     torch.testing.assert_close(got, torch.tensor(values), atol=1e-4, rtol=1e-4)
+module.model.load_state_dict(weights)
 st.save_pretrained({str(tmp_path / "resaved")!r})
 print("ok")
 """
@@ -147,3 +154,172 @@ def other_graph(tmp_path) -> bytes:
     torch.onnx.export(Double(), (torch.ones(2),), str(path), output_names=["y"], dynamo=True, external_data=False)
     assert onnxruntime.InferenceSession(path.read_bytes()).get_outputs()[0].name == "y"
     return path.read_bytes()
+
+
+def test_saving_new_weights_removes_the_stale_graph(saved_model, make_tiny_model, minilm_tokenizer):
+    """A graph records the fingerprint of the weights it was exported from: saving the same model again keeps its
+    graphs, saving other weights into the folder removes them, and the folder then serves its new weights."""
+    model, folder = saved_model()
+    export_onnx(model, folder, quantize=True)
+    model.save_pretrained(folder)
+    assert (folder / ONNX_FILE).is_file() and (folder / QUANTIZED_ONNX_FILE).is_file()
+    other = make_tiny_model(seed=1, similarity_reduction="sum")
+    other.get_tokenizer(minilm_tokenizer)
+    other.save_pretrained(folder)
+    assert not (folder / ONNX_FILE).exists() and not (folder / QUANTIZED_ONNX_FILE).exists()
+    reloaded = GaussCSEModel.from_pretrained(folder)
+    onnx, reference = reloaded.encode(SENTENCES, backend="onnx"), reloaded.encode(SENTENCES)
+    torch.testing.assert_close(onnx.mu, reference.mu, atol=1e-5, rtol=1e-4)
+
+
+def test_the_final_training_save_removes_the_earlier_models_graph(make_tiny_model, minilm_tokenizer, tmp_path,
+                                                                  monkeypatch):  # fmt: skip
+    """``gausscse-train --overwrite_output_dir`` into a folder holding ``onnx/``: the final save keeps the folder's
+    other entries, but not a graph of the earlier model, with the atomic swap and with the per-file fallback."""
+    from gausscse.io import exchange_paths
+    from gausscse.training.save import save_model_folder
+
+    card = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {},
+            "data_stats": {}}  # fmt: skip
+    folder = tmp_path / "out"
+    earlier, trained = make_tiny_model(seed=0), make_tiny_model(seed=1)
+    save_model_folder(earlier, minilm_tokenizer, folder, card, {})
+    export_onnx(earlier, folder)
+    stale = (folder / ONNX_FILE).read_bytes()
+    for atomic in (True, False):  # the renameat2 swap, and the per-file fallback where the system has none
+        monkeypatch.setattr(
+            "gausscse.io.exchange_paths", lambda a, b, real=exchange_paths, swap=atomic: swap and real(a, b)
+        )
+        (folder / ONNX_FILE).parent.mkdir(exist_ok=True)
+        (folder / ONNX_FILE).write_bytes(stale)
+        save_model_folder(trained, minilm_tokenizer, folder, card, {})
+        assert not (folder / ONNX_FILE).exists(), f"atomic={atomic}"
+
+
+@pytest.mark.parametrize(
+    ("graph_of", "message"),
+    [
+        ({"seed": 1}, r"was exported from other weights or another config than this model"),
+        ({"embedding_size": 16}, r"outputs 16-dimensional Gaussians, this model's are 32-dimensional"),
+        (None, r"records no GaussCSE fingerprint"),
+    ],
+    ids=["other-weights", "other-dimension", "no-fingerprint"],
+)
+def test_a_graph_not_exported_from_this_model_is_refused_when_served(
+    graph_of, message, saved_model, make_tiny_model, minilm_tokenizer
+):
+    """A graph of other weights, of a model of another dimension, or one that records no fingerprint (exported before
+    fingerprints, or by another tool) in the folder: ``encode(backend="onnx")`` and the sentence-transformers module
+    refuse it, naming the file and how to export it again; ``export=True`` exports this model's own."""
+    from gausscse.model.sentence_transformer_gausscse import GaussCSETransformer
+
+    model, folder = saved_model()
+    if graph_of is None:  # this model's graph without its metadata
+        export_onnx(model, folder)
+        graph = onnx.load(folder / ONNX_FILE)
+        del graph.metadata_props[:]
+        onnx.save(graph, folder / ONNX_FILE)
+    else:
+        other = make_tiny_model(similarity_reduction="sum", **graph_of)
+        other.get_tokenizer(minilm_tokenizer)
+        export_onnx(other, folder)
+    expected = rf"^{re.escape(str(folder / ONNX_FILE))} {message}.*export_onnx\(model, folder\).*export=True"
+    with pytest.raises(ValueError, match=expected):
+        model.encode(SENTENCES, backend="onnx")
+    with pytest.raises(ValueError, match=expected):
+        GaussCSETransformer.load(str(folder), backend="onnx")
+    module = GaussCSETransformer.load(str(folder), backend="onnx", model_kwargs={"export": True})
+    onnx_mu = module.forward(module.preprocess(SENTENCES))["mu"]
+    torch.testing.assert_close(onnx_mu, module.model(**module.preprocess(SENTENCES)).mu, atol=1e-5, rtol=1e-4)
+
+
+def test_a_model_in_memory_never_reads_the_working_directory(make_tiny_model, minilm_tokenizer, tmp_path, monkeypatch):
+    """A model built in memory has no folder: ``encode(backend="onnx")`` exports it rather than reading
+    ``./onnx/model.onnx`` of wherever the process stands; a folder that no longer exists is not looked up on the Hub."""
+    (tmp_path / "onnx").mkdir()
+    (tmp_path / ONNX_FILE).write_bytes(b"the graph of some other model")
+    monkeypatch.chdir(tmp_path)
+    model = make_tiny_model()
+    model.get_tokenizer(minilm_tokenizer)
+    assert model.name_or_path == ""
+    onnx_mu = model.encode(SENTENCES, backend="onnx").mu
+    torch.testing.assert_close(onnx_mu, model.encode(SENTENCES).mu, atol=1e-5, rtol=1e-4)
+    model.name_or_path = str(tmp_path / "gone")
+    with pytest.raises(FileNotFoundError, match=r"gone' has no onnx/model\.onnx: export it with"):
+        OnnxGaussianEncoder.from_model(model, export=False)
+
+
+def test_export_after_an_onnx_encode_works(saved_model):
+    """The README's flow: ``encode(backend="onnx")`` keeps an ONNX Runtime session on the model, which neither
+    ``export_onnx`` (it exports a deep copy) nor a copy of the model takes along."""
+    model, folder = saved_model()
+    reference = model.encode(SENTENCES)
+    model.encode(SENTENCES, backend="onnx")  # the folder has no graph: exported now, its session kept
+    copied = copy.deepcopy(model)
+    assert export_onnx(model, folder) == [folder / ONNX_FILE]
+    for served in (model, copied):
+        torch.testing.assert_close(served.encode(SENTENCES, backend="onnx").mu, reference.mu, atol=1e-5, rtol=1e-4)
+
+
+def test_a_missing_int8_graph_is_not_made_implicitly(saved_model):
+    """Only the float32 graph is exported when missing; the int8 one is asked for by name, with a float32 session
+    kept or not."""
+    model, folder = saved_model()
+    expected = r"has no onnx/model_qint8\.onnx: export it with .*export_onnx\(model, folder, quantize=True\)"
+    with pytest.raises(FileNotFoundError, match=expected):
+        OnnxGaussianEncoder.from_model(model, QUANTIZED_ONNX_FILE)
+    model.encode(SENTENCES, backend="onnx")
+    with pytest.raises(FileNotFoundError, match=expected):
+        model.encode(SENTENCES, backend="onnx", onnx_file=QUANTIZED_ONNX_FILE)
+    assert not (folder / "onnx").exists()
+
+
+def test_a_changed_model_gets_a_fresh_checked_session(saved_model, make_tiny_model, minilm_tokenizer):
+    """The sessions a model keeps are for its weights as they are: changed in place, a model in memory is exported
+    again, and a model whose folder's graph is of its earlier weights is refused."""
+    in_memory = make_tiny_model()
+    in_memory.get_tokenizer(minilm_tokenizer)
+    in_memory.encode(SENTENCES, backend="onnx")
+    with torch.no_grad():
+        in_memory.mean_head.bias.add_(0.5)
+    onnx_mu = in_memory.encode(SENTENCES, backend="onnx").mu
+    torch.testing.assert_close(onnx_mu, in_memory.encode(SENTENCES).mu, atol=1e-5, rtol=1e-4)
+    model, folder = saved_model()
+    export_onnx(model, folder)
+    model.encode(SENTENCES, backend="onnx")
+    with torch.no_grad():
+        model.mean_head.bias.add_(0.5)
+    with pytest.raises(ValueError, match="was exported from other weights"):
+        model.encode(SENTENCES, backend="onnx")
+
+
+def test_a_sentence_transformer_saves_only_a_graph_of_its_weights(saved_model, tmp_path):
+    """``st.save_pretrained`` writes the module's graph beside the weights only while the graph is theirs."""
+    from gausscse.model.sentence_transformer_gausscse import GaussCSETransformer
+
+    model, folder = saved_model()
+    export_onnx(model, folder)
+    module = GaussCSETransformer.load(str(folder), backend="onnx")
+    module.save(str(tmp_path / "same"))
+    assert (tmp_path / "same" / ONNX_FILE).is_file()
+    with torch.no_grad():
+        module.model.mean_head.bias.add_(0.5)
+    module.save(str(tmp_path / "changed"))
+    assert not (tmp_path / "changed" / ONNX_FILE).exists()
+
+
+def test_a_graph_exported_by_the_package_is_served_by_the_folders_own_code(saved_model, fresh_python, tmp_path):
+    """The fingerprint a graph records (computed by the installed package) is the one the folder's shipped code
+    computes for the model it loads: the graph is served, not refused, in a fresh process without the package."""
+    model, folder = saved_model(frozen_mean=True)
+    export_onnx(model, folder)
+    expected = model.encode(SENTENCES).mu.tolist()
+    code = f"""
+import torch
+from sentence_transformers import SentenceTransformer
+st = SentenceTransformer({str(folder)!r}, trust_remote_code=True, backend="onnx")
+got = st.encode({SENTENCES!r}, convert_to_tensor=True)
+torch.testing.assert_close(got, torch.tensor({expected!r}), atol=1e-5, rtol=1e-4)
+print("ok")
+"""
+    assert fresh_python(code, tmp_path).strip().endswith("ok")

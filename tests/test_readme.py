@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from gausscse import GaussCSEConfig
+from gausscse import GaussCSEConfig, GaussianEmbeddings
 
-from .helpers import entropy, heads_by_hand, reference_similarity
+from .helpers import entropy, heads_by_hand, reference_search_score, reference_similarity
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -77,21 +77,21 @@ def test_readme_usage_example_prints_the_kl_scores_of_a_saved_model(minilm_gauss
     assert by_variance == [generality[i] > generality[len(premises) + i] for i in range(len(premises))]
 
 
-def test_readme_sentence_transformers_example_prints_the_kl_scores(minilm_gausscse, fresh_python, tmp_path):
-    """On a model with the default reduction (mean_kl, as the quickstart's), the example prints sim(claim‖passage)."""
+def test_readme_sentence_transformers_example_prints_the_search_scores(minilm_gausscse, fresh_python, tmp_path):
+    """On a model that states a search score (as the quickstart's), the example prints cos(μ_claim, μ_passage) −
+    λ·KL(claim‖passage)/d (scikit-learn, torch.distributions, heads applied by hand) and its best passage per claim."""
     code = usage_example(1)
     assert "trust_remote_code=True" in code
     model = copy.deepcopy(minilm_gausscse)
     model.config.similarity_reduction = GaussCSEConfig().similarity_reduction
-    claims, passages, (best, similarity) = run_example(
+    model.config.search_kl_weight = 0.2
+    claims, passages, (scores, best) = run_example(
         code, "SentenceTransformer", ("claims", "passages"), model, fresh_python, tmp_path
     )
 
     raw_mu, logvar = heads_by_hand(model, model.get_tokenizer(), claims + passages)
-    mu = torch.tanh(raw_mu)
+    gaussians = GaussianEmbeddings(torch.tanh(raw_mu), logvar)
     claim, passage = slice(0, len(claims)), slice(len(claims), None)
-    reduction = model.config.similarity_reduction
-    # sim(claim‖passage)
-    expected = reference_similarity(mu[claim], logvar[claim], mu[passage], logvar[passage], reduction)
-    torch.testing.assert_close(torch.tensor(similarity, dtype=torch.float64), expected, rtol=1e-5, atol=0)
+    expected = reference_search_score(gaussians[claim], gaussians[passage], 0.2, "entailing")
+    torch.testing.assert_close(torch.tensor(scores, dtype=torch.float64), expected, rtol=1e-5, atol=1e-6)
     assert best == expected.argmax(dim=1).tolist()

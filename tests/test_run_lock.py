@@ -1,5 +1,6 @@
-"""One training run per ``--output_dir`` (issue 23): the run lock beside the folder, held for the whole run, and a
-staging folder of its own for every final save."""
+"""One training run per ``--output_dir``: the run lock beside the folder (filelock), held for the whole run, naming
+its holder to a refused run, taken with a warning after a run that died; and a staging folder of its own for every
+final save."""
 
 from __future__ import annotations
 
@@ -74,12 +75,18 @@ def dead_pid() -> int:
     return child.pid
 
 
+def holder_path(output: Path) -> Path:
+    return RunLock(output).holder_path
+
+
 def write_stale_lock(output: Path, pid: int, host: str | None = None) -> Path:
+    """What a run killed outright leaves: the lock file (no process holds its flock) and its holder description."""
     path = lock_path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
     holder = {"pid": pid, "host": host or socket.gethostname(), "started": "2020-01-01T00:00:00+00:00"}
-    path.write_text(json.dumps(holder))
-    return path
+    holder_path(output).write_text(json.dumps(holder))
+    return holder_path(output)
 
 
 def contents(folder: Path) -> dict[str, bytes]:
@@ -103,21 +110,21 @@ def test_a_second_training_into_a_held_output_dir_is_refused_even_with_overwrite
         assert "Traceback" not in done.stderr
         last = done.stderr.strip().splitlines()[-1]
         assert last.startswith(f"gausscse-train: error: --output_dir {output} is in use by another training run")
-        for part in (f"pid {holder.pid} on {socket.gethostname()}", str(lock_path(output)), "still running", "delete"):
+        for part in (f"pid {holder.pid} on {socket.gethostname()}", str(lock_path(output)), "still running"):
             assert part in last
         with pytest.raises(OutputDirLockedError, match=f"pid {holder.pid} "):  # in-process, without the flag
             train_gausscse.main(train_args(backbone, data_dir, output, *QUICK))
         assert contents(output) == before
         assert not list(tmp_path.glob(".run.saving*"))
-        assert json.loads(lock_path(output).read_text())["pid"] == holder.pid  # still the holder's lock
+        assert json.loads(holder_path(output).read_text())["pid"] == holder.pid  # still the holder's lock
     finally:
-        holder.send_signal(signal.SIGKILL)  # killed outright: its lock file stays, its flock goes with it
+        holder.send_signal(signal.SIGKILL)  # killed outright: its description stays, its flock goes with it
         holder.wait()
-    assert lock_path(output).exists()
+    assert holder_path(output).exists()
     with caplog.at_level(logging.WARNING, logger=run_lock.__name__), RunLock(output) as lock:
-        assert json.loads(lock.path.read_text())["pid"] == os.getpid()
+        assert json.loads(lock.holder_path.read_text())["pid"] == os.getpid()
     assert f"took over the stale lock {lock_path(output)} of pid {holder.pid}" in caplog.text
-    assert not lock_path(output).exists()
+    assert not holder_path(output).exists() and not lock.held
 
 
 def test_a_stale_lock_is_taken_over_and_the_lock_is_held_during_the_run_and_gone_after(
@@ -125,7 +132,7 @@ def test_a_stale_lock_is_taken_over_and_the_lock_is_held_during_the_run_and_gone
 ):
     output = tmp_path / "run"
     gone = dead_pid()
-    lock = write_stale_lock(output, gone)
+    lock = write_stale_lock(output, gone)  # the holder description
     held_by = []
     train = GaussCSETrainer.train
 
@@ -136,10 +143,10 @@ def test_a_stale_lock_is_taken_over_and_the_lock_is_held_during_the_run_and_gone
     monkeypatch.setattr(GaussCSETrainer, "train", spying_train)
     with caplog.at_level(logging.WARNING, logger=run_lock.__name__):
         model_dir = train_gausscse.main(train_args(backbone, data_dir, output, *QUICK))
-    assert f"took over the stale lock {lock} of pid {gone}" in caplog.text
+    assert f"took over the stale lock {lock_path(output)} of pid {gone}" in caplog.text
     assert held_by == [os.getpid()]
     assert (model_dir / "model.safetensors").is_file()
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]  # no lock, no staging folder left
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".run.lock", "run"]  # no holder, no staging folder
 
     # a failed run lets go too: refused by the emptiness check (which comes after the lock), or failing mid-way
     with pytest.raises(ValueError, match="is not empty"):
@@ -147,13 +154,15 @@ def test_a_stale_lock_is_taken_over_and_the_lock_is_held_during_the_run_and_gone
     assert not lock.exists()
 
     def failing_train(self, *args, **kwargs):
-        held_by.append(json.loads(lock_path(tmp_path / "other").read_text())["pid"])
+        held_by.append(json.loads(holder_path(tmp_path / "other").read_text())["pid"])
         raise RuntimeError("the training failed")
 
     monkeypatch.setattr(GaussCSETrainer, "train", failing_train)
     with pytest.raises(RuntimeError, match="the training failed"):
         train_gausscse.main(train_args(backbone, data_dir, tmp_path / "other", *QUICK))
-    assert held_by == [os.getpid(), os.getpid()] and not lock_path(tmp_path / "other").exists()
+    assert held_by == [os.getpid(), os.getpid()] and not holder_path(tmp_path / "other").exists()
+    with RunLock(tmp_path / "other"):  # and it is free again
+        pass
 
 
 def test_runs_racing_for_one_lock_never_both_get_it(tmp_path):
@@ -169,44 +178,24 @@ def test_runs_racing_for_one_lock_never_both_get_it(tmp_path):
             for child in children:
                 finish(child)
         assert results == ["refused", "refused", "won"], f"round {round_}: {results}"
-        assert not lock_path(output).exists()
+        assert not holder_path(output).exists()
 
 
-def test_of_two_runs_that_find_the_same_stale_lock_only_one_takes_it_over(tmp_path, monkeypatch):
+def test_a_description_left_behind_never_blocks_and_another_lock_of_this_process_is_refused(tmp_path, caplog):
+    """The flock alone decides: a holder description of a run on another host or an unreadable one does not keep a
+    free folder (the warning names what was left), and a second RunLock of this very process is refused while the
+    first is held."""
     output = tmp_path / "out"
-    stale = write_stale_lock(output, dead_pid()).stat().st_ino
-    flock, first = run_lock._try_flock, []
-
-    def flock_after_another_run(descriptor):  # the worst moment: between this run's look at the lock and its flock
-        if not first and os.fstat(descriptor).st_ino == stale:
-            first.append(None)
-            first.append(RunLock(output).acquire())  # another run takes the stale lock over, and holds it
-        return flock(descriptor)
-
-    monkeypatch.setattr(run_lock, "_try_flock", flock_after_another_run)
-    with pytest.raises(OutputDirLockedError, match=f"pid {os.getpid()} .*still running"):
-        RunLock(output).acquire()
-    assert first[1].held and json.loads(lock_path(output).read_text())["pid"] == os.getpid()
-    first[1].release()
-    assert not lock_path(output).exists()
-
-
-def test_locks_that_cannot_be_judged_stale_are_refused_and_left_alone(tmp_path):
-    output = tmp_path / "out"
-    other_host = write_stale_lock(output, 1234, host="another-host.example")
-    with pytest.raises(OutputDirLockedError, match=r"pid 1234 on another-host.example.*on another host"):
-        RunLock(output).acquire()
-    assert json.loads(other_host.read_text())["host"] == "another-host.example"
-    other_host.write_text("not json {")
-    with pytest.raises(OutputDirLockedError, match=r"\.out\.lock is not a GaussCSE run lock .*delete the lock file"):
-        RunLock(output).acquire()
-    assert other_host.read_text() == "not json {"
-    write_stale_lock(output, os.getpid())  # a live pid, but no process holds the file: its run is gone (pid reused)
-    with RunLock(output) as lock:
+    write_stale_lock(output, 1234, host="another-host.example")
+    with caplog.at_level(logging.WARNING, logger=run_lock.__name__), RunLock(output) as lock:
         with pytest.raises(OutputDirLockedError, match=f"pid {os.getpid()} .*still running"):
-            RunLock(output).acquire()  # another open file of this very process is refused too
+            RunLock(output).acquire()
         assert lock.held
-    assert not lock.held and not lock_path(output).exists()
+    assert "of pid 1234 on another-host.example" in caplog.text
+    holder_path(output).write_text("not json {")
+    with RunLock(output) as lock:
+        assert json.loads(lock.holder_path.read_text())["pid"] == os.getpid()
+    assert not lock.held and not holder_path(output).exists()
 
 
 def test_the_other_processes_stop_when_the_main_one_is_refused(tmp_path, monkeypatch):
@@ -233,8 +222,8 @@ def test_the_other_processes_stop_when_the_main_one_is_refused(tmp_path, monkeyp
     assert len(sent) == 1 and str(output) in sent[0]
     rank = 0
     with hold_output_dir(main_process):  # free now: the main process takes it and says so
-        assert sent[-1] is None and lock_path(output).exists()
-    assert not lock_path(output).exists()
+        assert sent[-1] is None and holder_path(output).exists()
+    assert not holder_path(output).exists()
 
 
 def test_each_final_save_stages_in_a_folder_of_its_own_and_leaves_other_runs_staging(backbone, tmp_path, monkeypatch):

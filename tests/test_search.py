@@ -18,10 +18,11 @@ from gausscse import GaussianEmbeddings
 from gausscse.cli.search import main as search_main
 from gausscse.cli.search import read_corpus
 from gausscse.model.gaussian import similarity_matrix
-from gausscse.search import GaussianIndex, SentenceIndex, faiss_backend
+from gausscse.search import GaussianIndex, SentenceIndex
 from gausscse.search import index as index_module
+from gausscse.search.backends import BACKENDS, faiss_backend
 
-from .helpers import assert_top_k, reference_similarity
+from .helpers import assert_top_k, reference_search_score, reference_similarity
 
 
 def gaussians(count: int, seed: int, dim: int = 12) -> GaussianEmbeddings:
@@ -113,7 +114,7 @@ def test_faiss_indexes_grow_with_later_adds_and_round_trip(backend, tmp_path):
     index.entailing(queries, 3)  # builds the 'entailing' FAISS index from 30 items
     index.add(items[30:])  # reaches the built index (added, or rebuilt when outside its transform)
     check_against_brute_force(index, queries, items, k=5)
-    assert {name: built.size for name, built in index._faiss.items()} == {"entailing": 50, "entailed_by": 50}
+    assert {name: built.size for name, built in index.engine.directions.items()} == {"entailing": 50, "entailed_by": 50}
     index.save(tmp_path / "index")
     transforms = [] if backend == "faiss" else ["entailed_by.transform.safetensors", "entailing.transform.safetensors"]
     assert sorted(path.name for path in (tmp_path / "index").iterdir()) == sorted(
@@ -127,7 +128,10 @@ def test_faiss_indexes_grow_with_later_adds_and_round_trip(backend, tmp_path):
         ]
     )
     loaded = GaussianIndex.load(tmp_path / "index")
-    assert {name: built.size for name, built in loaded._faiss.items()} == {"entailing": 50, "entailed_by": 50}
+    assert {name: built.size for name, built in loaded.engine.directions.items()} == {
+        "entailing": 50,
+        "entailed_by": 50,
+    }
     check_against_brute_force(loaded, queries, items, k=5)
 
 
@@ -136,15 +140,15 @@ def test_an_approximate_index_is_extended_in_place_or_rebuilt_when_items_fall_ou
     items = gaussians(40, seed=10)
     index = GaussianIndex(12, "sum", "faiss-hnsw", candidates_per_result=41)
     index.add(items)
-    built = index.faiss_direction("entailing")
+    built = index.engine.direction("entailing")
     assert len(built.transform["outliers"]) == 0
     index.add(items[:1])  # a copy of a stored item fits the transform: added to the graph
-    assert index.faiss_direction("entailing") is built and built.faiss_index.ntotal == 41
+    assert index.engine.direction("entailing") is built and built.faiss_index.ntotal == 41
     narrow = GaussianEmbeddings(items.mu[:2], torch.full((2, 12), -9.0))  # 1/σ² = e^9: far outside
     index.add(narrow)  # kept beside the graph, scored exactly for every query
-    assert index.faiss_direction("entailing") is built and built.transform["outliers"].tolist() == [41, 42]
+    assert index.engine.direction("entailing") is built and built.transform["outliers"].tolist() == [41, 42]
     index.add(narrow[:1])  # a third one is more than MAX_OUTLIERS: rebuilt
-    rebuilt = index.faiss_direction("entailing")
+    rebuilt = index.engine.direction("entailing")
     assert rebuilt is not built and rebuilt.size == 44
     all_items = GaussianEmbeddings(
         torch.cat([items.mu, items.mu[:1], narrow.mu, narrow.mu[:1]]),
@@ -269,6 +273,35 @@ def test_cli_build_and_query_end_to_end(tiny_model_folder, tmp_path):
         # other batch shapes, equal to ~1e-6 relative on any CPU; 1e-4 leaves room, and the tiny model's scores are
         # ~1e-2 apart, so the order is still checked
         assert_top_k(ids, [[hit["score"] for hit in row] for row in hits], scores, rtol=1e-4)
+
+
+def test_a_model_that_states_a_search_score_is_indexed_by_it_unless_told(tiny_model_folder, tmp_path):
+    """``--score auto`` (the default) indexes a model that states λ by its search score (the hits' scores are
+    cos − λ·KL/d: scikit-learn, torch.distributions), ``--score similarity`` by sim; ``--score search`` on a model
+    without λ is one clear error before anything is encoded."""
+    from gausscse import GaussCSEModel
+    from gausscse.model.configuration_gausscse import GaussCSEConfig
+
+    corpus_path = tmp_path / "corpus.txt"
+    corpus_path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    build = ["build", "--model", str(tiny_model_folder), "--corpus", str(corpus_path), "--index"]
+    with pytest.raises(ValueError, match="score='search' needs a model whose config states search_kl_weight"):
+        search_main([*build, str(tmp_path / "none"), "--score", "search"])
+    assert not (tmp_path / "none").exists()
+    config = GaussCSEConfig.from_pretrained(tiny_model_folder)
+    config.search_kl_weight = 2.0
+    config.save_pretrained(tiny_model_folder)
+    search_main([*build, str(tmp_path / "auto")])
+    search_main([*build, str(tmp_path / "sim"), "--score", "similarity"])
+    assert SentenceIndex.load(tmp_path / "auto").index.kl_weight == 2.0
+    assert SentenceIndex.load(tmp_path / "sim").index.kl_weight is None
+    model = GaussCSEModel.from_pretrained(tiny_model_folder).eval()
+    distinct = [sentence for sentence in dict.fromkeys(CORPUS) if sentence]
+    claims = ["Someone is making music.", "Animals are outside."]
+    hits = search_main(["query", "--index", str(tmp_path / "auto"), "--entailing", *claims, "-k", "5"])
+    expected = reference_search_score(model.encode(claims), model.encode(distinct), 2.0, "entailing")
+    ids = torch.tensor([[hit["id"] for hit in row] for row in hits])
+    assert_top_k(ids, [[hit["score"] for hit in row] for row in hits], expected, rtol=1e-4)
 
 
 def test_cli_errors_name_the_argument(tiny_model_folder, tmp_path):
@@ -410,6 +443,74 @@ def test_every_backend_returns_the_models_own_scores_near_the_clamp(backend, red
         torch.testing.assert_close(scores, expected.gather(1, ids), rtol=one_step, atol=0.0)
         if backend in ("faiss", "lancedb"):  # the exact ones: the top 10 of the model's own scores
             assert_top_k(ids, scores, expected, rtol=one_step)
+
+
+@pytest.mark.parametrize("backend", ["torch", "faiss", "faiss-hnsw", "lancedb", "lancedb-ann"])
+@pytest.mark.parametrize("kl_weight", [0.0, 0.3, 8.0])
+def test_every_backend_ranks_by_the_search_score_and_keeps_it_when_reopened(backend, kl_weight, tmp_path):
+    """``kl_weight=λ``: both directions rank by cos(μ_q, μ_x) − λ·KL/d and return it (scikit-learn's cosine,
+    torch.distributions' KL), λ = 0 being the cosine; the exact backends give the exact top 10, the approximate ones
+    most of it; a saved (or reopened) index keeps λ."""
+    items, queries = low_rank_gaussians(1200, seed=40), low_rank_gaussians(20, seed=41)
+    lancedb = {"uri": tmp_path / "db"} if backend.startswith("lancedb") else {}
+    index = GaussianIndex(64, "mean_kl", backend, kl_weight=kl_weight, **lancedb)
+    index.add(items)
+    if lancedb:
+        reopened = GaussianIndex.load(tmp_path / "db")
+    else:
+        index.save(tmp_path / "saved")
+        reopened = GaussianIndex.load(tmp_path / "saved")
+    assert reopened.kl_weight == kl_weight
+    for searched in (index, reopened):
+        for direction in ("entailing", "entailed_by"):
+            expected = reference_search_score(queries, items, kl_weight, direction)
+            scores, ids = getattr(searched, direction)(queries, 10)
+            torch.testing.assert_close(scores.double(), expected.gather(1, ids), rtol=1e-6, atol=1e-7)
+            if backend in ("torch", "faiss", "lancedb"):
+                assert_top_k(ids, scores, expected, rtol=1e-6)
+            else:
+                best = expected.topk(10, dim=1).indices.tolist()
+                found = sum(len(set(a) & set(b)) for a, b in zip(best, ids.tolist(), strict=True))
+                assert found / ids.numel() >= 0.8, (direction, found)
+
+
+@pytest.mark.parametrize("kl_weight", [None, 0.0, 0.3])
+@pytest.mark.parametrize("direction", ["entailing", "entailed_by"])
+def test_the_lift_keeps_the_inner_product_up_to_a_per_query_scale_and_shift(direction, kl_weight):
+    """What the approximate backends hand to an L2 index: for each query, ⟨lifted query, lifted item⟩ = a·score + b
+    with a > 0 (the ranking kept exactly), the score being −KL or the search score (scikit-learn, torch.distributions),
+    for the items inside the graph."""
+    from gausscse.search.lift import fit_lift, lifted_queries
+
+    items, queries = low_rank_gaussians(400, seed=42), low_rank_gaussians(6, seed=43)
+    transform, inliers, vectors = fit_lift(items, direction, kl_weight)
+    products = torch.from_numpy(lifted_queries(queries, direction, transform, kl_weight) @ vectors.T).double()
+    if kl_weight is None:
+        pair = (queries, items) if direction == "entailing" else (items, queries)
+        similarity = reference_similarity(pair[0].mu, pair[0].logvar, pair[1].mu, pair[1].logvar, "sum")
+        score = -(1.0 / similarity - 1.0)
+        score = score if direction == "entailing" else score.T
+    else:
+        score = reference_search_score(queries, items, kl_weight, direction)
+    score = score[:, torch.from_numpy(inliers)]
+    for row, target in zip(products, score, strict=True):
+        design = torch.stack([target, torch.ones_like(target)], dim=1)
+        (scale, shift), *_ = torch.linalg.lstsq(design, row[:, None])
+        assert float(scale) > 0
+        torch.testing.assert_close(
+            design @ torch.stack([scale, shift]), row[:, None], rtol=0, atol=1e-4 * row.abs().max()
+        )
+
+
+def test_the_search_score_differs_from_the_similarity_ranking():
+    """The two rankings an index offers are different orders (else the test above could pass on the similarity)."""
+    items, queries = low_rank_gaussians(300, seed=40), low_rank_gaussians(5, seed=41)
+    by_similarity, by_search = GaussianIndex(64, "mean_kl"), GaussianIndex(64, "mean_kl", kl_weight=0.3)
+    for index in (by_similarity, by_search):
+        index.add(items)
+    assert by_similarity.entailing(queries, 10)[1].tolist() != by_search.entailing(queries, 10)[1].tolist()
+    with pytest.raises(ValueError, match="kl_weight must be a finite number >= 0"):
+        GaussianIndex(64, "mean_kl", kl_weight=-1.0)
 
 
 def test_items_an_index_cannot_score_are_refused_at_add_naming_the_row():
@@ -642,7 +743,7 @@ def test_lancedb_backend_is_exact_in_both_directions_and_after_reopening(backend
     for k in (1, 10, 280):
         check_against_brute_force(index, queries, items[:280], k)
     if backend == "lancedb-ann":
-        assert index._lance.ann_covers(len(index))  # LanceDB's own IVF index answered
+        assert index.engine.table.ann_covers(len(index))  # LanceDB's own IVF index answered
     index.save(tmp_path / "saved")
     for reopened in (GaussianIndex.load(uri), GaussianIndex.load(tmp_path / "saved")):
         assert (reopened.backend, reopened.reduction, len(reopened)) == (backend, reduction, 280)
@@ -650,7 +751,7 @@ def test_lancedb_backend_is_exact_in_both_directions_and_after_reopening(backend
     reopened = GaussianIndex.load(uri)
     reopened.add(items[280:])  # ids continue in the same database
     check_against_brute_force(GaussianIndex.load(uri), queries, items, 10)
-    _, sentences = GaussianIndex.load(uri)._lance.read()
+    _, sentences = GaussianIndex.load(uri).engine.table.read()
     assert sentences == [f"sentence {number}" for number in range(200)] + [None] * 100
 
 
@@ -673,7 +774,7 @@ def test_lancedb_ann_recall_at_10_with_few_partitions_probed(direction, tmp_path
         index.add(items)
     _, expected = getattr(exact, direction)(queries, 10)
     scores, found = getattr(approximate, direction)(queries, 10)
-    ann = approximate._lance.ann_tables()[direction]
+    ann = approximate.engine.table.ann_tables()[direction]
     assert [index.index_type for index in ann.table.list_indices()] == ["IvfFlat"]
     assert ann.table.count_rows() + len(ann.transform["outliers"]) == ann.rows == 3000
     recall = sum(len(set(a) & set(b)) for a, b in zip(expected.tolist(), found.tolist(), strict=True)) / 500
@@ -698,22 +799,22 @@ def test_lancedb_ann_finds_later_rows_and_kept_out_items_and_rebuilds_when_outnu
     index = GaussianIndex(16, "sum", "lancedb-ann", uri=uri)
     index.add(items[:600])
     check_against_brute_force(index, queries, items[:600], 10)  # builds from 600 rows
-    built = index._lance.ann_tables()
+    built = index.engine.table.ann_tables()
     assert {direction: table.rows for direction, table in built.items()} == {"entailing": 600, "entailed_by": 600}
     assert {0, 1} <= set(built["entailing"].transform["outliers"].tolist())
     index.add(items[600:1000])  # 400 later rows: flat-scanned beside the index
     check_against_brute_force(index, queries, items[:1000], 10)
-    assert index._lance.ann_tables() is built
+    assert index.engine.table.ann_tables() is built
     check_against_brute_force(GaussianIndex.load(uri), queries, items[:1000], 10)
     index.add(items[1000:])  # 800 later rows outnumber the 600 indexed: the next search rebuilds
     check_against_brute_force(index, queries, items, 10)
-    assert {direction: table.rows for direction, table in index._lance.ann_tables().items()} == {
+    assert {direction: table.rows for direction, table in index.engine.table.ann_tables().items()} == {
         "entailing": 1400,
         "entailed_by": 1400,
     }
     reopened = GaussianIndex.load(uri)
     check_against_brute_force(reopened, queries, items, 10)
-    assert reopened._lance.ann_tables()["entailed_by"].rows == 1400
+    assert reopened.engine.table.ann_tables()["entailed_by"].rows == 1400
 
 
 @pytest.mark.parametrize("backend", ["faiss-hnsw", "lancedb-ann"])
@@ -779,7 +880,7 @@ def test_lancedb_errors_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"sentences are stored by the LanceDB backends; backend 'torch'"):
         GaussianIndex(12, "sum").add(items, ["s"] * 5)
     with pytest.raises(FileNotFoundError, match=r"holds no GaussianIndex table"):
-        GaussianIndex.open_lancedb(tmp_path / "empty")
+        BACKENDS["lancedb"].open(tmp_path / "empty")
 
 
 def test_cli_builds_and_queries_a_lancedb_index(tiny_model_folder, tmp_path):
@@ -797,5 +898,5 @@ def test_cli_builds_and_queries_a_lancedb_index(tiny_model_folder, tmp_path):
     assert_top_k([[hit["id"] for hit in hits[0]]], [[hit["score"] for hit in hits[0]]], scores, rtol=1e-4)  # as above
     with pytest.raises(ValueError, match=r"--uri .*ix\.lancedb already holds a GaussianIndex database"):
         search_main([*build, "--backend", "lancedb"])
-    with pytest.raises(ValueError, match=r"--uri is the LanceDB database of --backend lancedb"):
+    with pytest.raises(ValueError, match=r"--uri is the database of --backend lancedb / lancedb-ann, not of torch"):
         search_main([*build, "--uri", str(tmp_path / "other")])

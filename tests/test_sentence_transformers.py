@@ -330,6 +330,39 @@ def test_the_route_vectors_are_float32_and_their_dot_is_minus_kl(minilm_tokenize
         assert_dot_is_minus_kl(query, document, kl if direction == "entailing" else kl.T)
 
 
+def test_a_model_with_a_search_score_routes_to_it_through_a_saved_folder(minilm_tokenizer, tmp_path):
+    """A model whose config states λ (search_kl_weight): a folder loaded by sentence-transformers gives routes of
+    3d + 2 values whose dot is cos(μ_q, μ_x) − λ·KL(q‖x)/d (scikit-learn, torch.distributions) and ranks as the
+    model's GaussianIndex; score="similarity" keeps −KL; score="search" on a model without λ is refused."""
+    from gausscse.search import GaussianIndex
+
+    from .helpers import reference_search_score
+
+    model = spread_model("mean_kl")
+    model.config.search_kl_weight = 0.7
+    model.save_pretrained(tmp_path / "searching")
+    minilm_tokenizer.save_pretrained(tmp_path / "searching")
+    st = SentenceTransformer(str(tmp_path / "searching"), trust_remote_code=True)
+    query = st.encode_query(CLAIMS, convert_to_tensor=True)
+    document = st.encode_document(PASSAGES, convert_to_tensor=True)
+    assert query.shape == (4, 98) and st.get_embedding_dimension(task="document") == 98  # 3d + 2
+    claims, passages = (model.encode(text, tokenizer=minilm_tokenizer) for text in (CLAIMS, PASSAGES))
+    expected = reference_search_score(claims, passages, 0.7, "entailing")
+    torch.testing.assert_close((query @ document.T).double(), expected, rtol=1e-4, atol=1e-5)
+    index = GaussianIndex(32, "mean_kl", kl_weight=0.7)
+    index.add(passages)
+    scores, ids = index.entailing(claims, len(PASSAGES))
+    assert torch.equal(ids, (query @ document.T).argsort(dim=1, descending=True))
+    torch.testing.assert_close(scores.double(), expected.gather(1, ids), rtol=1e-5, atol=1e-6)
+    by_kl = model.as_sentence_transformer(minilm_tokenizer, score="similarity")
+    kl = reference_kl(claims.mu, claims.logvar, passages.mu, passages.logvar)
+    assert_dot_is_minus_kl(
+        by_kl.encode_query(CLAIMS, convert_to_tensor=True), by_kl.encode_document(PASSAGES, convert_to_tensor=True), kl
+    )
+    with pytest.raises(ValueError, match="score='search' needs a model whose config states search_kl_weight"):
+        spread_model().as_sentence_transformer(minilm_tokenizer, score="search")
+
+
 def test_the_route_dimension_is_reported(minilm_tokenizer):
     """get_embedding_dimension() is what encode returns (μ: d, as sentence-transformers defines it); with task=
     "query" / "document" it is the route's 2d + 2 (d with direction="none"), on the model and on its module."""

@@ -34,7 +34,9 @@ from transformers import AutoModel, AutoTokenizer
 
 import train_gausscse
 from gausscse import GaussCSEModel
+from gausscse.evaluation.encoders import load_encoder
 from gausscse.loading import ModelLoadError, load_model
+from gausscse.training.lora import apply_lora
 from gausscse.training.save import HubPushError, check_hub_push
 
 from .helpers import fresh_env, train_args
@@ -71,7 +73,8 @@ from sentence_transformers import SentenceTransformer
 st = SentenceTransformer({folder!r}, trust_remote_code=True)
 features = st.encode({sentences!r}, output_value=None)
 query = st.encode_query({sentences!r})
-assert query.shape[1] == 2 * len(features[0]["mu"]) + 2, query.shape
+dim, searching = len(features[0]["mu"]), st[0].model.config.search_kl_weight is not None
+assert query.shape[1] == (3 if searching else 2) * dim + 2, query.shape  # the search score's maps, or the KL's
 print(json.dumps({{"mu": [f["mu"].tolist() for f in features], "logvar": [f["logvar"].tolist() for f in features]}}))
 """
 GAUSSCSE_READERS = """
@@ -463,7 +466,7 @@ def test_push_to_hub_that_cannot_work_stops_before_anything_is_written(
 
 MARKER_CODE = """from pathlib import Path
 Path({marker!r}).write_text("ran")
-from transformers import BertConfig, BertModel
+from transformers import BertConfig, BertModel, BertTokenizerFast
 
 
 class MarkedConfig(BertConfig):
@@ -472,6 +475,10 @@ class MarkedConfig(BertConfig):
 
 class MarkedModel(BertModel):
     config_class = MarkedConfig
+
+
+class MarkedTokenizer(BertTokenizerFast):
+    pass
 """
 
 
@@ -484,6 +491,16 @@ def backbone_with_code(backbone: Path, folder: Path, marker: Path, model_type: s
     config["auto_map"] = {"AutoConfig": "marked.MarkedConfig", "AutoModel": "marked.MarkedModel"}
     config["model_type"] = model_type
     (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def tokenizer_with_code(folder: Path, marker: Path) -> Path:
+    """``folder`` (a model folder with a tokenizer) with a tokenizer_config.json that maps AutoTokenizer to the
+    folder's own code, which writes ``marker`` when it runs."""
+    (folder / "marked.py").write_text(MARKER_CODE.format(marker=str(marker)))
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    tokenizer_config.update(auto_map={"AutoTokenizer": [None, "marked.MarkedTokenizer"]}, tokenizer_class="Marked")
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     return folder
 
 
@@ -578,3 +595,165 @@ def test_the_sentence_transformers_save_keeps_its_settings(shared_folders, tmp_p
     assert saved["requirements"]["sentence-transformers"]["specifier"] == ">=6"
     modules = json.loads((tmp_path / "st" / "modules.json").read_text())
     assert modules[0]["type"] == "sentence_transformer_gausscse.GaussCSETransformer"
+
+
+# ------------------------------------------------------------------------ adapter folders: one backbone, one layout
+
+
+def lora_model(backbone: str | Path, seed: int = 0) -> GaussCSEModel:
+    """An eval-mode LoRA model started from ``backbone`` whose adapters change the encoder (lora_B drawn at random, as
+    after training; peft starts it at zero)."""
+    torch.manual_seed(seed)
+    model = apply_lora(GaussCSEModel.from_backbone(str(backbone)), r=4, alpha=8.0, dropout=0.0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.5)
+    return model.eval()
+
+
+def set_adapter_base(folder: Path, base: str | Path) -> None:
+    """Point the adapter folder's adapter_config.json base_model_name_or_path at ``base``."""
+    config_file = folder / "adapter" / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    config["base_model_name_or_path"] = str(base)
+    config_file.write_text(json.dumps(config))
+
+
+def test_an_adapter_records_its_backbone_absolutely_and_checks_it(backbone, tmp_path, monkeypatch):
+    """A backbone given by a relative path is recorded by its absolute one, with the SHA-256 of its files: the folder
+    loads the same model from a working directory that holds another "bb"; a copy of the backbone loads as the
+    backbone; a backbone whose weights changed is refused, naming the folder, the recorded backbone and the file."""
+    shutil.copytree(backbone, tmp_path / "bb")
+    monkeypatch.chdir(tmp_path)
+    model = lora_model("bb")
+    model.save_pretrained("adapter-folder")
+    folder, expected = tmp_path / "adapter-folder", model.encode(SENTENCES)
+    adapter_config = json.loads((folder / "adapter" / "adapter_config.json").read_text())
+    record = json.loads((folder / "adapter" / "backbone.json").read_text())
+    absolute = str((tmp_path / "bb").resolve())
+    assert adapter_config["base_model_name_or_path"] == record["base_model_name_or_path"] == absolute
+    assert set(record["sha256"]) == {"config.json", "model.safetensors"}
+
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(backbone, elsewhere / "bb")  # another backbone of the same relative name, other weights
+    weights = load_file(elsewhere / "bb" / "model.safetensors")
+    changed = next(name for name in weights if name.endswith("query.weight"))
+    weights[changed] = weights[changed] + 0.5
+    save_file(weights, elsewhere / "bb" / "model.safetensors", metadata={"format": "pt"})
+    monkeypatch.chdir(elsewhere)
+    loaded = load_model(folder).encode(SENTENCES)
+    torch.testing.assert_close(loaded.mu, expected.mu)
+    torch.testing.assert_close(loaded.logvar, expected.logvar)
+
+    shutil.copytree(backbone, tmp_path / "copy-of-bb")
+    set_adapter_base(folder, tmp_path / "copy-of-bb")
+    torch.testing.assert_close(load_model(folder).encode(SENTENCES).mu, expected.mu)
+    set_adapter_base(folder, elsewhere / "bb")
+    message = (
+        rf"^{re.escape(str(folder))}: .*its adapter was trained on the backbone {re.escape(absolute)} .*"
+        rf"backbone found, {re.escape(str(elsewhere / 'bb'))}, is not that one: its model\.safetensors differ"
+    )
+    with pytest.raises(ModelLoadError, match=message) as refused:
+        load_model(folder)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_full_save_over_an_adapter_folder_leaves_one_layout(backbone, tmp_path):
+    """Full weights (sharded), then an adapter folder, then full weights again into one folder: each save leaves only
+    its own layout, and the folder loads the model saved last (not the earlier adapter's heads)."""
+    folder = tmp_path / "model"
+    torch.manual_seed(1)
+    full = GaussCSEModel.from_backbone(str(backbone)).eval()
+    adapter = lora_model(backbone)
+
+    def files() -> set[str]:
+        return {str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()}
+
+    full.save_pretrained(folder, max_shard_size="1MB")
+    assert "model.safetensors.index.json" in files()
+    adapter.save_pretrained(folder)
+    assert not any(name.startswith("model") and "safetensors" in name for name in files())
+    torch.testing.assert_close(load_model(folder).encode(SENTENCES).mu, adapter.encode(SENTENCES).mu)
+    full.save_pretrained(folder)
+    assert "model.safetensors" in files() and not {"heads.safetensors", "adapter"} & {*files(), *os.listdir(folder)}
+    loaded = load_model(folder).encode(SENTENCES)
+    torch.testing.assert_close(loaded.mu, full.encode(SENTENCES).mu)
+    torch.testing.assert_close(loaded.logvar, full.encode(SENTENCES).logvar)
+
+
+def test_an_adapter_folder_whose_backbone_is_itself_is_refused(backbone, tmp_path):
+    """An adapter saved into its own backbone folder is refused before the backbone changes; an adapter folder that
+    names itself (what such a save left) or another adapter folder as its backbone is a ValueError, not an endless
+    recursion of loads."""
+    own = tmp_path / "bb"
+    shutil.copytree(backbone, own)
+    before = {path.name: path.read_bytes() for path in own.iterdir()}
+    with pytest.raises(ValueError, match=r"bb is the backbone of this model's adapter: .*save it to another folder"):
+        lora_model(own).save_pretrained(own)
+    assert {path.name: path.read_bytes() for path in own.iterdir()} == before
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    lora_model(backbone).save_pretrained(first)
+    shutil.copytree(first, second)
+    set_adapter_base(first, first)
+    with pytest.raises(ValueError, match=r"first: the backbone its adapter names .* is this folder itself, not an enc"):
+        GaussCSEModel.from_pretrained(first)
+    with pytest.raises(ModelLoadError, match="is this folder itself"):
+        load_model(first)
+    set_adapter_base(first, second)
+    set_adapter_base(second, first)
+    with pytest.raises(ModelLoadError, match=rf"first: .* is the GaussCSE model {re.escape(str(second))}, not an enc"):
+        load_model(first)
+
+
+def test_an_adapter_folder_without_its_adapter_names_the_missing_file(backbone, tmp_path):
+    """An adapter folder copied without adapter/ (or part of it): the error names the file the local folder lacks,
+    not a Hub URL made of its path."""
+    lora_model(backbone).save_pretrained(tmp_path / "adapter-folder")
+    folder = tmp_path / "copied"
+    shutil.copytree(tmp_path / "adapter-folder", folder, ignore=shutil.ignore_patterns("adapter"))
+    for missing in ("adapter_config.json", "adapter_model.safetensors"):
+        with pytest.raises(ModelLoadError, match=rf"copied is an adapter folder .* lacks adapter/{missing}") as error:
+            load_model(folder)
+        assert "huggingface.co" not in str(error.value) and "hf.co" not in str(error.value)
+        (folder / "adapter").mkdir(exist_ok=True)
+        shutil.copyfile(tmp_path / "adapter-folder" / "adapter" / missing, folder / "adapter" / missing)
+    load_model(folder)
+
+
+def test_loading_never_runs_a_folders_code(backbone, tmp_path, monkeypatch):
+    """A folder whose config maps to its own code (auto_map) and whose model type transformers does not know: asked
+    without trust_remote_code, transformers prompts in a terminal "Do you wish to run the custom code?" and "y" runs
+    it. Here every prompt is answered "y" (so the code would run wherever trust_remote_code=False were not passed):
+    load_model, gausscse-search build, gausscse-evaluate's loader, from_backbone, an adapter on it as backbone and a
+    GaussCSE folder whose tokenizer ships code never ask, and the code never runs."""
+    from gausscse.cli.search import main as search
+
+    marker = tmp_path / "marker.txt"
+    folder = backbone_with_code(backbone, tmp_path / "with-code", marker, model_type="marked-bert")
+    asked: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "y")
+
+    with pytest.raises(ModelLoadError, match=r"with-code is a 'marked-bert' model, not a GaussCSE model"):
+        load_model(folder)
+    (tmp_path / "corpus.txt").write_text("\n".join(SENTENCES) + "\n")
+    build = ["build", "--model", str(folder), "--corpus", str(tmp_path / "corpus.txt"), "--index", str(tmp_path / "i")]
+    with pytest.raises(ValueError, match=r"--model .*is a 'marked-bert' model"):
+        search(build)
+    with pytest.raises(ValueError, match=r"--model/--baseline .*with-code.*: no loadable model config"):
+        load_encoder(str(folder))
+    with pytest.raises(ValueError, match=r"with-code contains custom code"):
+        GaussCSEModel.from_backbone(str(folder))
+    adapter = tmp_path / "adapter-folder"
+    lora_model(backbone).save_pretrained(adapter)
+    set_adapter_base(adapter, folder)
+    with pytest.raises(ModelLoadError, match=r"LoRA adapter on the backbone .*with-code.* cannot be loaded here"):
+        load_model(adapter)
+
+    full = tmp_path / "gausscse-tokenizer-with-code"
+    GaussCSEModel.from_backbone(str(backbone)).save_pretrained(full)
+    model = load_model(tokenizer_with_code(full, marker))  # loads, without the tokenizer its code would make
+    with pytest.raises(ValueError, match="No tokenizer found"):
+        model.get_tokenizer()
+    assert asked == [] and not marker.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -342,6 +343,32 @@ def test_a_non_empty_output_dir_is_refused_unless_overwrite_or_resume(backbone, 
         train_gausscse.main(train_args(backbone, data_dir, tmp_path / "empty", "--resume_from_checkpoint", "true"))
 
 
+def test_output_dirs_that_cannot_hold_the_model_are_refused_before_training(backbone, data_dir, tmp_path, monkeypatch):
+    """--output_dir that is a file (was a bare "[Errno 17] File exists"), lies under a file, cannot be written
+    (PermissionError after the whole run), or is the working directory (trained fully, then the final swap failed
+    with "Device or resource busy" and the model was lost): one line naming --output_dir, before any data is read."""
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the run started before --output_dir was checked")
+
+    monkeypatch.setattr(train_gausscse, "load_training_examples", no_training)
+    (tmp_path / "a-file").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    cases = {
+        "a-file": r"--output_dir a-file is a file, not a folder",
+        "a-file/run": r"--output_dir a-file/run: .*a-file is a file, not a folder",
+        "/proc/gausscse-run": r"--output_dir /proc/gausscse-run: cannot write in /proc",
+        ".": r"--output_dir \. is the working directory or holds it",
+        str(tmp_path.parent): r"is the working directory or holds it",
+    }
+    for output, message in cases.items():
+        with pytest.raises(ValueError, match=message):
+            train_gausscse.main(
+                train_args(backbone, data_dir, Path(output), "--max_steps", "1", "--overwrite_output_dir")
+            )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a-file"]  # no lock, staging or folder left behind
+
+
 def test_a_diverging_run_stops_at_the_first_non_finite_step_and_saves_nothing(backbone, data_dir, tmp_path):
     output = tmp_path / "diverging"
     extra = ("--learning_rate", "1e4", "--head_learning_rate", "1e4", "--max_steps", "6", "--eval_strategy", "no",
@@ -460,6 +487,42 @@ def test_an_unmerged_lora_run_loads_as_its_card_says_and_evaluates(backbone, dat
     loaded = namespace["model"].eval().encode(sentences)  # its tokenizer came with it
     encoder = load_encoder(str(model_dir))  # what gausscse-evaluate --model loads
     torch.testing.assert_close(encoder.encode_unique(sentences).mu, loaded.mu)
+
+
+@pytest.mark.parametrize(
+    ("output_dir", "relation"),
+    [
+        ("models/bb2", "is the folder of"),
+        ("link-to-bb2", "is the folder of"),  # a symbolic link to it
+        ("models", "holds the folder of"),
+        ("models/bb2/run", "lies inside the folder of"),
+    ],
+)
+def test_training_refuses_an_output_dir_that_is_its_backbone(
+    output_dir, relation, backbone, data_dir, tmp_path, monkeypatch, capsys
+):
+    """A LoRA run saved into its own backbone named itself as the adapter's backbone (loading it recursed without
+    end) over the backbone's config.json: an --output_dir that is, holds or lies inside the --model_name_or_path folder
+    is refused before anything is read or written, in one line with exit status 2."""
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the run started before --output_dir was checked against --model_name_or_path")
+
+    monkeypatch.setattr(train_gausscse, "load_training_examples", no_training)
+    shutil.copytree(backbone, tmp_path / "models" / "bb2")
+    (tmp_path / "link-to-bb2").symlink_to(tmp_path / "models" / "bb2")
+    before = {path.name: path.read_bytes() for path in (tmp_path / "models" / "bb2").iterdir()}
+    monkeypatch.chdir(tmp_path)
+    argv = train_args(Path("models/bb2"), data_dir, Path(output_dir), "--max_steps", "1", "--overwrite_output_dir")
+    monkeypatch.setattr(sys, "argv", ["gausscse-train", *argv, "--lora_r", "4"])
+    with pytest.raises(SystemExit) as stopped:
+        train_gausscse.run()
+    error = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and error.splitlines() == [error]
+    expected = f"gausscse-train: error: --output_dir {output_dir} {relation} --model_name_or_path models/bb2: "
+    assert error.startswith(expected)
+    assert {path.name: path.read_bytes() for path in (tmp_path / "models" / "bb2").iterdir()} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link-to-bb2", "models"]  # no lock or folder left
 
 
 # --------------------------------------------------------------------------------------- model config: one source

@@ -8,7 +8,8 @@
 ``.csv`` / ``.tsv`` / ``.parquet`` with ``--column``; gzip accepted) with a progress bar and saves a
 ``SentenceIndex`` folder. ``query`` loads it with the model it was built with (or ``--model``) and prints, for each
 query, the stored sentences that entail it (``--entailing``: highest sim(query‖sentence)) or that it entails
-(``--entailed_by``: highest sim(sentence‖query)); ``--json`` prints the hits as JSON.
+(``--entailed_by``: highest sim(sentence‖query)); ``--json`` prints the hits as JSON. A model that states a search
+score (``search_kl_weight``) is indexed by it: cos(μ_q, μ_x) − λ·KL/d, relevance plus direction (``--score``).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from pathlib import Path
 import torch
 
 from gausscse.data.sources import read_table
-from gausscse.io import check_replaceable
+from gausscse.io import check_not_nested, check_output_location, check_replaceable
 from gausscse.loading import ModelLoadError, load_model
 from gausscse.model import GaussCSEModel
-from gausscse.search.index import BACKENDS, LANCEDB_BACKENDS, SETTINGS_FILE
-from gausscse.search.lancedb_backend import is_database
+from gausscse.search.backends import BACKENDS
+from gausscse.search.corpus import SCORES
+from gausscse.search.index import SETTINGS_FILE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the LanceDB database folder of --backend lancedb / lancedb-ann (default: INDEX.lancedb beside --index);"
         " a new one: a database that already holds an index is refused",
+    )
+    build.add_argument(
+        "--score",
+        choices=SCORES,
+        default="auto",
+        help="what the index ranks by: the model's search score cos − λ·KL/d ('search', its config's "
+        "search_kl_weight), its similarity ('similarity'), or the search score when the model states λ ('auto')",
     )
     build.add_argument("--batch_size", type=int, default=64)
     build.add_argument("--max_length", type=int, default=None, help="truncation in tokens (default: the encoder's)")
@@ -111,15 +120,20 @@ def main(argv: list[str] | None = None) -> list[list[dict]] | None:
 
     args = build_parser().parse_args(argv)
     if args.command == "build":
-        check_replaceable(args.index, SETTINGS_FILE, "--index")  # before the corpus is encoded, not after
+        # the output places, before the corpus is encoded, not after
+        check_output_location(args.index, "--index")
+        check_replaceable(args.index, SETTINGS_FILE, "--index")
         index_kwargs = {}
-        if args.backend in LANCEDB_BACKENDS:
+        if BACKENDS[args.backend].database:
             uri = Path(args.uri) if args.uri else Path(args.index).with_name(f"{Path(args.index).name}.lancedb")
-            if is_database(uri):  # refused before the corpus is encoded (GaussianIndex would refuse it after)
+            check_output_location(uri, "--uri")
+            check_not_nested(uri, "--uri", args.index, "--index")  # the index's swap would delete the database
+            if BACKENDS[args.backend].holds_index(uri):  # refused before the corpus is encoded, not after
                 raise ValueError(f"--uri {uri} already holds a GaussianIndex database: remove it or pass another --uri")
             index_kwargs["uri"] = uri
         elif args.uri:
-            raise ValueError(f"--uri is the LanceDB database of --backend lancedb / lancedb-ann, not of {args.backend}")
+            databases = " / ".join(name for name, backend in BACKENDS.items() if backend.database)
+            raise ValueError(f"--uri is the database of --backend {databases}, not of {args.backend}")
         sentences = read_corpus(Path(args.corpus), args.column)
         model = load_search_model(args.model, args.device)
         corpus = SentenceIndex.build(
@@ -128,6 +142,7 @@ def main(argv: list[str] | None = None) -> list[list[dict]] | None:
             backend=args.backend,
             batch_size=args.batch_size,
             max_length=args.max_length,
+            score=args.score,
             **index_kwargs,
         )
         corpus.save(args.index)

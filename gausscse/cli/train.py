@@ -32,6 +32,7 @@ from transformers import AutoConfig, AutoTokenizer, set_seed
 from gausscse import GaussCSEModel
 from gausscse.data.sources import DataError, DataStats, load_file_source, load_training_examples, source_rows
 from gausscse.data.tokenize import tokenize_examples
+from gausscse.io import check_output_location
 from gausscse.loading import is_complete_checkpoint, latest_complete_checkpoint, load_model
 from gausscse.model.modeling_gausscse import resolve_max_length
 from gausscse.training.arguments import (
@@ -291,6 +292,28 @@ def check_output_dir(training_args: GaussCSETrainingArguments) -> None:
         )
 
 
+def check_output_dir_apart(model_args: ModelArguments, training_args: GaussCSETrainingArguments) -> None:
+    """Refuse an ``--output_dir`` that is the local ``--model_name_or_path`` folder, holds it or lies inside it
+    (relative paths and symbolic links resolved): the final save would overwrite the model the run starts from, and a
+    LoRA run's adapter would name its own folder as its backbone."""
+    model_path = Path(model_args.model_name_or_path)
+    if not model_path.exists():  # a Hub id
+        return
+    model_dir, output_dir = model_path.resolve(), Path(training_args.output_dir).resolve()
+    if model_dir == output_dir:
+        relation = "is the folder of"
+    elif output_dir in model_dir.parents:
+        relation = "holds the folder of"
+    elif model_dir in output_dir.parents:
+        relation = "lies inside the folder of"
+    else:
+        return
+    raise ValueError(
+        f"--output_dir {training_args.output_dir} {relation} --model_name_or_path {model_args.model_name_or_path}: "
+        "the final model would overwrite the model the run starts from; choose an --output_dir outside it"
+    )
+
+
 def final_evaluation_figure(evaluator, model_name: str, folder: Path) -> Path | None:
     """The model card's figure (precision–recall and generality gap) from the final evaluation's encoded sentences,
     written into ``folder``; ``None`` when no evaluation ran."""
@@ -345,6 +368,8 @@ def main(argv: list[str] | None = None) -> Path:
             training_args.hub_model_id, training_args.hub_token, model_args.model_name_or_path if adapter else None
         )
     training_args.push_to_hub = False  # push the final folder only, not every checkpoint
+    check_output_location(training_args.output_dir, "--output_dir")  # a file, the working directory, unwritable
+    check_output_dir_apart(model_args, training_args)
     with hold_output_dir(training_args):  # before the folder is looked at; held until its model is saved and pushed
         return train_and_save(model_args, data_args, training_args, push)
 

@@ -25,6 +25,7 @@ from .core import (
     direction,
     load_model,
     rounded,
+    search_rule,
     similarity_figure,
 )
 
@@ -39,8 +40,7 @@ the larger variance: its *generality* Σ log σ² is larger.
 
 Model: `{model}`"""
 
-SEARCH_HELP = """Type a claim: the app ranks the sentences of its corpus that entail it, by sim(claim‖sentence)
-(the claim's Gaussian should fit inside the sentence's). Corpus: {corpus}."""
+SEARCH_HELP = """Type a claim: the app ranks the sentences of its corpus that entail it, by {rule}. Corpus: {corpus}."""
 
 
 def error_message(error: Exception) -> str:
@@ -124,9 +124,9 @@ class Answers:
 
     def search_page(self, claim: str, k: float) -> tuple[str, list[list]]:
         self.require_model()
-        hits = self.corpus.search(claim, int(k))
+        hits = self.corpus.search(claim, k)
         rows = [[rank + 1, rounded(score), sentence] for rank, (score, sentence) in enumerate(hits)]
-        return SEARCH_HELP.format(corpus=self.corpus.description), rows
+        return SEARCH_HELP.format(rule=search_rule(self.model), corpus=self.corpus.description), rows
 
     def direction(self, sentence_a: str, sentence_b: str) -> tuple[str, dict[str, float]]:
         """Which of two sentences entails the other: the verdict (Markdown) and sim(a||b), sim(b||a) and both
@@ -144,10 +144,11 @@ class Answers:
             return {"sentences": lines, "similarity": matrix}
 
     def search(self, claim: str, k: int = 5) -> list[dict[str, int | float | str]]:
-        """The k corpus sentences that best entail the claim, highest sim(claim||sentence) first."""
+        """The k corpus sentences that best entail the claim, highest score first (the model's search score, or
+        sim(claim||sentence): `search_rule`)."""
         with api_errors():
             self.require_model()
-            hits = self.corpus.search(claim, int(k))
+            hits = self.corpus.search(claim, k)
             return [{"rank": rank + 1, "score": score, "sentence": text} for rank, (score, text) in enumerate(hits)]
 
 
@@ -218,8 +219,8 @@ def build_app(model_name: str | None = None, answers: Answers | None = None) -> 
         with gr.Tab("Search"):
             search_help = gr.Markdown(
                 elem_id="search-help",
-                value="Type a claim: the app ranks the sentences of its corpus that entail it, by sim(claim‖sentence). "
-                "The corpus is encoded on the first search.",
+                value="Type a claim: the app ranks the sentences of its corpus that entail it, by "
+                f"{search_rule(model)}. The corpus is encoded on the first search.",
             )
             with gr.Row():
                 claim = gr.Textbox(label="Claim", value=SEARCH_EXAMPLES[0], scale=4)

@@ -114,6 +114,8 @@ def visible_text(text: str) -> str:
 def check_sentence(argument: str, text: str | None) -> str:
     """``text`` stripped; [`DemoError`] naming ``argument`` when it is empty (blank or only invisible format characters
     such as zero-width spaces) or too long."""
+    if text is not None and not isinstance(text, str):
+        raise DemoError(f"{argument} must be text (a sentence), got {type(text).__name__}")
     text = (text or "").strip()
     if not text or not visible_text(text):
         raise DemoError(f"{argument} is empty: type a sentence")
@@ -122,8 +124,21 @@ def check_sentence(argument: str, text: str | None) -> str:
     return text
 
 
+def result_count(k: object) -> int:
+    """``k`` as a whole number of results from 1 to ``MAX_RESULTS`` (a whole float such as the slider's 3.0 too);
+    [`DemoError`] naming ``k`` otherwise (2.7, "five", True are not counts)."""
+    whole = isinstance(k, int) or (isinstance(k, float) and k.is_integer())
+    if isinstance(k, bool) or not whole:
+        raise DemoError(f"k must be a whole number of results from 1 to {MAX_RESULTS}, got {k!r}")
+    if not 1 <= int(k) <= MAX_RESULTS:
+        raise DemoError(f"k must be between 1 and {MAX_RESULTS}, got {k!r}")
+    return int(k)
+
+
 def split_sentences(text: str | None) -> list[str]:
     """One sentence per non-empty line, 2 to ``MAX_SENTENCES`` of them, each checked by [`check_sentence`]."""
+    if text is not None and not isinstance(text, str):
+        raise DemoError(f"sentences must be text (one sentence per line), got {type(text).__name__}")
     lines = [line for line in (text or "").splitlines() if line.strip()]
     if len(lines) < 2:
         raise DemoError(f"sentences: give at least 2 sentences, one per line (got {len(lines)})")
@@ -233,6 +248,18 @@ def corpus_sentences(data_dir: str | Path | None = None) -> tuple[list[str], str
     return premises, f"the first {len(premises)} distinct premises of the SNLI test set"
 
 
+def search_rule(model: GaussCSEModel | None) -> str:
+    """What the search tab ranks by, in words: the model's search score when its config states λ (what
+    [`SentenceIndex.build`] then indexes by), else its similarity."""
+    weight = None if model is None else getattr(model.config, "search_kl_weight", None)
+    if weight is None:
+        return "sim(claim‖sentence) (the claim's Gaussian should fit inside the sentence's)"
+    return (
+        f"the model's search score cos(μ_claim, μ_sentence) − {weight:g}·KL(claim‖sentence)/d: relevance (the "
+        "cosine) plus direction (the claim's Gaussian should fit inside the sentence's)"
+    )
+
+
 class Corpus:
     """The search corpus, encoded into a [`SentenceIndex`] on first use (once, also under concurrent requests)."""
 
@@ -256,11 +283,10 @@ class Corpus:
         return self._index.sentences if self._index is not None else []
 
     def search(self, claim: str | None, k: int) -> list[tuple[float, str]]:
-        """The ``k`` corpus sentences that best entail ``claim``: highest sim(claim‖sentence) first."""
+        """The ``k`` corpus sentences that best entail ``claim``, highest score first ([`search_rule`])."""
         claim = check_sentence("claim", claim)
+        k = result_count(k)
         index = self.index()
-        if not 1 <= int(k) <= MAX_RESULTS:
-            raise DemoError(f"k must be between 1 and {MAX_RESULTS}, got {k}")
         hits = index.entailing(self.model, [claim], k=min(int(k), len(index)))[0]
         return [(hit.score, hit.sentence) for hit in hits]
 
@@ -280,7 +306,9 @@ __all__ = [
     "corpus_sentences",
     "direction",
     "load_model",
+    "result_count",
     "rounded",
+    "search_rule",
     "similarity_figure",
     "split_sentences",
 ]

@@ -197,8 +197,8 @@ class PointEncoder:
         if self.pooling not in TOKEN_POOLINGS:
             raise ValueError(f"pooling must be one of {TOKEN_POOLINGS}, got {self.pooling!r}")
         self.normalize = folder_normalize if normalize is None else normalize
-        self.model = AutoModel.from_pretrained(name_or_path).to(device).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        self.model = AutoModel.from_pretrained(name_or_path, trust_remote_code=False).to(device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
         self.batch_size = batch_size
         self.max_length = resolve_max_length(self.tokenizer, self.model.config, max_length)
         self.bf16 = bf16
@@ -239,7 +239,7 @@ def load_encoder(
     except ModelLoadError as error:
         raise ValueError(f"--model/--baseline {error}") from None
     try:
-        config = AutoConfig.from_pretrained(name_or_path)
+        config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)  # never a folder's own code
     except (OSError, ValueError) as error:
         raise ValueError(f"--model/--baseline {name_or_path!r}: no loadable model config there ({error})") from error
     if config.model_type == "gausscse":

@@ -6,9 +6,10 @@ significance tests and plots need.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -120,6 +121,18 @@ class ModelRun:
     direction: dict[str, DirectionResult] = field(default_factory=dict)
 
 
+def on_each_split(task: str, splits: Mapping[str, Any], compute: Callable[[Any], Any]) -> dict[str, Any]:
+    """``{name: compute(split)}`` for every split; a ``ValueError`` says which task and split it came from (a split
+    cut to one row by ``--max_examples`` cannot give a precision–recall curve or a Spearman correlation)."""
+    results = {}
+    for name, split in splits.items():
+        try:
+            results[name] = compute(split)
+        except ValueError as error:
+            raise ValueError(f"{task} on {name}: {str(error).removeprefix(f'{name}: ')}") from error
+    return results
+
+
 def run_encoder(encoder: SentenceEncoder, data: TaskData, show_progress_bar: bool = False) -> ModelRun:
     """Encode all sentences of ``data`` once with ``encoder`` and compute every requested task."""
     encoded = encoder.encode_unique(data.sentences(), show_progress_bar=show_progress_bar)
@@ -127,24 +140,27 @@ def run_encoder(encoder: SentenceEncoder, data: TaskData, show_progress_bar: boo
     run.results["unique_sentences"] = len(encoded.index)
     if "nli" in data.tasks:
         # accuracy at the best grid threshold, that threshold, AUPRC and (Gaussian models) direction on SNLI dev
-        dev = {key.removeprefix("snli_dev_"): value for key, value in dev_metrics(encoded, data.nli_dev).items()}
+        metrics = on_each_split("nli", {"snli_dev": data.nli_dev}, lambda pairs: dev_metrics(encoded, pairs))
+        dev = {key.removeprefix("snli_dev_"): value for key, value in metrics["snli_dev"].items()}
         run.results["snli_dev"] = dev
-        run.nli = {name: binary_nli(encoded, pairs, dev["threshold"]) for name, pairs in data.nli_test.items()}
+        run.nli = on_each_split("nli", data.nli_test, lambda pairs: binary_nli(encoded, pairs, dev["threshold"]))
         run.results["nli"] = {name: result.metrics for name, result in run.nli.items()}
     if "direction" in data.tasks:
-        run.direction = {name: entailment_direction(encoded, pairs) for name, pairs in data.nli_test.items()}
+        run.direction = on_each_split("direction", data.nli_test, lambda pairs: entailment_direction(encoded, pairs))
         run.results["direction"] = {name: result.metrics for name, result in run.direction.items()}
     if "sts" in data.tasks:
-        sts = {name: sts_spearman(encoded, pairs) for name, pairs in data.sts.items()}
+        sts = on_each_split("sts", data.sts, lambda pairs: sts_spearman(encoded, pairs))
         score_names = next(iter(sts.values())).keys()
         for score_name in score_names:  # the SentEval/SimCSE "Avg." column
             sts.setdefault("avg", {})[score_name] = float(np.mean([sts[name][score_name] for name in data.sts]))
         run.results["sts"] = sts
-        run.results["sts_dev"] = {data.sts_dev.name: sts_spearman(encoded, data.sts_dev)}
+        run.results["sts_dev"] = on_each_split(
+            "sts", {data.sts_dev.name: data.sts_dev}, lambda pairs: sts_spearman(encoded, pairs)
+        )
     if "retrieval" in data.tasks:
-        run.results["retrieval"] = {
-            name: entailment_retrieval(encoded, retrieval) for name, retrieval in data.retrieval.items()
-        }
+        run.results["retrieval"] = on_each_split(
+            "retrieval", data.retrieval, lambda retrieval: entailment_retrieval(encoded, retrieval)
+        )
     return run
 
 

@@ -265,11 +265,65 @@ def search_score_matrix(
     Relevance (the cosine of the means: the backbone's own when μ is its embedding) plus the model's direction (the
     KL term: low when b covers a, i.e. b entails a). λ = ``kl_weight`` ≥ 0; λ = 0 is the cosine. Both terms are
     inner products of per-sentence vectors, so the score is one inner product too and an inner-product index
-    searches it exactly. The KL runs through [`kl_divergence_matrix`] (float64 product).
+    searches it exactly. Computed in float64 (the KL's expanded square cancels in float32) and rounded once, as
+    [`paired_search_score`].
     """
     with torch.autocast(device_type=mu_a.device.type, enabled=False):
+        dtype = as_float32(mu_a).dtype
+        mu_a, logvar_a, mu_b, logvar_b = (tensor.double() for tensor in (mu_a, logvar_a, mu_b, logvar_b))
         kl = kl_divergence_matrix(mu_a, logvar_a, mu_b, logvar_b) if kl_weight else None
-        return search_score_from(cosine_matrix(mu_a, mu_b), kl, kl_weight, mu_a.shape[-1])
+        return search_score_from(cosine_matrix(mu_a, mu_b), kl, kl_weight, mu_a.shape[-1]).to(dtype)
+
+
+def search_map_width(dim: int, kl_weight: float | None) -> int:
+    """The width of [`query_map`] / [`stored_map`] vectors: 2d + 2 (the KL maps), 3d + 2 with the search score."""
+    return 2 * dim + 2 if kl_weight is None else 3 * dim + 2
+
+
+def query_map(mu: torch.Tensor, logvar: torch.Tensor, direction: str, kl_weight: float | None = None) -> torch.Tensor:
+    """The vector a search sends for a query, float64: with the [`stored_map`] of an item, ⟨query, stored⟩ is the
+    score the search ranks by, highest first.
+
+    * ``kl_weight=None``: −KL — for ``direction="entailing"`` −A(q) (so ⟨−A(q), B(x)⟩ = −KL(q‖x)), for
+      ``"entailed_by"`` −B(q) (−KL(x‖q)), with A, B of [`kl_feature_map`]: the ``sum`` and ``mean_kl`` rankings;
+    * ``kl_weight=λ``: the search score cos(μ_q, μ_x) − λ · KL / d — ``[μ_q/‖μ_q‖, −(λ/d) A(q)]`` (or B(q)).
+
+    ``mu, logvar``: ``(N, d)`` → ``(N, search_map_width(d, kl_weight))``.
+    """
+    kl_map = -kl_feature_map(mu, logvar, SEARCH_DIRECTIONS[direction][0])
+    if kl_weight is None:
+        return kl_map
+    unit = torch.nn.functional.normalize(mu.double(), dim=-1)
+    return torch.cat([unit, (kl_weight / mu.shape[-1]) * kl_map], dim=-1)
+
+
+def stored_map(mu: torch.Tensor, logvar: torch.Tensor, direction: str, kl_weight: float | None = None) -> torch.Tensor:
+    """The vector an index stores for an item, float64 (see [`query_map`]): B(x) for ``direction="entailing"``, A(x)
+    for ``"entailed_by"``; with a search score (``kl_weight`` not ``None``; its value is the query's alone)
+    ``[μ_x/‖μ_x‖, B(x)]`` (or A(x)). ``(N, d)`` → ``(N, search_map_width(d, kl_weight))``."""
+    kl_map = kl_feature_map(mu, logvar, SEARCH_DIRECTIONS[direction][1])
+    if kl_weight is None:
+        return kl_map
+    return torch.cat([torch.nn.functional.normalize(mu.double(), dim=-1), kl_map], dim=-1)
+
+
+def paired_search_score(
+    mu_q: torch.Tensor,
+    logvar_q: torch.Tensor,
+    mu_x: torch.Tensor,
+    logvar_x: torch.Tensor,
+    direction: str,
+    kl_weight: float,
+) -> torch.Tensor:
+    """Row-wise search score of queries and items: cos(μ_q, μ_x) − λ · KL / d with KL(q‖x) (``"entailing"``) or
+    KL(x‖q) (``"entailed_by"``), the KL summed in float64 (as [`paired_similarity`]); float32 (float64 inputs:
+    float64)."""
+    with torch.autocast(device_type=mu_q.device.type, enabled=False):
+        pairs = (mu_q, logvar_q, mu_x, logvar_x) if direction == "entailing" else (mu_x, logvar_x, mu_q, logvar_q)
+        kl = kl_divergence(*(tensor.double() for tensor in pairs)).clamp_min(0.0)
+        normalize = torch.nn.functional.normalize
+        cosine = (normalize(mu_q.double(), dim=-1) * normalize(mu_x.double(), dim=-1)).sum(dim=-1)
+        return search_score_from(cosine, kl, kl_weight, mu_q.shape[-1]).to(as_float32(mu_q).dtype)
 
 
 def check_finite(argument: str, tensor: torch.Tensor) -> None:

@@ -13,6 +13,7 @@ import inspect
 import json
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError
+from huggingface_hub.utils.sha import sha_fileobj
 from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
@@ -29,16 +31,25 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers import initialization as init
 from transformers.dynamic_module_utils import custom_object_save
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
-from transformers.utils import ModelOutput, cached_file, logging
+from transformers.utils import (
+    CONFIG_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,
+    SAFE_WEIGHTS_NAME,
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+    ModelOutput,
+    cached_file,
+    logging,
+)
 
 try:  # only an adapter (LoRA) folder needs peft; in a try block, so transformers' import check does not require it
     from peft import PeftConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 except ImportError:
     PeftConfig = PeftModel = get_peft_model = set_peft_model_state_dict = None
 
-from .configuration_gausscse import POOLINGS, GaussCSEConfig
+from .configuration_gausscse import POOLINGS, GaussCSEConfig, model_fingerprint
 from .gaussian import GaussianEmbeddings, paired_similarity, similarity_matrix
-from .onnx_gausscse import ONNX_FILE, OnnxGaussianEncoder
+from .onnx_gausscse import ONNX_FILE, OnnxGaussianEncoder, OnnxSessions, remove_stale_graphs
 
 # The poolings of token states into one vector: a GaussCSE model's own (its config's POOLINGS) and the max over tokens,
 # which only the point-encoder baselines use (gausscse-evaluate --baseline pools as the sentence-transformers model
@@ -74,10 +85,13 @@ BACKBONE_VARIANCE_LAYERS = 1
 # An adapter folder (a model whose encoder carries LoRA adapters, saved unmerged): the two heads in HEADS_FILE, the
 # GaussCSE config + code, and peft's adapter_config.json and adapter_model.safetensors in ADAPTER_FOLDER — not at the
 # top, where transformers' AutoModel would take the folder for a bare peft adapter and load only its backbone. The
-# backbone itself is named by adapter_config.json's base_model_name_or_path (a Hub id, or a local folder).
+# backbone itself is named by adapter_config.json's base_model_name_or_path (a Hub id, or a local folder's absolute
+# path), and identified by BACKBONE_FILE beside it: its name and the SHA-256 of its config and weight files, checked
+# when the folder loads. A folder holds one layout: each save removes what a save of the other layout left.
 ADAPTER_FOLDER = "adapter"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
+BACKBONE_FILE = "backbone.json"
 HEADS_FILE = "heads.safetensors"
 HEAD_NAMES = ("mean_head", "logvar_head")
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "force_download")
@@ -247,6 +261,98 @@ def adapter_heads_file(name_or_path: str | Path, hub_kwargs: dict | None = None)
     )
 
 
+def adapter_file(name_or_path: str | Path, name: str, hub_kwargs: dict, required: bool = True) -> Path | None:
+    """The local path of the file ``name`` in the ``ADAPTER_FOLDER`` of an adapter folder or Hub repo (fetched into the
+    Hub cache), ``None`` where there is none and it is not ``required``. A local folder without a required file is a
+    ``FileNotFoundError`` naming the file (transformers would point at a Hub URL made of the local path)."""
+    subfolder = "/".join(part for part in (hub_kwargs.get("subfolder", ""), ADAPTER_FOLDER) if part)
+    if Path(name_or_path).is_dir():
+        path = Path(name_or_path) / subfolder / name
+        if required and not path.is_file():
+            raise FileNotFoundError(
+                f"{name_or_path} is an adapter folder ({HEADS_FILE}) that lacks {subfolder}/{name}: copy the whole "
+                f"folder, {ADAPTER_FOLDER}/ included"
+            )
+        return path if path.is_file() else None
+    hub_kwargs = {**hub_kwargs, "subfolder": subfolder}
+    found = cached_file(str(name_or_path), name, **hub_kwargs, _raise_exceptions_for_missing_entries=required)
+    return None if found is None else Path(found)
+
+
+def local_backbone(name_or_path: str | None) -> str | None:
+    """A backbone's name as an adapter folder records it: a local folder as its absolute path, symbolic links resolved
+    (the same folder from every working directory); a Hub id as it is."""
+    return str(Path(name_or_path).resolve()) if name_or_path and Path(name_or_path).is_dir() else name_or_path
+
+
+def backbone_weight_files(folder: Path) -> list[str]:
+    """The weight files transformers loads from a backbone folder: ``model.safetensors`` or the shards its index lists,
+    else ``pytorch_model.bin`` or its shards."""
+    for single, index in ((SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME), (WEIGHTS_NAME, WEIGHTS_INDEX_NAME)):
+        if (folder / single).is_file():
+            return [single]
+        if (folder / index).is_file():
+            return sorted(set(json.loads((folder / index).read_text(encoding="utf-8"))["weight_map"].values()))
+    return []
+
+
+def backbone_record(name_or_path: str, hub_kwargs: dict | None = None) -> dict:
+    """The identity of a backbone (a local folder or Hub id, whose files are found as transformers finds them):
+    ``{"base_model_name_or_path": name_or_path, "sha256": {file: SHA-256}}`` over its ``config.json`` and weight files
+    ([`backbone_weight_files`]). An adapter folder keeps it as ``BACKBONE_FILE``."""
+    hub_kwargs = {key: value for key, value in (hub_kwargs or {}).items() if key in HUB_KWARGS}
+    folder = Path(cached_file(str(name_or_path), CONFIG_NAME, **hub_kwargs)).parent
+    digests = {}
+    for name in (CONFIG_NAME, *backbone_weight_files(folder)):
+        with open(folder / name, "rb") as file:
+            digests[name] = sha_fileobj(file).hex()
+    return {"base_model_name_or_path": str(name_or_path), "sha256": digests}
+
+
+def check_backbone(adapter_folder: str | Path, recorded: dict, found: dict) -> None:
+    """Refuse a backbone whose [`backbone_record`] ``found`` differs from the one the adapter folder recorded (its
+    ``BACKBONE_FILE``): the adapter would sit on weights it was not trained with."""
+    differing = sorted(
+        name
+        for name in {*recorded["sha256"], *found["sha256"]}
+        if recorded["sha256"].get(name) != found["sha256"].get(name)
+    )
+    if differing:
+        raise ValueError(
+            f"{adapter_folder}: its adapter was trained on the backbone {recorded['base_model_name_or_path']} (its "
+            f"{ADAPTER_FOLDER}/{BACKBONE_FILE}), and the backbone found, {found['base_model_name_or_path']}, is not "
+            f"that one: its {', '.join(differing)} differ by SHA-256. Point {ADAPTER_FOLDER}/{ADAPTER_CONFIG_FILE}'s "
+            "base_model_name_or_path at the backbone the adapter was trained on, unchanged"
+        )
+
+
+def check_adapter_base(adapter_folder: str | Path, base: str | None, hub_kwargs: dict) -> None:
+    """Refuse an adapter whose backbone ``base`` is a GaussCSE model — the adapter folder itself (a LoRA run saved into
+    its own backbone), another adapter folder, a full model — rather than an encoder: loading it would load this
+    folder again, endlessly, or a cycle of adapter folders."""
+    base_config = _read_backbone_file(base, CONFIG_NAME, hub_kwargs) if base else None
+    if isinstance(base_config, dict) and base_config.get("model_type") == GaussCSEConfig.model_type:
+        itself = Path(base).is_dir() and Path(base).resolve() == Path(adapter_folder).resolve()
+        raise ValueError(
+            f"{adapter_folder}: the backbone its adapter names ({ADAPTER_FOLDER}/{ADAPTER_CONFIG_FILE} "
+            f"base_model_name_or_path) is {'this folder itself' if itself else f'the GaussCSE model {base}'}, not an "
+            "encoder: an adapter folder's backbone is the plain encoder its adapter was trained on"
+        )
+
+
+def remove_other_layout(folder: Path, adapter: bool) -> None:
+    """Clear ``folder`` of the other layout before a save writes its own (``adapter``: an adapter folder, else full
+    weights), so that it holds one model: the full weights (``model*.safetensors``, the sharded index) before an adapter
+    folder; ``HEADS_FILE`` and ``ADAPTER_FOLDER`` before full weights (loading takes a folder with heads for an adapter
+    folder)."""
+    if adapter:
+        for path in [*folder.glob("model*.safetensors"), folder / SAFE_WEIGHTS_INDEX_NAME]:
+            path.unlink(missing_ok=True)
+    else:
+        (folder / HEADS_FILE).unlink(missing_ok=True)
+        shutil.rmtree(folder / ADAPTER_FOLDER, ignore_errors=True)
+
+
 def check_loading_info(name_or_path: str | Path, info: dict) -> None:
     """Refuse a checkpoint whose weights do not fit the model: ``transformers`` would only log the missing or
     unexpected names and start those weights at random, which scores as a different model (silent corruption)."""
@@ -375,7 +481,10 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         self.mean_head = nn.Linear(hidden_size, config.embedding_size)
         self.logvar_head = nn.Linear(hidden_size, config.embedding_size)
         self._tokenizer = None
-        self._onnx_encoders: dict[tuple[str, str | None], OnnxGaussianEncoder] = {}
+        # The backbone the encoder was loaded from ([`backbone_record`]; from_backbone or an adapter folder), which an
+        # adapter folder saved from this model records; None for an encoder built from a config or a GaussCSE folder.
+        self.backbone_record: dict | None = None
+        self._onnx_encoders = OnnxSessions()  # a copy of the model starts with none
         self.post_init()
         self.freeze_mean_path()
 
@@ -420,32 +529,42 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
     ) -> GaussCSEModel:
         """An adapter folder as a model: the backbone its ``adapter_config.json`` names, the LoRA adapters that config
         describes, their weights ([`load_adapter_weights`], checked) and the heads of ``HEADS_FILE``; a ``frozen_mean``
-        model's μ path is a copy of the backbone (it is never trained). ``kwargs``: the Hub arguments (``revision``,
+        model's μ path is a copy of the backbone (it is never trained). The backbone must be an encoder, not a GaussCSE
+        folder ([`check_adapter_base`]), loads without running its own code, and must be the one the folder's
+        ``BACKBONE_FILE`` recorded, where it has one ([`check_backbone`]). ``kwargs``: the Hub arguments (``revision``,
         ``token``, ...), ``dtype``."""
         if PeftModel is None:
             raise ImportError(f"{name_or_path} holds a LoRA adapter (not merged): loading it needs `pip install peft`")
         hub_kwargs = {key: value for key, value in kwargs.items() if key in HUB_KWARGS and value is not None}
         if config is None:
             config = GaussCSEConfig.from_pretrained(name_or_path, **hub_kwargs)
-        subfolder = "/".join(part for part in (hub_kwargs.pop("subfolder", ""), ADAPTER_FOLDER) if part)
         # peft's files, fetched (or found in the cache) beside each other: peft then reads a local folder
         adapter_files = [
-            Path(cached_file(str(name_or_path), name, subfolder=subfolder, **hub_kwargs))
-            for name in (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE)
+            adapter_file(name_or_path, name, hub_kwargs) for name in (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE)
         ]
+        # None for a folder saved before backbones were recorded: its backbone loads unchecked
+        recorded_file = adapter_file(name_or_path, BACKBONE_FILE, hub_kwargs, required=False)
         adapter_config = PeftConfig.from_pretrained(str(adapter_files[0].parent))
         adapter_config.inference_mode = True  # loaded adapters are frozen, as peft's own loading leaves them
-        base = adapter_config.base_model_name_or_path
-        encoder_kwargs = {key: kwargs[key] for key in ("dtype", "token", "cache_dir") if kwargs.get(key) is not None}
+        base = local_backbone(adapter_config.base_model_name_or_path)  # what a later save of this model records
+        base_kwargs = {key: kwargs[key] for key in ("token", "cache_dir") if kwargs.get(key) is not None}
+        check_adapter_base(name_or_path, base, base_kwargs)
+        encoder_kwargs = {**base_kwargs, **({"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {})}
         try:
-            encoder = AutoModel.from_pretrained(base, **_encoder_init_kwargs(config.encoder_config), **encoder_kwargs)
+            encoder = AutoModel.from_pretrained(
+                base, **_encoder_init_kwargs(config.encoder_config), **encoder_kwargs, trust_remote_code=False
+            )
         except (OSError, ValueError, TypeError) as error:
             raise OSError(
                 f"{name_or_path} is a LoRA adapter on the backbone {base!r} (adapter_config.json "
                 f"base_model_name_or_path), which cannot be loaded here: {error}. Point base_model_name_or_path at a "
                 "Hub id or a local copy of that backbone, or share the model merged (train with --merge_lora)"
             ) from error
+        found = backbone_record(base, base_kwargs)  # after loading: a Hub backbone's weight files are downloaded
+        if recorded_file is not None:
+            check_backbone(name_or_path, json.loads(recorded_file.read_text(encoding="utf-8")), found)
         model = cls(config, encoder=encoder)
+        model.backbone_record = found
         model.encoder = get_peft_model(encoder, adapter_config)
         model.load_adapter_weights(adapter_files[1])  # once, and checked (peft's own loading only warns)
         model.load_head_weights(heads_file)
@@ -492,7 +611,9 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         plus the tokenizer, so the folder (and ``push_to_hub``, which saves through here) encodes wherever it is
         loaded. With LoRA adapters on the encoder (not merged) it writes an adapter folder instead of full weights:
         ``HEADS_FILE``, config and code, and peft's adapter files in ``ADAPTER_FOLDER``; it loads with
-        ``from_pretrained`` / ``AutoModel`` / sentence-transformers like a full folder (peft needed).
+        ``from_pretrained`` / ``AutoModel`` / sentence-transformers like a full folder (peft needed). Either save first
+        removes what the other layout left in the folder ([`remove_other_layout`]), so it holds one model, and then
+        the ONNX graphs of ``onnx/`` exported from other weights ([`remove_stale_graphs`]; this model's stay).
         ``state_dict`` (as Trainer passes it for checkpoints) is used for full folders only. ``push_to_hub=True``
         uploads once the whole folder is written (``repo_id``, default the folder's name, and the other arguments
         of [`push_to_hub`] in ``kwargs``)."""
@@ -503,23 +624,39 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         if has_adapter(self.encoder):
             weight_files = self._save_adapter_folder(folder)
         else:
+            remove_other_layout(folder, adapter=False)
             super().save_pretrained(folder, *args, state_dict=state_dict, **kwargs)
             weight_files = list(folder.glob("model*.safetensors"))
         self._save_tokenizer(folder)
         share_weight_files(weight_files, like=folder / "config.json")
+        remove_stale_graphs(folder, self)
         if push_to_hub:
             self.push_to_hub(hub_arguments.pop("repo_id", folder.name), **hub_arguments)
 
     def _save_adapter_folder(self, folder: Path) -> list[Path]:
         """The adapter folder of [`save_pretrained`]; returns the weight files written. peft's files are written in a
-        scratch folder first: its ``save_pretrained`` also rewrites the folder's ``README.md`` (as a peft card)."""
+        scratch folder first: its ``save_pretrained`` also rewrites the folder's ``README.md`` (as a peft card). The
+        backbone's identity goes into ``BACKBONE_FILE`` ([`backbone_record`]); a folder that is the backbone itself is
+        refused before anything in it changes."""
         folder.mkdir(parents=True, exist_ok=True)
         adapter_folder = folder / ADAPTER_FOLDER
-        adapter_folder.mkdir(exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder) as scratch:
             self.encoder.save_pretrained(scratch)
+            written = json.loads((Path(scratch) / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"))
+            base = written["base_model_name_or_path"]
+            if base and Path(base).is_dir() and Path(base).resolve() == folder.resolve():
+                raise ValueError(
+                    f"{folder} is the backbone of this model's adapter: an adapter folder saved there would replace "
+                    "the backbone's config and weights and name itself as its backbone; save it to another folder"
+                )
+            remove_other_layout(folder, adapter=True)
+            adapter_folder.mkdir(exist_ok=True)
             for name in (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE):
                 os.replace(Path(scratch) / name, adapter_folder / name)
+        if self.backbone_record is None:
+            (adapter_folder / BACKBONE_FILE).unlink(missing_ok=True)  # an earlier save's record names another backbone
+        else:
+            (adapter_folder / BACKBONE_FILE).write_text(json.dumps(self.backbone_record, indent=2), encoding="utf-8")
         heads = {
             f"{name}.{key}": value.detach().cpu().contiguous()
             for name in HEAD_NAMES
@@ -550,7 +687,7 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
 
     @staticmethod
     def _build_encoder(encoder_config) -> PreTrainedModel:
-        return AutoModel.from_config(encoder_config, **_encoder_init_kwargs(encoder_config))
+        return AutoModel.from_config(encoder_config, **_encoder_init_kwargs(encoder_config), trust_remote_code=False)
 
     @classmethod
     def from_backbone(
@@ -564,14 +701,18 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
                 ``"backbone"`` (the backbone's own sentence embedding kept as μ: its pooling and normalisation, an
                 identity μ head, σ² = 1/d, the frozen μ path) or ``"auto"`` (``"backbone"`` for a sentence-transformers
                 model, ``"paper"`` otherwise).
-            encoder_kwargs: extra keyword arguments for ``AutoModel.from_pretrained`` (``revision``, ``dtype``, ...).
+            encoder_kwargs: extra keyword arguments for ``AutoModel.from_pretrained`` (``revision``, ``dtype``, ...);
+                the backbone's own code (the ``auto_map`` of its config) runs only with ``trust_remote_code=True``.
             **config_kwargs: [`GaussCSEConfig`] fields (``pooling``, ``similarity_reduction``, ...); they override
                 what ``start`` sets.
+
+        A local backbone is named by its absolute path (an adapter folder saved from the model records it), and its
+        identity kept ([`backbone_record`]).
         """
-        encoder_config = AutoConfig.from_pretrained(name_or_path, **(encoder_kwargs or {}))
-        encoder = AutoModel.from_pretrained(
-            name_or_path, **_encoder_init_kwargs(encoder_config), **(encoder_kwargs or {})
-        )
+        name_or_path = local_backbone(str(name_or_path))
+        encoder_kwargs = {"trust_remote_code": False, **(encoder_kwargs or {})}  # never a prompt to run its code
+        encoder_config = AutoConfig.from_pretrained(name_or_path, **encoder_kwargs)
+        encoder = AutoModel.from_pretrained(name_or_path, **_encoder_init_kwargs(encoder_config), **encoder_kwargs)
         started = start_fields(name_or_path, start, encoder_kwargs)
         if config_kwargs.get("frozen_mean") is False and "variance_layers" not in config_kwargs:
             started.pop("variance_layers", None)  # one trunk is a frozen-μ design: a trained μ takes the whole encoder
@@ -579,7 +720,8 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         # The config would otherwise reset the encoder's attention implementation (sdpa, ...) to unset.
         config_kwargs.setdefault("attn_implementation", encoder.config._attn_implementation)
         model = cls(GaussCSEConfig(encoder_config=encoder.config, **config_kwargs), encoder=encoder)
-        model.name_or_path = str(name_or_path)  # encode() finds the encoder's tokenizer here
+        model.name_or_path = name_or_path  # encode() finds the encoder's tokenizer here
+        model.backbone_record = backbone_record(name_or_path, encoder_kwargs)
         return model
 
     def pool(self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -730,7 +872,9 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             try:
                 # config=: without it AutoTokenizer reloads this config and, the model type being registered by no
                 # one in a process that only ran this folder's code, would ask for trust_remote_code again
-                self._tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, config=self.config)
+                self._tokenizer = AutoTokenizer.from_pretrained(
+                    self.name_or_path, config=self.config, trust_remote_code=False
+                )
             except (OSError, ValueError) as error:
                 raise ValueError(
                     f"No tokenizer found at {self.name_or_path!r}: pass tokenizer=... to encode()"
@@ -814,12 +958,16 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
 
     def onnx_encoder(self, file_name: str = ONNX_FILE, provider: str | None = None) -> OnnxGaussianEncoder:
         """The ONNX Runtime session of [`encode`]'s ``backend="onnx"``: the graph ``file_name`` of the model's folder
-        or Hub repo, or, if it has none, this model exported now (``onnx_gausscse.export_onnx`` writes it to a
-        folder). Built once per file and provider and kept: after changing the weights, export again."""
+        or Hub repo, refused unless exported from this model's weights and config; or, if the folder has no float32
+        graph, this model exported now (``OnnxGaussianEncoder.from_model``; ``onnx_gausscse.export_onnx`` writes it
+        to a folder). Kept per file and provider while the model's fingerprint is the one the graph records: once the
+        weights or config change, the next call builds (and checks) a fresh one. The fingerprint is computed on every
+        call (about 0.05 s per 100 MB of weights)."""
         key = (file_name, provider)
-        if key not in self._onnx_encoders:
-            self._onnx_encoders[key] = OnnxGaussianEncoder.from_model(self, file_name, provider)
-        return self._onnx_encoders[key]
+        kept = self._onnx_encoders.get(key)
+        if kept is None or kept.fingerprint != model_fingerprint(self):
+            kept = self._onnx_encoders[key] = OnnxGaussianEncoder.from_model(self, file_name, provider)
+        return kept
 
     def _as_embeddings(self, argument: str, value: GaussianEmbeddings | Sequence[str]) -> GaussianEmbeddings:
         if isinstance(value, GaussianEmbeddings):
@@ -881,12 +1029,13 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             sim_ab=sim_ab,
         )
 
-    def as_sentence_transformer(self, tokenizer=None, direction: str = "entailing"):
+    def as_sentence_transformer(self, tokenizer=None, direction: str = "entailing", score: str = "auto"):
         """This model as a sentence-transformers ``SentenceTransformer`` (needs ``sentence-transformers`` ≥ 6), the
         object ``SentenceTransformer(folder, trust_remote_code=True)`` gives for a saved folder: ``encode`` → μ,
-        ``encode_query`` / ``encode_document`` → vectors with dot = −KL(query‖document) (``direction``:
-        ``sentence_transformer_gausscse.py``). Its ``save`` / ``push_to_hub`` write the same folder as this model's
-        ``save_pretrained`` (weights or adapter, code, tokenizer), which loads everywhere."""
+        ``encode_query`` / ``encode_document`` → vectors with dot = −KL(query‖document), or the model's search score
+        when its config states one (``direction``, ``score``: ``sentence_transformer_gausscse.py``). Its ``save`` /
+        ``push_to_hub`` write the same folder as this model's ``save_pretrained`` (weights or adapter, code, tokenizer),
+        which loads everywhere."""
         # Imported here, not at the top, and it must stay a relative import: save_pretrained's custom_object_save
         # ships every file this one imports relatively — found by a text search that sees indented lines too — so
         # this line is how sentence_transformer_gausscse.py (named by modules.json) gets into every saved folder.
@@ -894,7 +1043,7 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         # that file needs, a requirement of AutoModel.
         from .sentence_transformer_gausscse import to_sentence_transformer
 
-        return to_sentence_transformer(self, tokenizer, direction=direction)
+        return to_sentence_transformer(self, tokenizer, direction=direction, score=score)
 
 
 GaussCSEConfig.register_for_auto_class()

@@ -13,6 +13,12 @@ per batch at run time). Written by [`export_onnx`], loaded by [`OnnxGaussianEnco
 backend="onnx")``. Needs ``pip install onnxruntime`` to run and ``onnx onnxscript`` to export (PyTorch's exporter);
 none of them is needed to load the model with PyTorch.
 
+Each graph records, in its ONNX ``metadata_props`` (``FINGERPRINT_KEY``), the fingerprint of the weights and config it
+was exported from (``configuration_gausscse.model_fingerprint``). A graph is served only to the model it was exported
+from: one of other weights, of another dimension or with no fingerprint is refused
+([`OnnxGaussianEncoder.check_model`]), and ``GaussCSEModel.save_pretrained`` removes the folder's graphs of other
+weights ([`remove_stale_graphs`]).
+
 sentence-transformers' own ONNX path (optimum) exports Hugging Face architectures by name and cannot export this
 custom model (and optimum-onnx needs transformers < 4.58, where this project runs on transformers 5).
 """
@@ -21,24 +27,32 @@ from __future__ import annotations
 
 import copy
 import importlib
+import io
+import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from torch import nn
 from transformers.utils import logging
 
-from .configuration_gausscse import write_bytes_atomic
+from .configuration_gausscse import model_fingerprint, write_bytes_atomic
 
 try:  # in a try block: transformers' import check lets folders load without ONNX Runtime
     import onnxruntime
 except ImportError:
     onnxruntime = None
 
-ONNX_FILE = "onnx/model.onnx"
-QUANTIZED_ONNX_FILE = "onnx/model_qint8.onnx"
+ONNX_FOLDER = "onnx"  # a model folder's graphs, as sentence-transformers places them
+ONNX_FILE = f"{ONNX_FOLDER}/model.onnx"
+QUANTIZED_ONNX_FILE = f"{ONNX_FOLDER}/model_qint8.onnx"
+# the metadata_props key of the model_fingerprint of the weights and config a graph was exported from
+FINGERPRINT_KEY = "gausscse_fingerprint"
 OUTPUT_NAMES = ("mu", "logvar", "last_hidden_state")
 TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET_VERSION = 18
@@ -48,12 +62,122 @@ DEFAULT_PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
 
 logger = logging.get_logger(__name__)
 
+# An ONNX file is a protobuf ModelProto; its metadata_props (field 14) are StringStringEntryProto messages (key = 1,
+# value = 2). They are read and written here in plain Python: a saved folder is checked (``save_pretrained``) where
+# neither onnx nor ONNX Runtime is installed, and a graph's file is read field by field, skipping the graph itself.
+METADATA_FIELD = 14
+ENTRY_KEY, ENTRY_VALUE = 1, 2
+VARINT, LENGTH_DELIMITED = 0, 2  # protobuf wire types; the fixed-size ones: wire type → bytes of the value
+FIXED_SIZES = {1: 8, 5: 4}
+
 
 def require_onnxruntime():
     """The ``onnxruntime`` module; ``ImportError`` saying what to install otherwise."""
     if onnxruntime is None:
         raise ImportError("GaussCSE's ONNX backend needs ONNX Runtime: pip install onnxruntime")
     return onnxruntime
+
+
+def _read_varint(stream: BinaryIO) -> int:
+    """The protobuf varint at the stream's position (7 bits a byte, least significant first)."""
+    value, shift = 0, 0
+    while True:
+        byte = stream.read(1)
+        if not byte:
+            raise ValueError("the protobuf message ends inside a varint")
+        value |= (byte[0] & 0x7F) << shift
+        if byte[0] < 0x80:
+            return value
+        shift += 7
+
+
+def _varint(value: int) -> bytes:
+    """``value`` (≥ 0) as a protobuf varint."""
+    encoded = bytearray()
+    while value >= 0x80:
+        encoded.append(value & 0x7F | 0x80)
+        value >>= 7
+    encoded.append(value)
+    return bytes(encoded)
+
+
+def _fields(stream: BinaryIO) -> Iterator[tuple[int, int, int, int]]:
+    """``(field number, start, value start, end)`` of each top-level field of the protobuf message in ``stream``
+    (``start``: where its tag is); values are skipped, not read. ``ValueError`` if it is no protobuf message."""
+    size = stream.seek(0, os.SEEK_END)
+    position = 0
+    while position < size:
+        stream.seek(position)
+        tag = _read_varint(stream)
+        number, wire_type = tag >> 3, tag & 7
+        if wire_type == LENGTH_DELIMITED:
+            length = _read_varint(stream)
+            value_start = stream.tell()
+            end = value_start + length
+        elif wire_type == VARINT:
+            value_start = stream.tell()
+            _read_varint(stream)
+            end = stream.tell()
+        elif wire_type in FIXED_SIZES:
+            value_start = stream.tell()
+            end = value_start + FIXED_SIZES[wire_type]
+        else:
+            raise ValueError(f"protobuf wire type {wire_type} at byte {position}: not an ONNX file")
+        if number == 0 or end > size:
+            raise ValueError(f"a protobuf field at byte {position} is malformed or runs past the end")
+        yield number, position, value_start, end
+        position = end
+
+
+def _metadata_entry(data: bytes) -> tuple[str, str]:
+    """``(key, value)`` of a serialised StringStringEntryProto."""
+    strings = {number: data[value_start:end] for number, _, value_start, end in _fields(io.BytesIO(data))}
+    return strings.get(ENTRY_KEY, b"").decode("utf-8"), strings.get(ENTRY_VALUE, b"").decode("utf-8")
+
+
+def graph_metadata(source: bytes | str | Path) -> dict[str, str]:
+    """The ``metadata_props`` of an ONNX graph, given as bytes or as a file (read field by field: the graph itself
+    is skipped); ``ValueError`` if it is no protobuf message."""
+    with io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb") as stream:
+        metadata = {}
+        for number, _, value_start, end in _fields(stream):
+            if number == METADATA_FIELD:
+                stream.seek(value_start)
+                key, value = _metadata_entry(stream.read(end - value_start))
+                metadata[key] = value
+        return metadata
+
+
+def with_graph_metadata(model_bytes: bytes, metadata: Mapping[str, str]) -> bytes:
+    """``model_bytes`` (a serialised ONNX graph) with ``metadata`` in its ``metadata_props``, replacing the entries
+    of the same keys (ONNX refuses duplicate keys); the rest of the graph is kept byte for byte."""
+    view = memoryview(model_bytes)
+    kept = [
+        view[start:end]
+        for number, start, value_start, end in _fields(io.BytesIO(model_bytes))
+        if number != METADATA_FIELD or _metadata_entry(bytes(view[value_start:end]))[0] not in metadata
+    ]
+    entries = [
+        _length_delimited(
+            METADATA_FIELD, _length_delimited(ENTRY_KEY, key.encode()) + _length_delimited(ENTRY_VALUE, value.encode())
+        )
+        for key, value in metadata.items()
+    ]
+    return b"".join([*kept, *entries])
+
+
+def _length_delimited(number: int, value: bytes) -> bytes:
+    """A protobuf field ``number`` holding ``value`` (a string, bytes or a message)."""
+    return _varint(number << 3 | LENGTH_DELIMITED) + _varint(len(value)) + value
+
+
+def graph_fingerprint(path: str | Path) -> str | None:
+    """The model fingerprint the ONNX graph at ``path`` records (``FINGERPRINT_KEY``); None if it records none or is no
+    ONNX file."""
+    try:
+        return graph_metadata(path).get(FINGERPRINT_KEY)
+    except ValueError:
+        return None
 
 
 class _GaussianForward(nn.Module):
@@ -80,8 +204,9 @@ def model_input_names(model) -> tuple[str, ...]:
 
 
 def export_onnx_bytes(model, opset_version: int = OPSET_VERSION) -> bytes:
-    """The float32 ONNX graph of ``model``'s forward pass (module docstring), serialised; batch and sequence axes
-    dynamic. ``model`` itself is not changed (a float32 CPU copy is exported)."""
+    """The float32 ONNX graph of ``model``'s forward pass (module docstring), serialised, recording ``model``'s
+    fingerprint (``FINGERPRINT_KEY``); batch and sequence axes dynamic. ``model`` itself is not changed (a float32 CPU
+    copy is exported)."""
     require_onnxruntime()
     input_names = model_input_names(model)
     example = torch.tensor([[101, 2023, 2003, 102], [101, 2023, 102, 0]])
@@ -107,7 +232,7 @@ def export_onnx_bytes(model, opset_version: int = OPSET_VERSION) -> bytes:
             external_data=False,
             verbose=False,
         )
-        return path.read_bytes()
+        return with_graph_metadata(path.read_bytes(), {FINGERPRINT_KEY: model_fingerprint(model)})
 
 
 def quantize_onnx_bytes(model_bytes: bytes) -> bytes:
@@ -119,7 +244,9 @@ def quantize_onnx_bytes(model_bytes: bytes) -> bytes:
     The weights use 7 bits (``reduce_range``, |w| ≤ 64): on CPUs without VNNI (AVX2, AVX512F/BW) ONNX Runtime adds
     pairs of uint8 × int8 products in a saturating int16 (``vpmaddubsw``), exact only for 2·255·|w| ≤ 32767: with
     8-bit weights such a CPU computed another μ than a VNNI one; with 7 bits every x86-64 CPU computes the same
-    integers."""
+    integers.
+
+    The fingerprint ``model_bytes`` records is recorded in the int8 graph too: it is checked like its source."""
     require_onnxruntime()
     quantization = importlib.import_module("onnxruntime.quantization")  # needs the onnx package too
     with tempfile.TemporaryDirectory() as scratch:
@@ -133,12 +260,15 @@ def quantize_onnx_bytes(model_bytes: bytes) -> bytes:
             reduce_range=True,
             op_types_to_quantize=["MatMul"],
         )
-        return target.read_bytes()
+        fingerprint = graph_metadata(model_bytes).get(FINGERPRINT_KEY)
+        quantized = target.read_bytes()
+        return quantized if fingerprint is None else with_graph_metadata(quantized, {FINGERPRINT_KEY: fingerprint})
 
 
 def export_onnx(model, folder: str | Path, quantize: bool = False) -> list[Path]:
     """Write ``folder/onnx/model.onnx`` (and ``onnx/model_qint8.onnx`` with ``quantize``) for ``model``, each file
-    appearing whole; returns the paths written. The folder is usually the model's own, beside its weights."""
+    appearing whole and recording the model's fingerprint; returns the paths written. The folder is usually the
+    model's own, beside its weights."""
     model_bytes = export_onnx_bytes(model)
     files = {ONNX_FILE: model_bytes}
     if quantize:
@@ -160,6 +290,10 @@ class OnnxGaussianEncoder:
             it there.
         provider: ONNX Runtime execution provider (default: CUDA where ONNX Runtime has it, else CPU); the CPU
             provider is kept as the fallback for operators another provider lacks.
+
+    Attributes:
+        fingerprint: the model fingerprint the graph records (``FINGERPRINT_KEY``), None if it records none.
+        embedding_size: the dimension of the graph's μ (None where the graph leaves it symbolic).
     """
 
     def __init__(self, model_bytes: bytes, file_name: str = ONNX_FILE, provider: str | None = None):
@@ -177,30 +311,65 @@ class OnnxGaussianEncoder:
         outputs = tuple(node.name for node in self.session.get_outputs())
         if outputs != OUTPUT_NAMES:
             raise ValueError(f"{file_name} outputs {outputs}, a GaussCSE graph outputs {OUTPUT_NAMES}")
+        self.fingerprint = graph_metadata(model_bytes).get(FINGERPRINT_KEY)
+        mu_size = self.session.get_outputs()[0].shape[-1]
+        self.embedding_size = mu_size if isinstance(mu_size, int) else None
 
     @classmethod
     def from_model(
         cls, model, file_name: str = ONNX_FILE, provider: str | None = None, export: bool | None = None
     ) -> OnnxGaussianEncoder:
-        """The graph ``file_name`` of the model's folder or Hub repo (``model.name_or_path``); exported from
-        ``model`` itself when ``export`` is true, or when ``export`` is None and the folder has no such file (a
-        quantised file is never made implicitly: [`export_onnx`] writes it)."""
+        """The graph ``file_name`` of the model's folder or Hub repo (``model.name_or_path``), served only if it was
+        exported from this model ([`check_model`]). Exported from ``model`` itself instead when ``export`` is true, or
+        when ``export`` is None, the model has no such file and ``file_name`` is the float32 graph: the int8 graph is
+        never made implicitly ([`export_onnx`]``(model, folder, quantize=True)`` writes it)."""
         model_bytes = None if export else read_model_file(model.name_or_path, file_name)
-        if model_bytes is None:
-            if export is False or file_name not in (ONNX_FILE, QUANTIZED_ONNX_FILE):
-                raise FileNotFoundError(
-                    f"{model.name_or_path!r} has no {file_name}: export it with "
-                    "gausscse.model.onnx_gausscse.export_onnx(model, folder) (or pass export=True)"
-                )
+        if model_bytes is not None:
+            encoder = cls(model_bytes, file_name, provider)
+            encoder.check_model(model, str(Path(model.name_or_path) / file_name))
+            return encoder
+        if not export and (export is False or file_name != ONNX_FILE):
+            quantize = ", quantize=True" if file_name == QUANTIZED_ONNX_FILE else ""
+            name = repr(model.name_or_path) if model.name_or_path else "this model (built in memory)"
+            raise FileNotFoundError(
+                f"{name} has no {file_name}: export it with "
+                f"gausscse.model.onnx_gausscse.export_onnx(model, folder{quantize}) (or pass export=True)"
+            )
+        if export is None:
             logger.warning(
                 f"{model.name_or_path or 'this model'} has no {file_name}: exporting it from the PyTorch weights now. "
                 "Save it to skip this next time: st.save_pretrained(folder), or "
                 "gausscse.model.onnx_gausscse.export_onnx(model, folder)."
             )
-            model_bytes = export_onnx_bytes(model)
-            if file_name == QUANTIZED_ONNX_FILE:
-                model_bytes = quantize_onnx_bytes(model_bytes)
+        model_bytes = export_onnx_bytes(model)
+        if file_name == QUANTIZED_ONNX_FILE:
+            model_bytes = quantize_onnx_bytes(model_bytes)
         return cls(model_bytes, file_name, provider)
+
+    def check_model(self, model, where: str) -> None:
+        """``ValueError`` (one line, naming ``where``, the graph's file) unless this graph was exported from
+        ``model`` as it is now: μ of the model's dimension, and the model's fingerprint recorded."""
+        again = (
+            "export it again from this model with gausscse.model.onnx_gausscse.export_onnx(model, folder), or pass "
+            "export=True"
+        )
+        size = model.config.embedding_size
+        if self.embedding_size not in (None, size):
+            raise ValueError(
+                f"{where} outputs {self.embedding_size}-dimensional Gaussians, this model's are {size}-dimensional: "
+                f"it is the graph of another model; {again}"
+            )
+        if self.fingerprint is None:
+            raise ValueError(
+                f"{where} records no GaussCSE fingerprint (exported before graphs recorded one, or by another tool), "
+                f"so nothing says it was exported from this model's weights; {again}"
+            )
+        fingerprint = model_fingerprint(model)
+        if self.fingerprint != fingerprint:
+            raise ValueError(
+                f"{where} was exported from other weights or another config than this model (graph fingerprint "
+                f"{self.fingerprint[:12]}, model {fingerprint[:12]}): {again}"
+            )
 
     def __call__(self, features: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``{"mu", "logvar", "last_hidden_state"}`` for the token tensors in ``features`` (the graph's inputs)."""
@@ -219,11 +388,16 @@ class OnnxGaussianEncoder:
 
 
 def read_model_file(name_or_path: str, file_name: str) -> bytes | None:
-    """The bytes of ``file_name`` in a local folder or Hub repo ``name_or_path``; None if it has no such file."""
-    local = Path(name_or_path) / file_name
-    if local.is_file():
-        return local.read_bytes()
-    if not name_or_path or Path(name_or_path).is_dir():
+    """The bytes of ``file_name`` in the local folder or Hub repo ``name_or_path``; None if it has no such file, or
+    if ``name_or_path`` is neither a folder nor a Hub id (``""``: a model built in memory; a folder since removed).
+    Never a file of the working directory."""
+    if not name_or_path:
+        return None
+    folder = Path(name_or_path)
+    if folder.is_dir():
+        local = folder / file_name
+        return local.read_bytes() if local.is_file() else None
+    if folder.exists() or not is_hub_repo_id(name_or_path):
         return None
     from transformers.utils import cached_file
 
@@ -231,11 +405,62 @@ def read_model_file(name_or_path: str, file_name: str) -> bytes | None:
     return Path(path).read_bytes() if path else None
 
 
+def is_hub_repo_id(name: str) -> bool:
+    """Whether ``name`` is spelled as a Hub repository id (``name`` or ``namespace/name``): the shipped code's copy of
+    ``gausscse.loading.valid_repo_id``."""
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+class OnnxSessions(dict):
+    """The [`OnnxGaussianEncoder`] sessions a ``GaussCSEModel`` keeps, by ``(file_name, provider)``. A copy of the
+    model (``copy.deepcopy``, which [`export_onnx_bytes`] makes, or pickling) starts with none: an ONNX Runtime
+    session cannot be copied, and the copy's weights may change."""
+
+    def __deepcopy__(self, memo: dict) -> OnnxSessions:
+        return type(self)()
+
+    def __reduce__(self) -> tuple:
+        return type(self), ()
+
+
+def remove_stale_graphs(folder: str | Path, model) -> list[Path]:
+    """Delete the ONNX graphs of ``folder/onnx`` not exported from ``model`` as it is now (recording another
+    fingerprint, none, or no ONNX file), and that folder if it is left empty; returns the paths removed, which are
+    logged. What saving a model into a folder does after writing its weights: a graph of the weights it replaced would
+    be refused when served anyway."""
+    graphs = Path(folder) / ONNX_FOLDER
+    paths = sorted(graphs.glob("*.onnx"))
+    if not paths:
+        return []
+    fingerprint = model_fingerprint(model)
+    stale = [path for path in paths if graph_fingerprint(path) != fingerprint]
+    for path in stale:
+        path.unlink()
+    if stale:
+        logger.warning(
+            f"Removed {', '.join(str(path) for path in stale)}: not exported from the model saved in {folder} (other "
+            "weights or config, or no fingerprint). Export them again: "
+            "gausscse.model.onnx_gausscse.export_onnx(model, folder)"
+        )
+    if not any(graphs.iterdir()):
+        graphs.rmdir()
+    return stale
+
+
 __all__ = [
+    "FINGERPRINT_KEY",
     "ONNX_FILE",
     "QUANTIZED_ONNX_FILE",
     "OnnxGaussianEncoder",
+    "OnnxSessions",
     "export_onnx",
     "export_onnx_bytes",
+    "graph_fingerprint",
+    "graph_metadata",
     "quantize_onnx_bytes",
+    "remove_stale_graphs",
 ]

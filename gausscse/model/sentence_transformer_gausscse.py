@@ -20,6 +20,11 @@ model's). ``get_embedding_dimension()`` is d, what ``encode`` returns; ``get_emb
 ``"document"``) is the route's 2d + 2. A plain ``SentenceTransformer`` holding this module (what loading a folder
 gives) becomes a [`GaussCSESentenceTransformer`] when it is built, which is where these checks live.
 
+A model that states a search score (``config.search_kl_weight`` = λ, set by training) routes to it instead
+(``score="auto"``, the default): ``encode_query`` → [μ_q/‖μ_q‖, −(λ/d)·A(q)], ``encode_document`` → [μ_x/‖μ_x‖, B(x)]
+(3d + 2 values), so ``dot = cos(μ_q, μ_x) − λ·KL(q‖x)/d``: relevance plus direction, the score its ``GaussianIndex``
+ranks by. ``score="similarity"`` keeps the −KL routes; ``score="search"`` requires λ.
+
 ``direction="entailed_by"`` swaps the sides (−B(q), A(x): dot = −KL(x‖q), what the query entails);
 ``direction="none"`` gives μ on every route (use cosine). A ``mean_dim`` model (mean_k 1/(1 + KL_k), no function of
 the total KL) is ranked by the ``sum`` form on these routes, which is logged when it loads;
@@ -38,8 +43,8 @@ import torch
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
-from .configuration_gausscse import SENTENCE_TRANSFORMERS_FILES, write_json_atomic
-from .gaussian import KL_REDUCTIONS, SEARCH_DIRECTIONS, kl_feature_map
+from .configuration_gausscse import SENTENCE_TRANSFORMERS_FILES, model_fingerprint, write_json_atomic
+from .gaussian import KL_REDUCTIONS, SEARCH_DIRECTIONS, query_map, search_map_width, stored_map
 from .modeling_gausscse import DEFAULT_MAX_LENGTH, GaussCSEModel, _check_sentences, resolve_max_length
 from .onnx_gausscse import ONNX_FILE, OnnxGaussianEncoder
 
@@ -54,6 +59,7 @@ logger = logging.get_logger(__name__)
 # direction → (side of kl_feature_map for the query, for the document); the query's map is negated
 DIRECTIONS = {**SEARCH_DIRECTIONS, "none": None}
 ROUTE_TASKS = ("query", "document")  # the tasks encode_query / encode_document pass
+SCORES = ("auto", "search", "similarity")  # what the routes' dot product is (module docstring)
 # SentenceTransformer(..., backend=...) → what runs the forward pass; "onnx" reads these keys of model_kwargs, as
 # sentence-transformers' own ONNX backend does: file_name (default onnx/model.onnx), provider, export
 BACKENDS = ("torch", "onnx")
@@ -77,10 +83,12 @@ class GaussCSETransformer(InputModule):
             x that entail the query q, dot = −KL(q‖x)), ``"entailed_by"`` (dot = −KL(x‖q)) or ``"none"`` (μ).
         onnx_encoder: run the forward pass in ONNX Runtime (what ``backend="onnx"`` loads); the routes are then
             computed on its μ and log σ² exactly as on PyTorch's.
+        score: what the routes' dot product is: ``"search"`` (the model's search score, λ from its config),
+            ``"similarity"`` (−KL) or ``"auto"`` (the search score when the model states λ).
     """
 
     config_file_name = "sentence_bert_config.json"
-    config_keys = ["max_seq_length", "direction"]  # noqa: RUF012 — sentence-transformers' class attribute
+    config_keys = ["max_seq_length", "direction", "score"]  # noqa: RUF012 — sentence-transformers' class attribute
     forward_kwargs = {"task"}  # noqa: RUF012 — encode_query / encode_document pass task="query" / "document"
     save_in_root = True
 
@@ -91,17 +99,26 @@ class GaussCSETransformer(InputModule):
         max_seq_length: int | None = DEFAULT_MAX_LENGTH,
         direction: str = "entailing",
         onnx_encoder: OnnxGaussianEncoder | None = None,
+        score: str = "auto",
     ):
         super().__init__()
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {tuple(DIRECTIONS)}, got {direction!r}")
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        kl_weight = getattr(model.config, "search_kl_weight", None)
+        if score == "search" and kl_weight is None:
+            raise ValueError("score='search' needs a model whose config states search_kl_weight")
+        self.score = score
+        # the search score's λ on the routes, None for −KL
+        self.kl_weight = None if score == "similarity" or direction == "none" else kl_weight
         self.model = model
         self.tokenizer = tokenizer
         self.max_seq_length = max_seq_length
         self.direction = direction
         self.onnx_encoder = onnx_encoder
         reduction = model.config.similarity_reduction
-        if direction != "none" and reduction not in KL_REDUCTIONS:
+        if direction != "none" and self.kl_weight is None and reduction not in KL_REDUCTIONS:
             logger.warning(
                 f"This GaussCSE model's similarity_reduction is {reduction!r}; encode_query/encode_document give "
                 "vectors whose dot product is −KL, so sentence-transformers ranks by the total KL (the 'sum' form "
@@ -169,8 +186,7 @@ class GaussCSETransformer(InputModule):
         return self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
 
     def forward(self, features: dict[str, Any], task: str | None = None, **kwargs) -> dict[str, Any]:
-        """Add ``mu``, ``logvar`` (float32), ``token_embeddings`` and the route's ``sentence_embedding``: μ without a
-        task, −A(q) for ``task="query"`` and B(x) for ``task="document"`` (``direction="entailing"``)."""
+        """Add ``mu``, ``logvar`` (float32), ``token_embeddings`` and the route's ``sentence_embedding`` ([`route`])."""
         inputs = {
             name: features[name] for name in ("input_ids", "attention_mask", "token_type_ids") if name in features
         }
@@ -186,7 +202,8 @@ class GaussCSETransformer(InputModule):
 
     def route(self, mu: torch.Tensor, logvar: torch.Tensor, task: str | None) -> torch.Tensor:
         """The vector of a route: μ (no task, or ``direction="none"``); for ``direction="entailing"`` −A(q)
-        (``task="query"``) and B(x) (``task="document"``), so ⟨−A(q), B(x)⟩ = −KL(q‖x) ([`kl_feature_map`]).
+        (``task="query"``) and B(x) (``task="document"``), so ⟨−A(q), B(x)⟩ = −KL(q‖x) ([`kl_feature_map`]), or with a
+        search score the maps whose dot product is cos − λ·KL/d ([`query_map`], [`stored_map`]).
 
         The maps are computed in float64 and returned in float32, sentence-transformers' ``precision="float32"``:
         the float32 dot product is −KL within (2d + 4)·ε₃₂·Σ_k |q_k x_k| (tested against torch.distributions over
@@ -197,16 +214,16 @@ class GaussCSETransformer(InputModule):
         sides = DIRECTIONS[self.direction]
         if task is None or sides is None:
             return mu
-        if task == "query":
-            return (-kl_feature_map(mu, logvar, sides[0])).float()
-        return kl_feature_map(mu, logvar, sides[1]).float()
+        make_map = query_map if task == "query" else stored_map
+        return make_map(mu, logvar, self.direction, self.kl_weight).float()
 
     def get_embedding_dimension(self, task: str | None = None) -> int:
         """The dimension of a route's vectors: d (μ) without a task, which sentence-transformers reads as the
-        dimension of ``encode``; 2d + 2 for ``task="query"`` / ``"document"`` (d with ``direction="none"``)."""
+        dimension of ``encode``; for ``task="query"`` / ``"document"`` 2d + 2 (the search score's 3d + 2; d with
+        ``direction="none"``)."""
         _check_task(task)
         dimension = self.model.config.embedding_size
-        return dimension if task is None or self.direction == "none" else 2 * dimension + 2
+        return dimension if task is None or self.direction == "none" else search_map_width(dimension, self.kl_weight)
 
     def breaks_kl(self, task: str | None) -> bool:
         """Whether ``task`` routes to the KL vectors (dot = −KL), which no sentence-transformers option may alter."""
@@ -231,11 +248,17 @@ class GaussCSETransformer(InputModule):
     def save(self, output_path: str, *args, **kwargs) -> None:
         """Write the GaussCSE folder (``save_pretrained``: weights, config, code, the sentence-transformers files),
         the module's tokenizer (handed to the model, whose ``save_pretrained`` writes it) and
-        ``sentence_bert_config.json``; with the ONNX backend also its graph (``onnx/...``)."""
+        ``sentence_bert_config.json``; with the ONNX backend also its graph (``onnx/...``), while it is the graph of
+        the weights saved (after they changed, it is left out with a warning: export it again)."""
         self.model.get_tokenizer(self.tokenizer)
         self.model.save_pretrained(output_path)
-        if self.onnx_encoder is not None:
+        if self.onnx_encoder is not None and self.onnx_encoder.fingerprint == model_fingerprint(self.model):
             self.onnx_encoder.save(output_path)
+        elif self.onnx_encoder is not None:
+            logger.warning(
+                f"Saved {output_path} without {self.onnx_encoder.file_name}: the model's weights or config changed "
+                "since the graph was exported. Export it again: gausscse.model.onnx_gausscse.export_onnx(model, folder)"
+            )
         self.save_config(output_path)
 
 
@@ -274,9 +297,10 @@ class GaussCSESentenceTransformer(SentenceTransformer):
         if options["output_value"] != "sentence_embedding":
             return
         call = f"encode_{task}"
+        what = "−KL between the two Gaussians" if module.kl_weight is None else "the model's search score"
         why = (
-            f"this GaussCSE model's {task} vectors are built so that query · document = −KL between the two "
-            "Gaussians, which is what st.similarity (dot) ranks by"
+            f"this GaussCSE model's {task} vectors are built so that query · document = {what}, which is what "
+            "st.similarity (dot) ranks by"
         )
         if options["normalize_embeddings"]:
             raise ValueError(
@@ -324,9 +348,11 @@ class GaussCSESentenceTransformer(SentenceTransformer):
         write_json_atomic(modules_file, modules)
 
 
-def to_sentence_transformer(model: GaussCSEModel, tokenizer=None, direction: str = "entailing") -> SentenceTransformer:
+def to_sentence_transformer(
+    model: GaussCSEModel, tokenizer=None, direction: str = "entailing", score: str = "auto"
+) -> SentenceTransformer:
     """``model`` as a ``SentenceTransformer`` with ``dot`` similarity; ``tokenizer`` defaults to the model's own."""
-    module = GaussCSETransformer(model, model.get_tokenizer(tokenizer), direction=direction)
+    module = GaussCSETransformer(model, model.get_tokenizer(tokenizer), direction=direction, score=score)
     return GaussCSESentenceTransformer(modules=[module], similarity_fn_name="dot", device=str(model.device))
 
 

@@ -10,7 +10,8 @@ backends search the vectors turned into a nearest-neighbour problem (``gausscse.
 ``.entailing(model, claims, k)``; the command line is ``gausscse-search build|query`` (``gausscse.cli.search``).
 """
 
+from .backends import BACKENDS
 from .corpus import Hit, ModelMismatchError, SentenceIndex, model_fingerprint
-from .index import BACKENDS, GaussianIndex
+from .index import GaussianIndex
 
 __all__ = ["BACKENDS", "GaussianIndex", "Hit", "ModelMismatchError", "SentenceIndex", "model_fingerprint"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import weakref
 from collections.abc import Sequence
@@ -10,49 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from gausscse.io import atomic_folder, json_safe, read_folder, write_json
-from gausscse.search.index import LANCEDB_BACKENDS, SETTINGS_FILE, GaussianIndex, parse_json
+from gausscse.io import atomic_folder, read_folder, write_json
+from gausscse.model.configuration_gausscse import model_fingerprint
+from gausscse.search.index import SETTINGS_FILE, GaussianIndex, parse_json
 
 SENTENCES_FILE = "sentences.jsonl"
 CORPUS_FILE = "corpus.json"
-VOLATILE_CONFIG_KEYS = frozenset(
-    {
-        "transformers_version",
-        "dtype",
-        "torch_dtype",
-        "architectures",
-        "auto_map",
-        "output_attentions",
-        "output_hidden_states",
-        "return_dict",
-    }
-)  # config fields that change with where and how a model is loaded, not with what it computes
-
-
-def model_fingerprint(model) -> str:
-    """SHA-256 of what makes a model's Gaussians: every weight (name, dtype, shape, bytes) and the config without
-    the fields that only say where or how it was loaded (``_name_or_path``, ``transformers_version``, ``dtype``, …).
-    A model saved and loaded again keeps its fingerprint; any retrained, merged or differently configured one gets
-    another. Takes about 0.2 s per 100 MB of weights on one core."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(memoryview(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
-    digest.update(json.dumps(json_safe(stable_config(model.config.to_dict())), sort_keys=True, default=str).encode())
-    return digest.hexdigest()
-
-
-def stable_config(config: Any) -> Any:
-    """``config`` (a nested dict) without private keys and ``VOLATILE_CONFIG_KEYS``."""
-    if isinstance(config, dict):
-        return {
-            key: stable_config(value)
-            for key, value in config.items()
-            if not str(key).startswith("_") and key not in VOLATILE_CONFIG_KEYS
-        }
-    return config
 
 
 def model_reference(model) -> str | None:
@@ -63,13 +25,32 @@ def model_reference(model) -> str | None:
     return name
 
 
+SCORES = ("auto", "search", "similarity")  # what a corpus index ranks by (SentenceIndex.build's ``score``)
+
+
+def model_kl_weight(model, score: str = "auto") -> float | None:
+    """The ``kl_weight`` of a [`GaussianIndex`] for ``model`` ranking by ``score``: ``"search"`` — the model's search
+    score (its ``config.search_kl_weight``, which it must state); ``"similarity"`` — ``None``, its similarity;
+    ``"auto"`` — the search score when the model states one, else the similarity."""
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+    weight = getattr(model.config, "search_kl_weight", None)
+    if score == "search" and weight is None:
+        raise ValueError(
+            "score='search' needs a model whose config states search_kl_weight (training sets it; for a saved "
+            "model: python -m gausscse.evaluation.search_weight --model DIR)"
+        )
+    return None if score == "similarity" else weight
+
+
 class ModelMismatchError(ValueError):
     """A [`SentenceIndex`] searched with another model than the one that built it."""
 
 
 @dataclass(frozen=True)
 class Hit:
-    """One search result: the stored sentence, its id (position in the corpus) and the similarity."""
+    """One search result: the stored sentence, its id (position in the corpus) and its score (the similarity, or the
+    search score of an index built with one)."""
 
     id: int
     sentence: str
@@ -116,9 +97,12 @@ class SentenceIndex:
         batch_size: int = 64,
         max_length: int | None = None,
         show_progress_bar: bool = True,
+        score: str = "auto",
         **index_kwargs: Any,
     ) -> SentenceIndex:
-        """Encode ``sentences`` with ``model`` (a ``GaussCSEModel``) and index them with the model's reduction.
+        """Encode ``sentences`` with ``model`` (a ``GaussCSEModel``) and index them with the model's reduction,
+        ranked by ``score`` ([`model_kl_weight`]: by default the model's search score cos − λ·KL/d when its config
+        states λ, else its similarity).
 
         ``index_kwargs`` go to [`GaussianIndex`] (``candidates_per_result``, ``ef_search``, ``device``; ``uri`` and
         ``nprobes`` for the LanceDB backends, whose database stores the sentences too).
@@ -126,8 +110,14 @@ class SentenceIndex:
         embeddings = model.encode(
             list(sentences), batch_size=batch_size, max_length=max_length, show_progress_bar=show_progress_bar
         )
-        index = GaussianIndex(model.config.embedding_size, model.config.similarity_reduction, backend, **index_kwargs)
-        index.add(embeddings, list(sentences) if backend in LANCEDB_BACKENDS else None)  # a database keeps them too
+        index = GaussianIndex(
+            model.config.embedding_size,
+            model.config.similarity_reduction,
+            backend,
+            kl_weight=model_kl_weight(model, score),
+            **index_kwargs,
+        )
+        index.add(embeddings, list(sentences) if index.engine.database else None)  # a database keeps them too
         return cls(index, sentences, model_reference(model), model_fingerprint(model))
 
     def check_model(self, model, allow_model_mismatch: bool = False) -> None:
@@ -160,16 +150,16 @@ class SentenceIndex:
     def entailing(
         self, model, claims: Sequence[str], k: int, batch_size: int = 64, *, allow_model_mismatch: bool = False
     ) -> list[list[Hit]]:
-        """For each claim, the k stored sentences that best entail it (highest sim(claim‖sentence) first). ``model``
-        must be the one that built the index ([`check_model`])."""
+        """For each claim, the k stored sentences that best entail it (highest sim(claim‖sentence), or search score
+        with KL(claim‖sentence), first). ``model`` must be the one that built the index ([`check_model`])."""
         self.check_model(model, allow_model_mismatch)
         return self._hits(*self.index.entailing(model.encode(list(claims), batch_size=batch_size), k))
 
     def entailed_by(
         self, model, premises: Sequence[str], k: int, batch_size: int = 64, *, allow_model_mismatch: bool = False
     ) -> list[list[Hit]]:
-        """For each premise, the k stored sentences it best entails (highest sim(sentence‖premise) first). ``model``
-        must be the one that built the index ([`check_model`])."""
+        """For each premise, the k stored sentences it best entails (highest sim(sentence‖premise), or search score
+        with KL(sentence‖premise), first). ``model`` must be the one that built the index ([`check_model`])."""
         self.check_model(model, allow_model_mismatch)
         return self._hits(*self.index.entailed_by(model.encode(list(premises), batch_size=batch_size), k))
 

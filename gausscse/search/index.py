@@ -1,4 +1,5 @@
-"""``GaussianIndex``: top-k entailment search over stored diagonal Gaussians, exact (torch) or through FAISS."""
+"""``GaussianIndex``: top-k entailment search over stored diagonal Gaussians, scored exactly, on the shortlists of a
+search backend (``gausscse.search.backends``: every item, FAISS or LanceDB)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,15 @@ from gausscse.io import atomic_folder, first_line, read_folder, write_json
 from gausscse.model.gaussian import (
     KL_REDUCTIONS,
     LOGVAR_BOUND,
-    SEARCH_DIRECTIONS,
     GaussianEmbeddings,
     check_reduction,
+    paired_search_score,
     paired_similarity,
+    search_score_matrix,
     similarity_matrix,
 )
-from gausscse.search.faiss_backend import HNSW, FaissDirection
-from gausscse.search.lancedb_backend import LANCEDB, LANCEDB_ANN, TABLE_NAME, LanceTable, is_database
+from gausscse.search.backends import BACKENDS
 
-BACKENDS = ("torch", "faiss", HNSW, LANCEDB, LANCEDB_ANN)
-LANCEDB_BACKENDS = (LANCEDB, LANCEDB_ANN)
 CHUNK_ROWS = 4096  # stored items scored per matrix product (torch backend)
 QUERY_CHUNK = 256  # queries re-scored at a time (FAISS and LanceDB backends) ...
 RESCORE_ELEMENTS = 1 << 22  # ... fewer when their candidates × d exceed this
@@ -70,6 +69,11 @@ class GaussianIndex:
     ``entailed_by(q, k)`` ranks them by sim(x‖q) — what the query entails. The returned scores are always the exact
     similarities of the model's reduction, highest first, ties in id order.
 
+    With ``kl_weight=λ`` (a model's ``config.search_kl_weight``) the index ranks by the model's search score
+    cos(μ_q, μ_x) − λ · KL / d instead (KL(q‖x) for ``entailing``, KL(x‖q) for ``entailed_by``): relevance (the cosine
+    of the means) plus direction; λ = 0 is the cosine. The returned scores are then that exact search score. Every
+    backend serves it: its two terms are one inner product of ``query_map`` and ``stored_map`` vectors (3d + 2 values).
+
     Backends:
 
     * ``"torch"`` — exact for both reductions: every stored item is scored by chunked matrix products (on ``device``:
@@ -79,9 +83,9 @@ class GaussianIndex:
       decrease with the total KL). FAISS computes in float32,
       where the expanded KL loses digits at small variances, so a shortlist of ``candidates_per_result × k`` hits is
       re-scored exactly (the KL summed in float64, as ``similarity_matrix``) and re-sorted.
-    * ``"faiss-hnsw"`` — approximate: an HNSW graph (``ef_search`` candidates explored per query) over the same
-      vectors turned into a
-      nearest-neighbour problem (``gausscse.search.faiss_backend``); the shortlist is re-scored exactly as above.
+    * ``"faiss-hnsw"`` — approximate: an HNSW graph (``ef_search`` candidates explored per query) over the same vectors
+      turned into a nearest-neighbour problem (``gausscse.search.backends.faiss_backend``); the shortlist is re-scored
+      exactly as above.
 
     ``mean_dim`` models through FAISS (mean_k 1/(1 + KL_k) is no function of the total KL): the shortlist comes from
     the ``sum`` form and is re-ranked by the exact ``mean_dim`` similarity, so results are approximate even with
@@ -89,19 +93,21 @@ class GaussianIndex:
 
     * ``"lancedb"`` — an embedded LanceDB database at ``uri`` holds the Gaussians, the sentences (``add(...,
       sentences=...)``) and the ``kl_feature_map`` vectors of both directions; a flat scan with its ``dot`` metric
-      gives the shortlist, re-scored exactly as for ``"faiss"`` (``gausscse.search.lancedb_backend``). Every
+      gives the shortlist, re-scored exactly as for ``"faiss"`` (``gausscse.search.backends.lancedb_backend``). Every
       ``add`` is written to the database; ``GaussianIndex.load(uri)`` reopens it.
     * ``"lancedb-ann"`` — the same database searched through LanceDB's own IVF index (``nprobes`` partitions per
       query; built at the first search) over the vectors turned into a nearest-neighbour problem as for
       ``"faiss-hnsw"``, re-scored exactly.
 
     A FAISS index is built per direction when that direction is first searched and grows with later ``add`` calls
-    (an approximate one is rebuilt if a new item falls outside its transform).
+    (an approximate one is rebuilt if a new item falls outside its transform). ``index.engine`` is the backend
+    (``gausscse.search.backends``: the interface and one module per engine).
 
     Args:
         dim: the dimension d of the Gaussians.
         reduction: the model's ``config.similarity_reduction`` (``"sum"``, ``"mean_kl"`` or ``"mean_dim"``).
-        backend: one of ``BACKENDS``: ``"torch"``, ``"faiss"``, ``"faiss-hnsw"``.
+        backend: a name of ``gausscse.search.backends.BACKENDS``: ``"torch"``, ``"faiss"``, ``"faiss-hnsw"``,
+            ``"lancedb"``, ``"lancedb-ann"``.
         device: where the torch backend keeps the Gaussians and scores (default CPU; FAISS backends: CPU only).
         candidates_per_result: shortlist size per requested hit for the FAISS backends (``"faiss"``: float32
             misorders only near-ties; ``"faiss-hnsw"``: recall is set by ``ef_search``, a longer shortlist adds
@@ -111,6 +117,7 @@ class GaussianIndex:
         uri: the LanceDB database folder of the ``"lancedb"`` backends (created; one that already holds an index is
             refused: reopen it with [`load`]).
         nprobes: IVF partitions scanned per query by ``"lancedb-ann"``.
+        kl_weight: rank by the search score of this λ ≥ 0 (``None``, the default: by the similarity).
 
     Example::
 
@@ -130,12 +137,13 @@ class GaussianIndex:
         ef_search: int = 128,
         uri: str | Path | None = None,
         nprobes: int = 20,
-        _table: LanceTable | None = None,
+        kl_weight: float | None = None,
+        _table: Any = None,
     ):
         if dim < 1:
             raise ValueError(f"dim must be a positive integer, got {dim}")
         if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+            raise ValueError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
         for name, value in (
             ("candidates_per_result", candidates_per_result),
             ("ef_search", ef_search),
@@ -143,35 +151,31 @@ class GaussianIndex:
         ):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value}")
-        if backend != "torch" and device is not None and torch.device(device).type != "cpu":
+        if kl_weight is not None and (isinstance(kl_weight, bool) or not 0 <= kl_weight < float("inf")):
+            raise ValueError(f"kl_weight must be a finite number >= 0 (or None: rank by similarity), got {kl_weight!r}")
+        if BACKENDS[backend].cpu_only and device is not None and torch.device(device).type != "cpu":
             raise ValueError(f"backend {backend!r} runs on the CPU; device={device!r} needs 'torch'")
-        if (backend in LANCEDB_BACKENDS) != (uri is not None):
-            raise ValueError(
-                f"uri (the LanceDB database folder) is for backend 'lancedb' or 'lancedb-ann' and needed by them; "
-                f"backend={backend!r}, uri={uri!r}"
-            )
         self.dim = dim
         self.reduction = check_reduction(reduction)
         self.backend = backend
         self.device = torch.device(device or "cpu")
-        self.candidates_per_result = candidates_per_result or (2 if reduction in KL_REDUCTIONS else 10)
+        self.kl_weight = None if kl_weight is None else float(kl_weight)
+        exact_order = reduction in KL_REDUCTIONS or kl_weight is not None  # the vectors' order is the score's
+        self.candidates_per_result = candidates_per_result or (2 if exact_order else 10)
         self.ef_search = ef_search
-        self.nprobes = nprobes
-        self.uri = None if uri is None else str(Path(uri).resolve())
         self.mu = torch.empty(0, dim, device=self.device)
         self.logvar = torch.empty(0, dim, device=self.device)
-        self._faiss: dict[str, FaissDirection] = {}
-        self._lance = _table
-        if self.uri is not None and _table is None:
-            stored = {key: value for key, value in self.settings().items() if key not in ("size", "uri")}
-            self._lance = LanceTable.create(self.uri, dim, stored)  # the size and place are the database's own
+        # the backend: which stored items each query is scored against, and what it builds and saves for that
+        self.engine = BACKENDS[backend](self, {"uri": uri, "nprobes": nprobes, "table": _table})
 
     def __len__(self) -> int:
         return self.mu.shape[0]
 
     def __repr__(self) -> str:
+        score = "" if self.kl_weight is None else f", kl_weight={self.kl_weight}"
         return (
-            f"GaussianIndex(dim={self.dim}, reduction={self.reduction!r}, backend={self.backend!r}, size={len(self)})"
+            f"GaussianIndex(dim={self.dim}, reduction={self.reduction!r}, backend={self.backend!r}{score}, "
+            f"size={len(self)})"
         )
 
     @property
@@ -179,7 +183,9 @@ class GaussianIndex:
         """The stored Gaussians, in id order."""
         return GaussianEmbeddings(self.mu, self.logvar)
 
-    def _checked(self, embeddings: GaussianEmbeddings, argument: str) -> GaussianEmbeddings:
+    def checked(self, embeddings: GaussianEmbeddings, argument: str) -> GaussianEmbeddings:
+        """``embeddings`` as float32 ``GaussianEmbeddings`` (2-D) on the index's device; ``ValueError`` / ``TypeError``
+        naming ``argument`` when they are not Gaussians of the index's dimension that it can score."""
         if not (hasattr(embeddings, "mu") and hasattr(embeddings, "logvar")):
             raise TypeError(
                 f"{argument} must be GaussianEmbeddings (model.encode(...)), got {type(embeddings).__name__}"
@@ -197,24 +203,10 @@ class GaussianIndex:
     def add(self, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None = None) -> None:
         """Append Gaussians; their ids continue from ``len(self)``. ``sentences`` (one per Gaussian) are stored in
         the database by the LanceDB backends ([`SentenceIndex`] keeps them for the others)."""
-        embeddings = self._checked(embeddings, "embeddings")
-        if sentences is not None:
-            if self._lance is None:
-                raise ValueError(
-                    f"sentences are stored by the LanceDB backends; backend {self.backend!r} keeps Gaussians only "
-                    "(SentenceIndex keeps the sentences beside it)"
-                )
-            if isinstance(sentences, str) or len(sentences) != len(embeddings):
-                raise ValueError(f"sentences must be a list of {len(embeddings)} strings, one per Gaussian")
-        if self._lance is not None:
-            self._lance.append(embeddings, len(self), sentences)
-        self.store(embeddings)
+        self.engine.add(self.checked(embeddings, "embeddings"), sentences)
 
     def store(self, embeddings: GaussianEmbeddings) -> None:
-        """Append checked Gaussians to the in-memory copy (and the FAISS indexes built so far)."""
-        for direction, built in list(self._faiss.items()):
-            if not built.try_add(embeddings, len(self)):  # outside the approximate index: rebuilt at the next query
-                del self._faiss[direction]
+        """Append checked Gaussians to the in-memory copy (the backend keeps its own structures up to date)."""
         self.mu = torch.cat([self.mu, embeddings.mu])
         self.logvar = torch.cat([self.logvar, embeddings.logvar])
 
@@ -227,30 +219,19 @@ class GaussianIndex:
         return self._search(queries, k, "entailed_by")
 
     def _search(self, queries: GaussianEmbeddings, k: int, direction: str) -> tuple[torch.Tensor, torch.Tensor]:
-        queries = self._checked(queries, "queries")
+        queries = self.checked(queries, "queries")
+        self.engine.sync()
         if len(self) == 0:
             raise ValueError("the index is empty: add() Gaussians first")
         if not 1 <= k <= len(self):
             raise ValueError(f"k must be between 1 and len(index) = {len(self)}, got {k}")
-        if self.backend == "torch":
+        candidate_ids = self.engine.candidates(queries, min(len(self), self.candidates_per_result * k), direction)
+        if candidate_ids is None:
             return self._exact_top_k(queries, k, direction)
-        count = min(len(self), self.candidates_per_result * k)
-        if self._lance is None:
-            candidate_ids = self.faiss_direction(direction).candidates(queries, count)
-        elif self.backend == LANCEDB:
-            candidate_ids = self._lance.candidates(queries, count, direction)
-        else:
-            if not self._lance.ann_covers(len(self)):
-                self._lance.build_ann_index(self.embeddings)
-            candidate_ids = self._lance.ann_candidates(queries, count, direction, self.nprobes, len(self))
+        # rows another handle added after this search read the database are left to the next search
+        candidate_ids = torch.where(candidate_ids < len(self), candidate_ids, -1)
         scores, ids = self.rescore(queries, candidate_ids, direction)
         return scores[:, :k], ids[:, :k]
-
-    def faiss_direction(self, direction: str) -> FaissDirection:
-        """The FAISS index of ``direction`` (built from the stored items on first use)."""
-        if direction not in self._faiss:
-            self._faiss[direction] = FaissDirection.build(self.backend, direction, self.embeddings, self.ef_search)
-        return self._faiss[direction]
 
     def _exact_top_k(self, queries: GaussianEmbeddings, k: int, direction: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Every stored item scored, chunk by chunk; the running top k merged with each chunk."""
@@ -258,10 +239,14 @@ class GaussianIndex:
         best_ids = torch.empty((len(queries), 0), dtype=torch.long, device=self.device)
         for start in range(0, len(self), CHUNK_ROWS):
             mu, logvar = self.mu[start : start + CHUNK_ROWS], self.logvar[start : start + CHUNK_ROWS]
-            if direction == "entailing":  # sim(q‖x)
-                scores = similarity_matrix(queries.mu, queries.logvar, mu, logvar, self.reduction)
-            else:  # sim(x‖q)
-                scores = similarity_matrix(mu, logvar, queries.mu, queries.logvar, self.reduction).T
+            pair = (queries.mu, queries.logvar, mu, logvar)
+            if direction == "entailed_by":  # sim(x‖q); the cosine of the search score is symmetric
+                pair = (mu, logvar, queries.mu, queries.logvar)
+            if self.kl_weight is None:
+                scores = similarity_matrix(*pair, self.reduction)
+            else:
+                scores = search_score_matrix(*pair, self.kl_weight)
+            scores = scores if direction == "entailing" else scores.T
             ids = torch.arange(start, start + scores.shape[1], device=self.device).expand_as(scores)
             # the running best holds lower ids than this chunk, so a stable sort keeps ties in id order
             merged_scores, merged_ids = torch.cat([best_scores, scores], 1), torch.cat([best_ids, ids], 1)
@@ -272,8 +257,8 @@ class GaussianIndex:
     def rescore(
         self, queries: GaussianEmbeddings, candidate_ids: torch.Tensor, direction: str
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact similarities of each query with its candidates ``(Q, C)`` (id −1 = none: score −inf), sorted by
-        descending score, ties in id order."""
+        """Exact scores (similarities, or the search score) of each query with its candidates ``(Q, C)`` (id −1 =
+        none: score −inf), sorted by descending score, ties in id order."""
         scores = torch.full(candidate_ids.shape, float("-inf"))
         # float64 work buffers of (queries, candidates, d): at most RESCORE_ELEMENTS elements each
         step = max(1, min(QUERY_CHUNK, RESCORE_ELEMENTS // max(1, candidate_ids.shape[1] * self.dim)))
@@ -283,81 +268,60 @@ class GaussianIndex:
             item_mu, item_logvar = self.mu[ids.clamp_min(0)].cpu(), self.logvar[ids.clamp_min(0)].cpu()
             query_mu = queries.mu[start : start + step, None, :].cpu()
             query_logvar = queries.logvar[start : start + step, None, :].cpu()
-            if direction == "entailing":
+            if self.kl_weight is not None:
+                chunk = paired_search_score(query_mu, query_logvar, item_mu, item_logvar, direction, self.kl_weight)
+            elif direction == "entailing":
                 chunk = paired_similarity(query_mu, query_logvar, item_mu, item_logvar, self.reduction)
             else:
                 chunk = paired_similarity(item_mu, item_logvar, query_mu, query_logvar, self.reduction)
             scores[start : start + step] = torch.where(found, chunk, float("-inf"))
         return sort_by_score_then_id(scores, candidate_ids)
 
-    def settings(self) -> dict[str, Any]:
-        """What [`load`] needs to rebuild this index (``index_config.json``)."""
+    def base_settings(self) -> dict[str, Any]:
+        """The settings every backend shares (what its ranking is)."""
         return {
             "dim": self.dim,
             "reduction": self.reduction,
             "backend": self.backend,
             "candidates_per_result": self.candidates_per_result,
             "ef_search": self.ef_search,
-            "size": len(self),
-            **({"uri": self.uri, "nprobes": self.nprobes} if self.uri is not None else {}),
+            **({"kl_weight": self.kl_weight} if self.kl_weight is not None else {}),
         }
 
+    def settings(self) -> dict[str, Any]:
+        """What [`load`] needs to rebuild this index (``index_config.json``)."""
+        return {**self.base_settings(), "size": len(self), **self.engine.settings()}
+
     def save(self, folder: str | Path) -> None:
-        """A folder: ``gaussians.safetensors`` (μ, log σ²), ``index_config.json``, for the FAISS backends a FAISS file
-        ``<direction>.faiss`` per direction (built now if no query built it yet, so that a loaded index answers its
-        first query at once) and ``manifest.json`` (sizes and SHA-256 of the files, checked by [`load`]); no pickle
-        anywhere. Built beside ``folder`` and swapped in whole; an existing folder that is not a saved index is
-        refused."""
+        """A folder: ``gaussians.safetensors`` (μ, log σ²), ``index_config.json``, what the backend built (for the
+        FAISS backends a FAISS file ``<direction>.faiss`` per direction, built now if no query built it yet, so that a
+        loaded index answers its first query at once) and ``manifest.json`` (sizes and SHA-256 of the files, checked
+        by [`load`]); no pickle anywhere. Built beside ``folder`` and swapped in whole; an existing folder that is not
+        a saved index is refused."""
         with atomic_folder(folder, SETTINGS_FILE) as staging:
             self.write_files(staging)
 
     def write_files(self, folder: Path) -> None:
-        """Write the files of [`save`] (all but the manifest) into the existing ``folder``, building the FAISS
-        index of each direction no query has built yet. A LanceDB index writes only ``index_config.json``: its data
-        stays in the database at its ``uri``, which that file names."""
-        if self._lance is not None:
-            write_json(folder / SETTINGS_FILE, self.settings())
-            return
-        if self.backend != "torch" and len(self):
-            for direction in SEARCH_DIRECTIONS:
-                self.faiss_direction(direction)
-        save_file(
-            {"mu": self.mu.cpu().contiguous(), "logvar": self.logvar.cpu().contiguous()}, str(folder / GAUSSIANS_FILE)
-        )
-        for built in self._faiss.values():
-            built.save(folder)
+        """Write the files of [`save`] (all but the manifest) into the existing ``folder``. An index whose backend
+        keeps a database writes only ``index_config.json``: its data stays in the database that file names."""
+        if not self.engine.database:
+            save_file(
+                {"mu": self.mu.cpu().contiguous(), "logvar": self.logvar.cpu().contiguous()},
+                str(folder / GAUSSIANS_FILE),
+            )
+            self.engine.write_files(folder)
         write_json(folder / SETTINGS_FILE, self.settings())
 
     @classmethod
     def load(cls, folder: str | Path, device: str | torch.device | None = None) -> GaussianIndex:
-        """An index saved by [`save`] (its FAISS files are read back, not rebuilt). All files come from one version
-        of the folder, checked against its manifest (``gausscse.io.read_folder``); a damaged or missing file raises
-        ``ValueError`` / ``FileNotFoundError`` naming it."""
+        """An index saved by [`save`] (what its backend built is read back, not rebuilt), or a LanceDB database. All
+        files come from one version of the folder, checked against its manifest (``gausscse.io.read_folder``); a
+        damaged or missing file raises ``ValueError`` / ``FileNotFoundError`` naming it."""
         folder = Path(folder)
-        if is_database(folder):  # a LanceDB database: reopened by its uri
-            return cls.open_lancedb(folder)
+        for backend in BACKENDS.values():  # a database (LanceDB): reopened by its uri
+            if backend.holds_index(folder):
+                return backend.open(folder)
         return cls.from_files(folder, read_folder(folder, "GaussianIndex"), device)
-
-    @classmethod
-    def open_lancedb(cls, uri: str | Path) -> GaussianIndex:
-        """The index stored in the LanceDB database at ``uri`` (settings from its table's metadata; the Gaussians
-        read back for the exact re-score); its ``add`` goes on writing to that database."""
-        table, settings = LanceTable.open(uri)
-        try:
-            index = cls(
-                int(settings["dim"]),
-                settings["reduction"],
-                settings["backend"],
-                candidates_per_result=int(settings["candidates_per_result"]),
-                uri=uri,
-                nprobes=int(settings["nprobes"]),
-                _table=table,
-            )
-        except KeyError as error:
-            raise ValueError(f"{uri}: the stored GaussianIndex settings have no {error.args[0]!r}") from None
-        stored, _ = table.read()
-        index.store(index._checked(stored, f"{uri} table {TABLE_NAME!r}"))
-        return index
 
     @classmethod
     def from_files(
@@ -367,10 +331,12 @@ class GaussianIndex:
         if SETTINGS_FILE not in files:
             raise FileNotFoundError(f"{folder} is not a saved GaussianIndex: {SETTINGS_FILE} is missing")
         settings = parse_json(folder / SETTINGS_FILE, files[SETTINGS_FILE])
-        if settings.get("backend") in LANCEDB_BACKENDS:  # the data is in the database the settings name
+        backend = BACKENDS.get(settings.get("backend"))
+        if backend is not None and backend.database:  # the data is in the database the settings name
             if "uri" not in settings:
                 raise ValueError(f"{folder / SETTINGS_FILE} has no 'uri': the index is damaged")
-            index = cls.open_lancedb(settings["uri"])
+            index = backend.open(settings["uri"])
+            index.engine.check_saved(settings, folder / SETTINGS_FILE)
             if len(index) != settings.get("size"):
                 stated = settings.get("size")
                 raise ValueError(f"{settings['uri']} holds {len(index)} Gaussians; {SETTINGS_FILE} says {stated}")
@@ -383,6 +349,7 @@ class GaussianIndex:
                 device=device,
                 candidates_per_result=int(settings["candidates_per_result"]),
                 ef_search=int(settings["ef_search"]),
+                kl_weight=settings.get("kl_weight"),
             )
             size = int(settings["size"])
         except KeyError as error:
@@ -397,17 +364,12 @@ class GaussianIndex:
         except Exception as error:  # safetensors' SafetensorError, a missing tensor, a shape mismatch
             raise ValueError(f"{folder / GAUSSIANS_FILE} is damaged ({first_line(error)})") from None
         try:
-            index.add(stored)
+            index.store(index.checked(stored, "stored"))
         except ValueError as error:
             raise ValueError(f"{folder / GAUSSIANS_FILE}: {error}") from None
         if len(index) != size:
             raise ValueError(f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {size}")
-        for direction in SEARCH_DIRECTIONS:
-            built = FaissDirection.from_files(index.backend, direction, index.dim, folder, files, index.ef_search)
-            if built is not None:
-                if built.size != len(index):
-                    raise ValueError(f"{folder}/{direction}.faiss holds {built.size} vectors, the index {len(index)}")
-                index._faiss[direction] = built
+        index.engine.read_files(folder, files)
         return index
 
 

@@ -1,5 +1,6 @@
 """Maximum inner product → nearest neighbour: the transform both approximate search backends (``"faiss-hnsw"``,
-``"lancedb-ann"``) apply before handing ``kl_feature_map`` vectors to an L2 index.
+``"lancedb-ann"``) apply before handing the ``stored_map`` vectors (the KL maps, or the search score's) to an L2
+index.
 
 A graph or IVF index does poorly on raw inner products whose vectors differ wildly in norm (1/σ² spans e^±10), so the
 maximum-inner-product search is turned into a nearest-neighbour search (Bachrach et al., 2014):
@@ -26,21 +27,23 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from gausscse.model.gaussian import SEARCH_DIRECTIONS, GaussianEmbeddings, kl_feature_map
+from gausscse.model.gaussian import GaussianEmbeddings, query_map, search_map_width, stored_map
 
 FEATURE_CHUNK = 65536  # rows of float64 feature maps computed at a time
 OUTLIER_FACTOR = 100.0  # squared norm over the median's that keeps an item out of the L2 index
 MAX_OUTLIERS = 256  # items scored exactly for every query at most
 
 
-def feature_chunks(embeddings: GaussianEmbeddings, side: str) -> Iterator[tuple[int, np.ndarray]]:
-    """``(first row, float64 kl_feature_map rows)`` of ``embeddings``, ``FEATURE_CHUNK`` rows at a time."""
+def feature_chunks(
+    embeddings: GaussianEmbeddings, role: str, direction: str, kl_weight: float | None = None
+) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, float64 map rows)`` of ``embeddings``, ``FEATURE_CHUNK`` rows at a time: their ``query_map``
+    (``role="query"``) or ``stored_map`` (``role="stored"``) for ``direction`` and ``kl_weight``."""
+    make_map = {"query": query_map, "stored": stored_map}[role]
     mu, logvar = embeddings.mu.cpu(), embeddings.logvar.cpu()
     for start in range(0, len(mu), FEATURE_CHUNK):
-        yield (
-            start,
-            kl_feature_map(mu[start : start + FEATURE_CHUNK], logvar[start : start + FEATURE_CHUNK], side).numpy(),
-        )
+        rows = slice(start, start + FEATURE_CHUNK)
+        yield start, make_map(mu[rows], logvar[rows], direction, kl_weight).numpy()
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -50,13 +53,21 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(vectors / np.where(norms > 0, norms, 1.0), dtype=np.float32)
 
 
-def constant_column(direction: str, dim: int) -> int:
-    """The stored map's column that is the same for every item: B's trailing 1 or A's ½ at position 2d."""
-    return 2 * dim + 1 if SEARCH_DIRECTIONS[direction][1] == "right" else 2 * dim
+def constant_column(direction: str, dim: int, kl_weight: float | None = None) -> int:
+    """The stored map's column that is the same for every item: B's trailing 1 or A's ½ at position 2d (d further
+    on behind the search score's unit μ)."""
+    offset = 0 if kl_weight is None else dim
+    return offset + (2 * dim + 1 if direction == "entailing" else 2 * dim)
+
+
+def kept_columns(direction: str, dim: int, kl_weight: float | None = None) -> np.ndarray:
+    """Step 1 of the module docstring: every stored column but the constant one."""
+    constant = constant_column(direction, dim, kl_weight)
+    return np.array([column for column in range(search_map_width(dim, kl_weight)) if column != constant])
 
 
 def column_moments(
-    embeddings: GaussianEmbeddings, side: str, keep: np.ndarray, rows: np.ndarray
+    embeddings: GaussianEmbeddings, maps: tuple[str, float | None], keep: np.ndarray, rows: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Float64 mean and standard deviation (plus 1e-6: no column is divided by 0) of the ``keep`` columns of the
     feature maps over the items ``rows`` (a mask). Two passes: a column whose values are all alike (a log σ² pinned
@@ -64,24 +75,24 @@ def column_moments(
     rounding noise of the size of its mean."""
     count = max(int(rows.sum()), 1)
     total = np.zeros(len(keep))
-    for start, chunk in feature_chunks(embeddings, side):
+    for start, chunk in feature_chunks(embeddings, "stored", *maps):
         total += chunk[rows[start : start + len(chunk)]][:, keep].sum(axis=0)
     mean = total / count
     squares = np.zeros(len(keep))
-    for start, chunk in feature_chunks(embeddings, side):
+    for start, chunk in feature_chunks(embeddings, "stored", *maps):
         squares += ((chunk[rows[start : start + len(chunk)]][:, keep] - mean) ** 2).sum(axis=0)
     return mean, np.sqrt(squares / count) + 1e-6
 
 
 def scaled_vectors(
-    embeddings: GaussianEmbeddings, side: str, transform: dict[str, np.ndarray]
+    embeddings: GaussianEmbeddings, maps: tuple[str, float | None], transform: dict[str, np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Step 2 of the module docstring for stored items: the ``keep`` columns less ``mean``, divided by ``scale``
     (float32), and their float64 squared norms."""
     keep, mean, scale = transform["keep"], transform["mean"].astype(np.float64), transform["scale"].astype(np.float64)
     vectors = np.empty((len(embeddings.mu), len(keep)), dtype=np.float32)
     norms = np.empty(len(embeddings.mu))
-    for start, chunk in feature_chunks(embeddings, side):
+    for start, chunk in feature_chunks(embeddings, "stored", *maps):
         scaled = (chunk[:, keep] - mean) / scale
         vectors[start : start + len(chunk)] = scaled
         norms[start : start + len(chunk)] = (scaled**2).sum(axis=1)
@@ -105,20 +116,23 @@ def graph_outliers(norms: np.ndarray) -> np.ndarray:
     return mask
 
 
-def fit_lift(embeddings: GaussianEmbeddings, direction: str) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """Steps 1–3 (module docstring) fitted on the stored items ``embeddings`` for ``direction``: the transform
-    ``{"keep", "mean", "scale", "radius2", "outliers"}`` (float64; ``outliers``: the ids kept out of the L2 index),
-    the ids of the other items and their lifted float32 vectors."""
-    dim, side = embeddings.dim, SEARCH_DIRECTIONS[direction][1]
-    keep = np.array([column for column in range(2 * dim + 2) if column != constant_column(direction, dim)])
+def fit_lift(
+    embeddings: GaussianEmbeddings, direction: str, kl_weight: float | None = None
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Steps 1–3 (module docstring) fitted on the stored items ``embeddings`` for ``direction`` (and the search
+    score when ``kl_weight`` is not ``None``): the transform ``{"keep", "mean", "scale", "radius2", "outliers"}``
+    (float64; ``outliers``: the ids kept out of the L2 index), the ids of the other items and their lifted float32
+    vectors."""
+    maps = (direction, kl_weight)
+    keep = kept_columns(direction, embeddings.dim, kl_weight)
     everyone = np.ones(len(embeddings.mu), dtype=bool)
-    mean, scale = column_moments(embeddings, side, keep, everyone)
+    mean, scale = column_moments(embeddings, maps, keep, everyone)
     transform = {"keep": keep, "mean": mean, "scale": scale}
-    scaled, norms = scaled_vectors(embeddings, side, transform)
+    scaled, norms = scaled_vectors(embeddings, maps, transform)
     outliers = graph_outliers(norms)
     if outliers.any():  # the spreads of the bulk, not of a few extreme items
-        transform["mean"], transform["scale"] = column_moments(embeddings, side, keep, ~outliers)
-        scaled, norms = scaled_vectors(embeddings, side, transform)
+        transform["mean"], transform["scale"] = column_moments(embeddings, maps, keep, ~outliers)
+        scaled, norms = scaled_vectors(embeddings, maps, transform)
         outliers = graph_outliers(norms)
     inliers = np.flatnonzero(~outliers)
     transform["radius2"] = np.array([norms[inliers].max() if len(inliers) else 0.0])
@@ -126,12 +140,14 @@ def fit_lift(embeddings: GaussianEmbeddings, direction: str) -> tuple[dict[str, 
     return transform, inliers.astype(np.int64), lifted(scaled[inliers], norms[inliers], transform)
 
 
-def lifted_queries(queries: GaussianEmbeddings, direction: str, transform: dict[str, np.ndarray]) -> np.ndarray:
-    """The query side of steps 1–3: −(query map) on the ``keep`` columns times ``scale``, then a 0; each row scaled to
-    unit length (the exact L2 ranking is the same for any positive multiple of a query; an IVF index's choice of
+def lifted_queries(
+    queries: GaussianEmbeddings, direction: str, transform: dict[str, np.ndarray], kl_weight: float | None = None
+) -> np.ndarray:
+    """The query side of steps 1–3: the ``query_map`` on the ``keep`` columns times ``scale``, then a 0; each row scaled
+    to unit length (the exact L2 ranking is the same for any positive multiple of a query; an IVF index's choice of
     partitions is not, and the LanceDB backend scales them to the stored norm R), float32 ``(Q, len(keep) + 1)``."""
     chunks = []
-    for _, chunk in feature_chunks(queries, SEARCH_DIRECTIONS[direction][0]):
-        chunk = -chunk[:, transform["keep"]] * transform["scale"].astype(np.float64)
+    for _, chunk in feature_chunks(queries, "query", direction, kl_weight):
+        chunk = chunk[:, transform["keep"]] * transform["scale"].astype(np.float64)
         chunks.append(unit_rows(np.hstack([chunk, np.zeros((len(chunk), 1))])))
     return np.concatenate(chunks)

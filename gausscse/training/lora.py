@@ -2,10 +2,11 @@
 
 A LoRA model is saved either merged ([`merge_lora`], then a plain GaussCSE folder) or, by ``save_pretrained`` itself,
 as an adapter folder: ``heads.safetensors`` (the two heads), the GaussCSE config + code, and in ``adapter/`` peft's
-``adapter_config.json`` + ``adapter_model.safetensors`` (the encoder's adapter). Both load everywhere a GaussCSE
+``adapter_config.json`` + ``adapter_model.safetensors`` (the encoder's adapter) and ``backbone.json`` (the backbone:
+its Hub id or absolute path, and the SHA-256 of its config and weight files). Both load everywhere a GaussCSE
 folder loads (``AutoModel`` / ``SentenceTransformer`` with ``trust_remote_code``, ``gausscse.loading.load_model``);
-an adapter folder needs peft and its backbone. Trainer checkpoints of a LoRA model are adapter folders too
-([`load_adapter_checkpoint`] puts one back into the model being trained).
+an adapter folder needs peft and its backbone, the one it recorded (another is refused). Trainer checkpoints of a
+LoRA model are adapter folders too ([`load_adapter_checkpoint`] puts one back into the model being trained).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def training_step_seconds(
 
     torch.manual_seed(0)
     model = GaussCSEModel.from_backbone(str(model_path)).train()
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path), trust_remote_code=False)
     sentences = (PROBE_SENTENCES * batch_size)[:batch_size]
     max_length = TRAIN_MAX_LENGTH if max_length is None else max_length
     inputs = tokenizer(sentences, padding=True, truncation=True, max_length=max_length, return_tensors="pt")

@@ -26,6 +26,7 @@ from gausscse.io import (
     write_json,
 )
 from gausscse.loading import is_hub_id
+from gausscse.model.onnx_gausscse import remove_stale_graphs
 
 from .lora import has_lora, merge_lora
 from .model_card import FIGURE_FILE, write_model_card
@@ -50,10 +51,10 @@ def save_model_folder(
     Non-finite weights are refused before anything is written. The new folder is built beside ``model_dir``, in a
     staging folder of this save's own (``.<name>.saving.<random>``: two saves never share one, and none deletes
     another's): the model files, plus hard links to everything else already there (checkpoints, logs; not the earlier
-    final model's files), then swapped with ``model_dir`` in one atomic step (``renameat2``), so whatever moment the
-    process dies, ``model_dir`` holds the whole old or the whole new model. Where the system cannot swap folders
-    atomically, each file is moved into place with its own atomic rename instead. A LoRA model is merged into a plain
-    GaussCSE folder when ``merge``, else saved as adapter + heads.
+    final model's files, nor ONNX graphs exported from other weights), then swapped with ``model_dir`` in one atomic
+    step (``renameat2``), so whatever moment the process dies, ``model_dir`` holds the whole old or the whole new
+    model. Where the system cannot swap folders atomically, each file is moved into place with its own atomic rename
+    instead. A LoRA model is merged into a plain GaussCSE folder when ``merge``, else saved as adapter + heads.
     ``card``: keyword arguments of [`gausscse.training.model_card.render_model_card`]; ``results``:
     ``train_results.json``; ``figure``: a PNG of the final evaluation, saved as ``FIGURE_FILE`` and shown in the card.
     """
@@ -99,8 +100,10 @@ def _write_model_folder(
         for entry in model_dir.iterdir():
             if entry.name not in earlier | set(written) | {MANIFEST_FILE}:
                 link_tree(entry, staging / entry.name)
+    remove_stale_graphs(staging, model)  # an onnx/ kept from the folder: graphs of the earlier model go
     if not replace_folder(staging, model_dir):
         replace_files(staging, model_dir, written, earlier)
+        remove_stale_graphs(model_dir, model)  # the fallback moves the model's files only: the earlier graphs stay
 
 
 def replace_files(staging: Path, model_dir: Path, written: list[str], earlier: set[str]) -> None:

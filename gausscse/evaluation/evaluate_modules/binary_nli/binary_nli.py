@@ -1,7 +1,7 @@
 """Binary NLI metric (Yoda et al., EACL 2024, §3.1) as an `evaluate` module, kept in the repository.
 
-Self-contained (numpy, datasets, evaluate only): ``evaluate.load("<this folder>")`` works in a process that cannot
-import ``gausscse``; inside the project use ``gausscse.evaluation.load_metric("binary_nli")``.
+Self-contained (numpy, scikit-learn, datasets, evaluate only): ``evaluate.load("<this folder>")`` works in a process
+that cannot import ``gausscse``; inside the project use ``gausscse.evaluation.load_metric("binary_nli")``.
 
 All scores are "higher means more likely positive"; labels are booleans or 0/1 (1 = entailment); every value is a
 fraction in [0, 1] (the report multiplies by 100). Conventions, stated once:
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import datasets
 import evaluate
 import numpy as np
+from sklearn.metrics import average_precision_score
 
 THRESHOLD_GRID = np.round(np.arange(1001) / 1000.0, 3)
 
@@ -150,19 +151,12 @@ def sweep_auprc(scores, labels, thresholds=THRESHOLD_GRID) -> float:
 
 
 def average_precision(scores, labels) -> float:
-    """AP = Σ_n (R_n − R_{n−1}) P_n, n over distinct score values from the highest down, R_0 = 0."""
+    """AP = Σ_n (R_n − R_{n−1}) P_n, n over distinct score values from the highest down, R_0 = 0
+    (``sklearn.metrics.average_precision_score``)."""
     scores, labels = _as_scores_and_labels(scores, labels)
-    positives = int(labels.sum())
-    if positives == 0:
+    if not labels.any():
         raise ValueError("labels has no positive example: average precision is undefined")
-    order = np.argsort(-scores, kind="stable")
-    sorted_scores, sorted_labels = scores[order], labels[order]
-    # the last index of each run of equal scores: every tied example is predicted positive together
-    last_of_run = np.r_[np.flatnonzero(np.diff(sorted_scores) != 0), sorted_scores.size - 1]
-    true_positives = np.cumsum(sorted_labels)[last_of_run]
-    precision = true_positives / (last_of_run + 1)
-    recall_gain = np.diff(np.r_[0, true_positives]) / positives
-    return float(np.sum(recall_gain * precision))
+    return float(average_precision_score(labels, scores))
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)

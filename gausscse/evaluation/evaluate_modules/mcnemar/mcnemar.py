@@ -43,7 +43,7 @@ def mcnemar(correct_a, correct_b) -> dict[str, float]:
     if discordant == 0:
         p_value, chi2, chi2_p_value = 1.0, 0.0, 1.0
     else:
-        p_value = min(1.0, 2.0 * float(stats.binom.cdf(min(only_a, only_b), discordant, 0.5)))
+        p_value = float(stats.binomtest(only_a, discordant, 0.5).pvalue)  # the exact test
         chi2 = float((abs(only_a - only_b) - 1) ** 2 / discordant)
         chi2_p_value = float(stats.chi2.sf(chi2, df=1))
     return {
