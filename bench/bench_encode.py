@@ -32,7 +32,7 @@ from bench.common import ResidentPeak, json_payload, run_worker
 from gausscse import GaussCSEModel
 from gausscse.data.registry import load_split
 from gausscse.io import write_json
-from gausscse.model.modeling_gausscse import pad_token_ids
+from gausscse.model.encoding_gausscse import pad_token_ids
 
 
 def real_sentences(count: int, data_dir: str | None) -> list[str]:

@@ -155,16 +155,13 @@ def check_output_location(path: str | Path, flag: str) -> Path:
     return target
 
 
-def check_not_nested(first: str | Path, first_flag: str, second: str | Path, second_flag: str) -> None:
-    """``ValueError`` when the folders ``first`` and ``second`` (symbolic links resolved) are one folder or one
-    holds the other: writing one would replace or delete the other."""
+def check_not_nested(first: str | Path, first_flag: str, second: str | Path, second_flag: str, why: str) -> None:
+    """``ValueError`` when the folders ``first`` and ``second`` (relative paths and symbolic links resolved) are one
+    folder or one holds the other, saying ``why`` that matters: writing one would replace or delete the other."""
     one, other = Path(first).resolve(), Path(second).resolve()
     if one == other or one in other.parents or other in one.parents:
-        relation = "is" if one == other else "holds" if one in other.parents else "is inside"
-        raise ValueError(
-            f"{first_flag} {first} {relation} {second_flag} {second}: each must be a folder of its own, neither "
-            "inside the other"
-        )
+        relation = "is" if one == other else "holds" if one in other.parents else "lies inside"
+        raise ValueError(f"{first_flag} {first} {relation} the folder of {second_flag} {second}: {why}")
 
 
 @contextmanager

@@ -35,7 +35,7 @@ from gausscse.evaluation.dev_evaluator import dev_metrics
 from gausscse.evaluation.plots import FIGURE1_SENTENCES, plot_gaussians_2d, plot_generality_gap, plot_pr_curves
 from gausscse.evaluation.suite import TaskData, aggregate_seeds, run_encoder, significance
 from gausscse.io import atomic_path, write_json
-from gausscse.model.modeling_gausscse import sentence_transformers_pooling
+from gausscse.model.backbone_gausscse import sentence_transformers_pooling
 from gausscse.training.losses import GAUSSCSE_VARIANTS
 from studies.frozen_features import BackboneFeatures, FeaturePointEncoder, FrozenBackboneEncoder
 from studies.heads_only import HeadsOnlyArguments, sentences_of, train_heads

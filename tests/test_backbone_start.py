@@ -17,7 +17,7 @@ from transformers import AutoTokenizer, BertModel
 from gausscse import GaussCSEConfig, GaussCSEModel
 from gausscse.data.sources import build_examples, load_source
 from gausscse.data.tokenize import tokenize_examples
-from gausscse.model.modeling_gausscse import STARTS, sentence_transformers_pooling, start_fields
+from gausscse.model.backbone_gausscse import STARTS, sentence_transformers_pooling, start_fields
 from gausscse.training.arguments import parse_arguments
 from gausscse.training.batch import TripletCollator, split_batch_embeddings
 from gausscse.training.losses import EmbeddingKeepLoss, GaussCSELoss

@@ -39,7 +39,7 @@ from gausscse.training.model_card import (
     update_model_card,
 )
 
-from .helpers import MINILM_PATH, nli_rows, reference_similarity, write_jsonl_gz
+from .helpers import MINILM_PATH, nli_rows, reference_search_score, reference_similarity, write_jsonl_gz
 
 NAME = "me/gausscse-minilm"
 METRICS = {"snli_dev_auprc": 61.234567, "snli_dev_accuracy": 70.5, "snli_dev_threshold": 0.512,
@@ -380,7 +380,12 @@ def saved_card_snippets(model, tokenizer, folder: Path, reduction: str, adapter:
     by the folder."""
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    text = card(reduction=reduction, embedding_size=model.config.embedding_size, adapter=adapter)
+    text = card(
+        reduction=reduction,
+        embedding_size=model.config.embedding_size,
+        adapter=adapter,
+        search_kl_weight=model.config.search_kl_weight,
+    )
     return [block.replace(f'"{NAME}"', repr(str(folder))) for block in python_blocks(text)]
 
 
@@ -420,6 +425,30 @@ def test_the_snippets_print_the_models_own_similarities(reduction, minilm_gaussc
     printed = run_python(st_usage, tmp_path)
     st_scores = torch.tensor(eval(re.search(r"tensor\((\[\[.*?\]\])", printed, re.S).group(1)), dtype=torch.float64)
     torch.testing.assert_close(st_scores[0], st_expected, rtol=1e-5, atol=0)
+
+
+def test_the_snippets_of_a_model_with_a_search_score_print_that_score(minilm_gausscse, minilm_tokenizer, tmp_path):
+    """A model that states λ (search_kl_weight, as every trained one): the card says its routes give the search score
+    and both the sentence-transformers and the search snippet print cos(μ_claim, μ_passage) − λ·KL/d (scikit-learn,
+    torch.distributions), the search's two best passages first."""
+    model = copy.deepcopy(minilm_gausscse)
+    model.config.similarity_reduction, model.config.search_kl_weight = "mean_kl", 0.3
+    text = card(reduction="mean_kl", embedding_size=384, search_kl_weight=0.3)
+    assert "dot product is this model's search score" in text and "0.3·KL(claim‖passage)/d" in text
+    usage, st_usage, search = saved_card_snippets(model, minilm_tokenizer, tmp_path / "model", "mean_kl")
+    found, scores = run_snippets(usage + search, tmp_path)
+    passages = eval(re.search(r"^passages = (\[.*\])$", search, re.M).group(1))
+    claim = re.search(r"model\.encode\(\[(\".*?\")\]\)", search).group(1).strip('"')
+    expected = reference_search_score(model.encode([claim]), model.encode(passages), 0.3, "entailing")[0]
+    best = expected.argsort(descending=True)[:2]
+    assert found == [passages[i] for i in best.tolist()]
+    torch.testing.assert_close(torch.tensor(scores, dtype=torch.float64), expected[best], rtol=1e-5, atol=1e-6)
+    st_passages = model.encode(eval(re.search(r"^passages = (\[.*\])$", st_usage, re.M).group(1)))
+    st_claim = model.encode([re.search(r'^claims = \["(.*)"\]$', st_usage, re.M).group(1)])
+    printed = run_python(st_usage, tmp_path)
+    st_scores = torch.tensor(eval(re.search(r"tensor\((\[\[.*?\]\])", printed, re.S).group(1)), dtype=torch.float64)
+    st_expected = reference_search_score(st_claim, st_passages, 0.3, "entailing")[0]
+    torch.testing.assert_close(st_scores[0], st_expected, rtol=1e-4, atol=1e-5)
 
 
 def run_snippets(code: str, cwd: Path) -> tuple[list[str], list[float]]:

@@ -19,14 +19,10 @@ from gausscse.data.tokenize import TRAIN_MAX_LENGTH
 from gausscse.evaluation.dev_evaluator import SNLIDevEvaluator
 from gausscse.evaluation.encoders import GaussianEncoder, PointEncoder, load_encoder
 from gausscse.evaluation.encoding import encode_hidden
-from gausscse.model.configuration_gausscse import POOLINGS
-from gausscse.model.modeling_gausscse import (
-    DEFAULT_MAX_LENGTH,
-    TOKEN_POOLINGS,
-    GaussCSEModel,
-    pool_tokens,
-    start_fields,
-)
+from gausscse.model.backbone_gausscse import start_fields
+from gausscse.model.configuration_gausscse import POOLINGS, TOKEN_POOLINGS
+from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH, pool_tokens
+from gausscse.model.modeling_gausscse import GaussCSEModel
 from gausscse.model.sentence_transformer_gausscse import GaussCSETransformer
 from gausscse.search.corpus import SentenceIndex
 from gausscse.training.arguments import DataArguments

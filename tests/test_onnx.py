@@ -61,9 +61,8 @@ def test_onnx_encode_equals_pytorch(config, saved_model):
 
 
 def test_the_onnx_backend_runs_onnx_runtime_in_a_fresh_process(saved_model, fresh_python, tmp_path):
-    """Only the folder's shipped code (the gausscse package blocked); after loading, every PyTorch weight is set to
-    zero: the routes still equal PyTorch's, so ONNX Runtime computed them. Saving keeps the graph (once the weights
-    it was exported from are back)."""
+    """Only the folder's shipped code (the gausscse package blocked); after loading, the PyTorch model's forward
+    raises: the routes still equal PyTorch's, so ONNX Runtime computed them. Saving keeps the graph."""
     model, folder = saved_model()
     st = model.as_sentence_transformer()
     expected = {
@@ -79,15 +78,13 @@ module = st[0]
 assert st.backend == "onnx" and type(module.onnx_encoder).__name__ == "OnnxGaussianEncoder", module
 import onnxruntime
 assert isinstance(module.onnx_encoder.session, onnxruntime.InferenceSession)
-weights = {{name: tensor.clone() for name, tensor in module.model.state_dict().items()}}
-with torch.no_grad():
-    for parameter in module.model.parameters():
-        parameter.zero_()
+def no_pytorch(*args, **kwargs):
+    raise AssertionError("the PyTorch forward ran")
+module.model.forward = no_pytorch
 expected = json.load(open({str(tmp_path / "expected.json")!r}))
 for route, values in expected.items():
     got = getattr(st, route)({SENTENCES!r}, convert_to_tensor=True)
     torch.testing.assert_close(got, torch.tensor(values), atol=1e-4, rtol=1e-4)
-module.model.load_state_dict(weights)
 st.save_pretrained({str(tmp_path / "resaved")!r})
 print("ok")
 """
@@ -223,7 +220,7 @@ def test_a_graph_not_exported_from_this_model_is_refused_when_served(
         other = make_tiny_model(similarity_reduction="sum", **graph_of)
         other.get_tokenizer(minilm_tokenizer)
         export_onnx(other, folder)
-    expected = rf"^{re.escape(str(folder / ONNX_FILE))} {message}.*export_onnx\(model, folder\).*export=True"
+    expected = rf"^{re.escape(str(folder / ONNX_FILE))} {message}.*export_onnx\(model, folder\).*'export': True"
     with pytest.raises(ValueError, match=expected):
         model.encode(SENTENCES, backend="onnx")
     with pytest.raises(ValueError, match=expected):
@@ -291,6 +288,46 @@ def test_a_changed_model_gets_a_fresh_checked_session(saved_model, make_tiny_mod
         model.mean_head.bias.add_(0.5)
     with pytest.raises(ValueError, match="was exported from other weights"):
         model.encode(SENTENCES, backend="onnx")
+
+
+def test_a_sentence_transformer_on_onnx_refuses_weights_changed_in_memory(saved_model):
+    """``SentenceTransformer(folder, backend="onnx")`` whose model's weights are changed after loading: its encode
+    served the graph of the old weights unchanged (the PyTorch backend then differed by ~2); now it is refused as
+    ``model.encode(backend="onnx")`` refuses it."""
+    from sentence_transformers import SentenceTransformer
+
+    model, folder = saved_model()
+    export_onnx(model, folder)
+    st = SentenceTransformer(str(folder), backend="onnx", trust_remote_code=True)
+    before = st.encode(SENTENCES)
+    with torch.no_grad():
+        st[0].model.mean_head.weight.mul_(-1)
+    with pytest.raises(ValueError, match=r"onnx/model\.onnx was exported from other weights .*export_onnx"):
+        st.encode(SENTENCES)
+    with torch.no_grad():
+        st[0].model.mean_head.weight.mul_(-1)
+    np.testing.assert_array_equal(st.encode(SENTENCES), before)  # its own weights again: served
+
+
+def test_a_graph_serves_its_model_loaded_in_another_precision_and_from_a_subfolder(saved_model, tmp_path):
+    """The fingerprint is of the weights as float32: a bfloat16 folder with the graph exported from it, loaded with
+    ``dtype=torch.float32``, is the model its graph was exported from (it was refused as "other weights"); a model
+    loaded with ``subfolder=`` serves the graph of that subfolder, not the parent folder's."""
+    model, _ = saved_model()
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    export_onnx(model, tmp_path / "bf16")
+    widened = GaussCSEModel.from_pretrained(tmp_path / "bf16", dtype=torch.float32)
+    widened.get_tokenizer(model.get_tokenizer())
+    widened.encode(SENTENCES, backend="onnx")  # served, not refused
+    model.float()
+    other, _ = saved_model(seed=3)
+    export_onnx(other, tmp_path / "top")  # the parent folder's graph is of another model
+    other.save_pretrained(tmp_path / "top")
+    model.save_pretrained(tmp_path / "top" / "sub")
+    export_onnx(model, tmp_path / "top" / "sub")
+    nested = GaussCSEModel.from_pretrained(tmp_path / "top", subfolder="sub")
+    torch.testing.assert_close(nested.encode(SENTENCES, backend="onnx").mu, model.encode(SENTENCES).mu,
+                               atol=1e-5, rtol=1e-4)  # fmt: skip
 
 
 def test_a_sentence_transformer_saves_only_a_graph_of_its_weights(saved_model, tmp_path):

@@ -6,7 +6,7 @@ import torch
 
 from gausscse.data.tokenize import tokenize_examples
 from gausscse.model.configuration_gausscse import POOLINGS
-from gausscse.model.modeling_gausscse import ENCODER_POSITIONS, position_offset, resolve_max_length
+from gausscse.model.encoding_gausscse import ENCODER_POSITIONS, position_offset, resolve_max_length
 from gausscse.training.batch import TripletCollator, pack_sentences, packing_position_offset, split_batch_embeddings
 from gausscse.training.losses import GaussCSELoss
 

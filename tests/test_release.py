@@ -1,4 +1,4 @@
-"""The release flow (issue 25): scripts/release.sh's arguments, configs/release.yaml and its SimCSE twin as the
+"""The release flow: scripts/release.sh's arguments, configs/release.yaml and its SimCSE twin as the
 training parser reads them, and scripts/release_card.py on an evaluation's results (targets, sections, the curve)."""
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def test_onepass_md_is_the_report_of_the_committed_json_and_the_quickstart_is_it
     """results/ONEPASS.md is onepass_report's output on results/onepass_study; configs/quickstart.yaml trains the
     selected candidate: its runner flags (studies/run_onepass_study.sh) on top of the studies' base recipe, with
     --start auto giving the same trunk."""
-    from gausscse.model.modeling_gausscse import BACKBONE_VARIANCE_LAYERS
+    from gausscse.model.backbone_gausscse import BACKBONE_VARIANCE_LAYERS
     from studies import onepass_report
 
     report = onepass_report.report()

@@ -872,13 +872,16 @@ def test_lancedb_errors_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"uri \(the LanceDB database folder\) is for backend 'lancedb'"):
         GaussianIndex(12, "sum", "torch", uri=tmp_path / "db")
     GaussianIndex(12, "sum", "lancedb", uri=tmp_path / "db").add(items)
-    with pytest.raises(FileExistsError, match=r"already holds a GaussianIndex table: reopen it with"):
+    with pytest.raises(FileExistsError, match=r"already holds a GaussianIndex database: reopen it with"):
         GaussianIndex(12, "sum", "lancedb", uri=tmp_path / "db")
     assert len(GaussianIndex.load(tmp_path / "db")) == 5  # the refused constructor changed nothing
     with pytest.raises(ValueError, match=r"sentences must be a list of 5 strings"):
         GaussianIndex.load(tmp_path / "db").add(items, ["only one"])
     with pytest.raises(ValueError, match=r"sentences are stored by the LanceDB backends; backend 'torch'"):
         GaussianIndex(12, "sum").add(items, ["s"] * 5)
+    with pytest.raises(FileNotFoundError, match=r"empty does not exist: no GaussianIndex database there"):
+        BACKENDS["lancedb"].open(tmp_path / "empty")
+    (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"holds no GaussianIndex table"):
         BACKENDS["lancedb"].open(tmp_path / "empty")
 

@@ -64,6 +64,53 @@ def test_a_faiss_file_of_another_index_or_direction_is_refused_on_load(backend, 
     assert len(GaussianIndex.load(tmp_path / "index")) == 200  # the genuine folder still loads
 
 
+@pytest.mark.parametrize("backend", ["faiss", "faiss-hnsw"])
+def test_a_faiss_file_of_items_that_differ_in_one_row_is_refused(backend, tmp_path):
+    """Every stored vector is checked, not a sample: the file of an index whose items differ from this one's in a
+    single row (set to the query, so the swapped file would hide the right answer) is refused."""
+    from gausscse.io import write_manifest
+
+    items, query = gaussians(100, seed=52), gaussians(1, seed=53)
+    changed = GaussianEmbeddings(items.mu.clone(), items.logvar.clone())
+    changed.mu[3], changed.logvar[3] = query.mu[0], query.logvar[0]
+    for name, stored in (("original", items), ("changed", changed)):
+        index = GaussianIndex(12, "sum", backend)
+        index.add(stored)
+        index.save(tmp_path / name)
+    for path in (tmp_path / "original").glob("entailing.*"):
+        shutil.copyfile(path, tmp_path / "changed" / path.name)
+    (tmp_path / "changed" / "manifest.json").unlink()
+    write_manifest(tmp_path / "changed")
+    with pytest.raises(ValueError, match=r"entailing\.faiss does not hold the entailing vectors"):
+        GaussianIndex.load(tmp_path / "changed")
+
+
+def test_a_database_needs_a_folder_of_its_own_and_a_deleted_one_is_named(tmp_path):
+    """A LanceDB index is refused in a folder holding anything else (a saved index, a model: it wrote its table there
+    and a later save of that folder deleted it); an open handle whose database was deleted, and a saved index whose
+    database is gone, are named in one line (LanceDB's own error was a Rust "Not found ... commit.rs")."""
+    saved = GaussianIndex(12, "sum")
+    saved.add(gaussians(5, seed=54))
+    saved.save(tmp_path / "saved")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    for folder, held in (("saved", "index_config.json"), ("model", "config.json")):
+        with pytest.raises(
+            FileExistsError, match=rf"{folder} holds .*{held}.*: a LanceDB database needs a new or empty"
+        ):
+            GaussianIndex(12, "sum", "lancedb", uri=tmp_path / folder)
+    assert sorted(path.name for path in (tmp_path / "model").iterdir()) == ["config.json"]
+    index = GaussianIndex(12, "sum", "lancedb", uri=tmp_path / "db")
+    index.add(gaussians(5, seed=55))
+    SentenceIndex(index, [f"s{row}" for row in range(5)]).save(tmp_path / "corpus")
+    shutil.rmtree(tmp_path / "db")
+    with pytest.raises(ValueError, match=r"db: the database cannot be read any more"):
+        index.entailing(gaussians(1, seed=56), 2)
+    with pytest.raises(FileNotFoundError, match=r"index_config\.json names the database .*db, which is gone"):
+        SentenceIndex.load(tmp_path / "corpus")
+    assert not (tmp_path / "db").exists()  # looking did not create it
+
+
 def test_two_handles_of_one_database_number_rows_apart_and_see_each_others_rows(tmp_path):
     """Two handles of one database adding in turn: ids stay 0..n-1 (the old handles both numbered from their own
     length, and every later load failed), each handle searches the other's rows too, and a fresh load agrees."""
@@ -191,8 +238,12 @@ def test_a_database_inside_the_index_folder_is_refused_before_encoding(uri, tiny
     search_main([*build])  # a working torch index at idx
     before = sorted(path.name for path in (tmp_path / "idx").iterdir())
     index_uri = "idx" if uri == "." else uri
-    with pytest.raises(ValueError, match=r"--uri \S+ (is|is inside|holds) --index idx"):
+    with pytest.raises(
+        ValueError, match=r"--uri \S+ (is|lies inside|holds) the folder of --index idx: saving the index would replace"
+    ):
         search_main([*build, "--backend", "lancedb", "--uri", index_uri])
+    with pytest.raises(ValueError, match=r"--uri \S*idx holds .*index_config\.json.*: a LanceDB database needs"):
+        search_main([*build[:-1], "other", "--backend", "lancedb", "--uri", "idx"])  # another index's folder
     assert sorted(path.name for path in (tmp_path / "idx").iterdir()) == before
     assert len(SentenceIndex.load(tmp_path / "idx")) == len({line for line in CORPUS if line})
 

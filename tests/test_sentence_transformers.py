@@ -236,7 +236,7 @@ def test_the_retrieval_study_ranks_the_routes_as_the_kl_and_reports(reduction, m
     folder = tmp_path / "old-folder"
     spread_model(reduction).save_pretrained(folder)
     minilm_tokenizer.save_pretrained(folder)
-    for name in SENTENCE_TRANSFORMERS_FILES:  # as a folder written before issue 13
+    for name in SENTENCE_TRANSFORMERS_FILES:  # as a folder written before the module had its own code file
         (folder / name).unlink()
     argv = ["--model", str(folder), "--data_dir", str(tmp_path / "data"), "--output", str(tmp_path / "out")]
     results = retrieval.main([*argv, "--max_queries", "8"])
@@ -256,7 +256,7 @@ def test_the_retrieval_study_ranks_the_routes_as_the_kl_and_reports(reduction, m
 
 @pytest.mark.parametrize("route", ["query", "document"])
 def test_the_routes_refuse_normalize_embeddings(route, minilm_tokenizer):
-    """A unit-length route vector no longer has dot = −KL (issue 23: top-5 agreement with the exact ranking 0.77):
+    """A unit-length route vector no longer has dot = −KL (top-5 agreement with the exact ranking fell to 0.77):
     refused with why and what to do; μ (plain encode) and direction="none" routes still normalise."""
     st = spread_model().as_sentence_transformer(minilm_tokenizer)
     with pytest.raises(ValueError, match=rf"^encode_{route}\(normalize_embeddings=True\) is refused") as refused:
@@ -275,7 +275,7 @@ def test_the_routes_refuse_normalize_embeddings(route, minilm_tokenizer):
 
 @pytest.mark.parametrize("precision", ["int8", "uint8", "binary", "ubinary"])
 def test_the_routes_refuse_quantised_precision(precision, minilm_tokenizer):
-    """Quantising the route vectors destroys the −KL ranking (issue 23: int8 top-5 agreement 0.27): refused on both
+    """Quantising the route vectors destroys the −KL ranking (int8 top-5 agreement fell to 0.27): refused on both
     routes; μ (plain encode) still quantises."""
     st = spread_model().as_sentence_transformer(minilm_tokenizer)
     for route in ("query", "document"):

@@ -682,6 +682,32 @@ def test_a_full_save_over_an_adapter_folder_leaves_one_layout(backbone, tmp_path
     torch.testing.assert_close(loaded.logvar, full.encode(SENTENCES).logvar)
 
 
+@pytest.mark.parametrize("atomic", [True, False])
+def test_a_training_save_over_the_other_layout_leaves_only_its_own(atomic, backbone, minilm_tokenizer, tmp_path,
+                                                                   monkeypatch):  # fmt: skip
+    """A run's final save keeps the folder's other entries (checkpoints, logs), but not the other layout of a model
+    saved there without the run's manifest: a full model over an adapter folder loaded as the old adapter (its
+    heads.safetensors and adapter/ were kept beside the new weights), and the reverse kept stale full weights; with
+    the atomic swap and with the per-file fallback."""
+    from gausscse.io import exchange_paths
+    from gausscse.training.save import save_model_folder
+
+    monkeypatch.setattr("gausscse.io.exchange_paths", lambda a, b, real=exchange_paths: atomic and real(a, b))
+    card = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {},
+            "data_stats": {}}  # fmt: skip
+    torch.manual_seed(2)
+    full, adapter = GaussCSEModel.from_backbone(str(backbone)).eval(), lora_model(backbone)
+    for earlier, final, leftovers in ((adapter, full, {"heads.safetensors", "adapter"}),
+                                      (full, adapter, {"model.safetensors"})):  # fmt: skip
+        folder = tmp_path / f"out-{len(leftovers)}"
+        earlier.save_pretrained(folder)
+        (folder / "notes.txt").write_text("the user's own file")
+        save_model_folder(final, minilm_tokenizer, folder, card, {})
+        assert not leftovers & set(os.listdir(folder)) and (folder / "notes.txt").is_file()
+        loaded = load_model(folder).encode(SENTENCES)
+        torch.testing.assert_close(loaded.mu, final.encode(SENTENCES).mu)
+
+
 def test_an_adapter_folder_whose_backbone_is_itself_is_refused(backbone, tmp_path):
     """An adapter saved into its own backbone folder is refused before the backbone changes; an adapter folder that
     names itself (what such a save left) or another adapter folder as its backbone is a ValueError, not an endless

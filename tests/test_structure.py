@@ -18,7 +18,9 @@ import torch
 from sentence_transformers.models import Pooling
 from transformers import AutoTokenizer, BertConfig, RobertaConfig
 
-from gausscse.model.modeling_gausscse import pool_tokens, resolve_max_length
+from gausscse.model.encoding_gausscse import pool_tokens, resolve_max_length
+from gausscse.model.shipped_gausscse import SENTENCE_TRANSFORMERS_MODULE
+from gausscse.model.shipped_gausscse import SHIPPED_FILES as LISTED_FILES
 
 from .helpers import MINILM_PATH
 
@@ -122,6 +124,8 @@ def test_every_package_module_is_reachable_from_what_a_user_runs():
     roots = {"gausscse", *(target.split(":")[0] for target in scripts.values())}
     roots |= {name for name in files if name.endswith(".__main__")}
     roots |= {module for script in ("app.py", "train_gausscse.py") for module in imports_of(REPO_ROOT / script)}
+    # imported by name, not by an import statement: GaussCSEModel.as_sentence_transformer (and a folder's modules.json)
+    roots.add(f"gausscse.model.{SENTENCE_TRANSFORMERS_MODULE}")
     reached, todo = set(), list(roots)
     while todo:
         name = todo.pop()
@@ -142,6 +146,10 @@ SHIPPED_FILES = {
     "gaussian.py",
     "sentence_transformer_gausscse.py",  # the sentence-transformers module
     "onnx_gausscse.py",  # ONNX export and the ONNX Runtime session of backend="onnx"
+    "encoding_gausscse.py",  # the encode loop, the truncation policy and the poolings
+    "backbone_gausscse.py",  # the encoder a model starts from
+    "adapters_gausscse.py",  # the adapter-folder layout
+    "shipped_gausscse.py",  # the list of these files
 }
 
 
@@ -168,9 +176,11 @@ def test_the_model_files_import_only_torch_transformers_and_each_other():
 
 
 def test_the_shipped_files_are_the_model_code_and_need_no_sentence_transformers_to_load_with_automodel():
-    """What save_pretrained copies beside the weights (the modeling file and its relative imports, recursively) is
-    the five files; transformers' import check of each (run for Hub repos) passes without sentence-transformers,
-    peft or ONNX Runtime."""
+    """What transformers copies beside the weights and into its module cache, and downloads from a Hub repo (the
+    modeling file and its relative imports by its text search, recursively), is the shipped files, the list
+    save_pretrained copies too (shipped_gausscse.SHIPPED_FILES); transformers' import check of each (run for Hub
+    repos) passes without sentence-transformers, peft or ONNX Runtime."""
+    assert set(LISTED_FILES) == SHIPPED_FILES == {path.name for path in MODEL_DIR.glob("*.py")} - {"__init__.py"}
     modeling = MODEL_DIR / "modeling_gausscse.py"
     code = (
         "import sys, json\nsys.modules['sentence_transformers'] = sys.modules['peft'] = None\n"
@@ -183,6 +193,24 @@ def test_the_shipped_files_are_the_model_code_and_need_no_sentence_transformers_
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert set(json.loads(done.stdout.strip().splitlines()[-1])) == SHIPPED_FILES
+
+
+def test_the_model_files_import_no_cycle_and_the_model_not_the_sentence_transformers_module():
+    """The shipped files' imports (statements anywhere, function-level ones too) form no cycle: the
+    sentence-transformers module imports the model, never the reverse (``as_sentence_transformer`` finds it by name
+    at call time)."""
+    files = {name: path for name, path in package_files().items() if path.parent == MODEL_DIR}
+    files.pop("gausscse.model")  # the package imports every module; none imports it
+    graph = {name: {module for module in imports_of(path) if module in files} for name, path in files.items()}
+    assert "gausscse.model.modeling_gausscse" in graph["gausscse.model.sentence_transformer_gausscse"]
+    for start in graph:
+        reached, todo = set(), list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name not in reached:
+                reached.add(name)
+                todo += graph[name]
+        assert start not in reached, f"{start} imports itself through {sorted(reached)}"
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean", "max"])

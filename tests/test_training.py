@@ -525,6 +525,28 @@ def test_training_refuses_an_output_dir_that_is_its_backbone(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["link-to-bb2", "models"]  # no lock or folder left
 
 
+def test_training_refuses_an_output_dir_that_is_the_backbone_of_its_adapter_folder(backbone, data_dir, tmp_path,
+                                                                                    monkeypatch):  # fmt: skip
+    """Continuing an adapter folder into its backbone's folder replaced the backbone's config.json and left both
+    folders unloadable: the backbone an adapter folder names is refused as --output_dir (and what holds it) too."""
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the run started before --output_dir was checked against the adapter's backbone")
+
+    monkeypatch.setattr(train_gausscse, "load_training_examples", no_training)
+    shutil.copytree(backbone, tmp_path / "models" / "bb")
+    model = GaussCSEModel.from_backbone(str(tmp_path / "models" / "bb"))
+    apply_lora(model, 4, 8.0, 0.0, None)
+    model.save_pretrained(tmp_path / "ad")
+    before = {path.name: path.read_bytes() for path in (tmp_path / "models" / "bb").iterdir() if path.is_file()}
+    for output in (tmp_path / "models" / "bb", tmp_path / "models"):
+        with pytest.raises(ValueError, match=r"the folder of the backbone of --model_name_or_path .*ad, .*bb: the fin"):
+            train_gausscse.main(
+                train_args(tmp_path / "ad", data_dir, output, "--max_steps", "1", "--overwrite_output_dir")
+            )
+    assert {path.name: path.read_bytes() for path in (tmp_path / "models" / "bb").iterdir() if path.is_file()} == before
+
+
 # --------------------------------------------------------------------------------------- model config: one source
 
 

@@ -12,7 +12,7 @@ import torch
 
 from gausscse import GaussCSEConfig, GaussCSEModel
 from gausscse.cli.train import build_model
-from gausscse.model.modeling_gausscse import encoder_layers
+from gausscse.model.backbone_gausscse import encoder_layers
 from gausscse.training.arguments import parse_arguments
 from gausscse.training.batch import pack_sentences
 

@@ -127,9 +127,17 @@ def main(argv: list[str] | None = None) -> list[list[dict]] | None:
         if BACKENDS[args.backend].database:
             uri = Path(args.uri) if args.uri else Path(args.index).with_name(f"{Path(args.index).name}.lancedb")
             check_output_location(uri, "--uri")
-            check_not_nested(uri, "--uri", args.index, "--index")  # the index's swap would delete the database
-            if BACKENDS[args.backend].holds_index(uri):  # refused before the corpus is encoded, not after
-                raise ValueError(f"--uri {uri} already holds a GaussianIndex database: remove it or pass another --uri")
+            check_not_nested(
+                uri,
+                "--uri",
+                args.index,
+                "--index",
+                "saving the index would replace the database; give each its own folder",
+            )
+            try:  # refused before the corpus is encoded, not after
+                BACKENDS[args.backend].check_new_place(uri)
+            except FileExistsError as error:
+                raise ValueError(f"--uri {error}") from None
             index_kwargs["uri"] = uri
         elif args.uri:
             databases = " / ".join(name for name, backend in BACKENDS.items() if backend.database)

@@ -16,6 +16,7 @@ uploads exactly those files. Checkpoints are ``<output_dir>/checkpoint-N`` (``--
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import logging
 import sys
@@ -29,11 +30,12 @@ import numpy as np
 import torch.distributed as dist
 from transformers import AutoConfig, AutoTokenizer, set_seed
 
-from gausscse import GaussCSEModel
+from gausscse import GaussCSEConfig, GaussCSEModel
 from gausscse.data.sources import DataError, DataStats, load_file_source, load_training_examples, source_rows
 from gausscse.data.tokenize import tokenize_examples
-from gausscse.io import check_output_location
+from gausscse.io import check_not_nested, check_output_location
 from gausscse.loading import is_complete_checkpoint, latest_complete_checkpoint, load_model
+from gausscse.model.adapters_gausscse import recorded_backbone
 from gausscse.model.modeling_gausscse import resolve_max_length
 from gausscse.training.arguments import (
     DataArguments,
@@ -51,14 +53,11 @@ from gausscse.training.trainer import RUN_ARGUMENTS_FILE, GaussCSETrainer
 logger = logging.getLogger(__name__)
 
 
-MODEL_FIELDS = (
-    "pooling",
-    "mean_activation",
-    "normalize_mean",
-    "head_init",
-    "frozen_mean",
-    "variance_layers",
-    "similarity_reduction",
+# the command-line fields that are GaussCSEConfig fields (the model's own settings)
+MODEL_FIELDS = tuple(
+    field.name
+    for field in dataclasses.fields(ModelArguments)
+    if field.name in inspect.signature(GaussCSEConfig.__init__).parameters
 )
 
 
@@ -293,25 +292,18 @@ def check_output_dir(training_args: GaussCSETrainingArguments) -> None:
 
 
 def check_output_dir_apart(model_args: ModelArguments, training_args: GaussCSETrainingArguments) -> None:
-    """Refuse an ``--output_dir`` that is the local ``--model_name_or_path`` folder, holds it or lies inside it
-    (relative paths and symbolic links resolved): the final save would overwrite the model the run starts from, and a
-    LoRA run's adapter would name its own folder as its backbone."""
+    """Refuse an ``--output_dir`` that is, holds or lies inside a local folder the run starts from (relative paths and
+    symbolic links resolved): ``--model_name_or_path``, and for an adapter folder the backbone its adapter names. The
+    final save would overwrite that model, and a LoRA run's adapter would name its own folder as its backbone."""
     model_path = Path(model_args.model_name_or_path)
     if not model_path.exists():  # a Hub id
         return
-    model_dir, output_dir = model_path.resolve(), Path(training_args.output_dir).resolve()
-    if model_dir == output_dir:
-        relation = "is the folder of"
-    elif output_dir in model_dir.parents:
-        relation = "holds the folder of"
-    elif model_dir in output_dir.parents:
-        relation = "lies inside the folder of"
-    else:
-        return
-    raise ValueError(
-        f"--output_dir {training_args.output_dir} {relation} --model_name_or_path {model_args.model_name_or_path}: "
-        "the final model would overwrite the model the run starts from; choose an --output_dir outside it"
-    )
+    why = "the final model would overwrite the model the run starts from; choose an --output_dir outside it"
+    check_not_nested(training_args.output_dir, "--output_dir", model_path, "--model_name_or_path", why)
+    backbone = recorded_backbone(model_path)
+    if backbone is not None and Path(backbone).exists():
+        flag = f"the backbone of --model_name_or_path {model_args.model_name_or_path},"
+        check_not_nested(training_args.output_dir, "--output_dir", backbone, flag, why)
 
 
 def final_evaluation_figure(evaluator, model_name: str, folder: Path) -> Path | None:

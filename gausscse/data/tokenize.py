@@ -22,7 +22,7 @@ from gausscse.data.sources import EXAMPLE_COLUMNS
 TOKENIZED_COLUMNS = tuple(f"{column}_input_ids" for column in EXAMPLE_COLUMNS)
 # The training truncation default (gausscse-train --max_seq_length, the precision probe, the collator's pack length):
 # 32 tokens, as the paper's released code (and SimCSE's supervised recipe). Encoding and evaluation default to all
-# the encoder takes instead (gausscse.model.modeling_gausscse.DEFAULT_MAX_LENGTH).
+# the encoder takes instead (gausscse.model.encoding_gausscse.DEFAULT_MAX_LENGTH).
 TRAIN_MAX_LENGTH = 32
 
 _SPACES = re.compile(r"\s+")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gausscse.model.modeling_gausscse import DEFAULT_MAX_LENGTH
+from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH
 
 from .encoders import EncodedSentences, GaussianEncoder
 from .tasks import NLI_DEV, NLIPairs, binary_nli, dev_threshold, entailment_direction, load_nli

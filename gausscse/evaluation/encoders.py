@@ -26,13 +26,11 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from gausscse.evaluation.encoding import DEFAULT_BATCH_SIZE, encode_hidden, index_of, rows_of, unique_sentences
 from gausscse.loading import ModelLoadError, check_model_reference, load_model
+from gausscse.model.backbone_gausscse import sentence_transformers_pooling
+from gausscse.model.configuration_gausscse import TOKEN_POOLINGS
+from gausscse.model.encoding_gausscse import resolve_max_length
 from gausscse.model.gaussian import similarity
-from gausscse.model.modeling_gausscse import (
-    TOKEN_POOLINGS,
-    GaussCSEModel,
-    resolve_max_length,
-    sentence_transformers_pooling,
-)
+from gausscse.model.modeling_gausscse import GaussCSEModel
 from gausscse.model.onnx_gausscse import ONNX_FILE
 
 

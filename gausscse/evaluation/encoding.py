@@ -1,7 +1,7 @@
 """Pooled vectors of any ``AutoModel`` encoder, and the distinct-sentence bookkeeping of the encoders.
 
 :func:`encode_hidden` runs an ``AutoModel`` once over token-sorted batches and pools with the model's
-[`gausscse.model.modeling_gausscse.pool_tokens`]; evaluation's ``PointEncoder`` (the ``--baseline`` of
+[`gausscse.model.encoding_gausscse.pool_tokens`]; evaluation's ``PointEncoder`` (the ``--baseline`` of
 ``gausscse-evaluate``) encodes with it, and :func:`unique_sentences` / :func:`index_of` / :func:`rows_of` are how
 every encoder of ``gausscse.evaluation.encoders`` keeps one row per distinct sentence. (The study's cache of a frozen
 backbone's vectors, ``studies/frozen_features.py``, is built on the same function.)
@@ -15,7 +15,8 @@ from contextlib import nullcontext
 import torch
 from tqdm.auto import tqdm
 
-from gausscse.model.modeling_gausscse import TOKEN_POOLINGS, pad_token_ids, pool_tokens, resolve_max_length
+from gausscse.model.configuration_gausscse import TOKEN_POOLINGS
+from gausscse.model.encoding_gausscse import pad_token_ids, pool_tokens, resolve_max_length
 
 DEFAULT_BATCH_SIZE = 128
 

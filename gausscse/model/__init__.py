@@ -1,14 +1,16 @@
 """The model: ``GaussCSEConfig``, ``GaussCSEModel`` and the Gaussian math.
 
-These five files (``configuration_gausscse.py``, ``modeling_gausscse.py``, ``gaussian.py``,
-``sentence_transformer_gausscse.py``, ``onnx_gausscse.py``) ship with the weights as Hub custom code: they import only
-torch, transformers and their dependencies, and each other; the sentence-transformers module also imports
-sentence-transformers (and nothing here imports it); ONNX Runtime is imported where it is present (``backend="onnx"``).
+The files of ``shipped_gausscse.SHIPPED_FILES`` (the config, the model, the Gaussian math, the encode loop, the
+backbone, the adapter-folder layout, ONNX, the sentence-transformers module and that list) ship with the weights as Hub
+custom code: they import only torch, transformers and their dependencies, and each other; the sentence-transformers
+module also imports sentence-transformers (and nothing here imports it); ONNX Runtime is imported where it is present
+(``backend="onnx"``).
 """
 
 from transformers import AutoConfig, AutoModel
 
-from .configuration_gausscse import MEAN_ACTIVATIONS, POOLINGS, GaussCSEConfig
+from .configuration_gausscse import MEAN_ACTIVATIONS, POOLINGS, TOKEN_POOLINGS, GaussCSEConfig
+from .encoding_gausscse import pool_tokens, position_offset, resolve_max_length
 from .gaussian import (
     KL_REDUCTIONS,
     REDUCTIONS,
@@ -21,15 +23,7 @@ from .gaussian import (
     similarity,
     similarity_matrix,
 )
-from .modeling_gausscse import (
-    TOKEN_POOLINGS,
-    EntailmentDirection,
-    GaussCSEModel,
-    GaussCSEOutput,
-    pool_tokens,
-    position_offset,
-    resolve_max_length,
-)
+from .modeling_gausscse import EntailmentDirection, GaussCSEModel, GaussCSEOutput
 
 # The installed package (not a folder's remote code) registers the model type with the Auto classes.
 AutoConfig.register(GaussCSEConfig.model_type, GaussCSEConfig, exist_ok=True)

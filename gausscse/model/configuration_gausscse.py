@@ -15,9 +15,14 @@ from transformers.configuration_utils import SubConfigSpec
 
 from .gaussian import LOGVAR_BOUND, check_reduction
 
-# The sentence vector of a GaussCSE model (``pooling``): the one list of poolings; modeling_gausscse.TOKEN_POOLINGS adds
-# the max over tokens that only point-encoder baselines use.
+# The sentence vector of a GaussCSE model (``pooling``): the one list of poolings; TOKEN_POOLINGS adds the max over
+# tokens that only point-encoder baselines use.
 POOLINGS = ("cls", "mean")
+# The poolings of token states into one vector (encoding_gausscse.pool_tokens): a GaussCSE model's own (POOLINGS) and
+# the max over tokens, which only the point-encoder baselines use (gausscse-evaluate --baseline pools as the
+# sentence-transformers model does). A GaussCSE model never max-pools: the paper pools [CLS], and pool_packed pools cls
+# and mean only.
+TOKEN_POOLINGS = (*POOLINGS, "max")
 # The files that make a GaussCSE folder a sentence-transformers model, written beside config.json: one module, the
 # whole model (sentence_transformer_gausscse.py ships with the code), scored by dot product (its routes give −KL).
 SENTENCE_TRANSFORMERS_FILES = {
@@ -96,13 +101,15 @@ def stable_config(config: Any) -> Any:
 
 
 def model_fingerprint(model: torch.nn.Module) -> str:
-    """SHA-256 of what makes a model's Gaussians: every weight (name, dtype, shape, bytes, in name order) and the
-    config without the fields that only say where or how it was loaded ([`stable_config`]). A model saved and loaded
-    again keeps its fingerprint; any retrained, merged or differently configured one gets another. What a
-    ``SentenceIndex`` and an exported ONNX graph record of the model they were made from. Takes about 0.05 s per
-    100 MB of weights on one core."""
+    """SHA-256 of what makes a model's Gaussians: every weight (name, dtype, shape, bytes, in name order; floating
+    weights as float32, so a model loaded in another precision, ``dtype=``, is the same model) and the config without
+    the fields that only say where or how it was loaded ([`stable_config`]). A model saved and loaded again keeps its
+    fingerprint; any retrained, merged or differently configured one gets another. What a ``SentenceIndex`` and an
+    exported ONNX graph record of the model they were made from. Takes about 0.05 s per 100 MB of weights on one
+    core."""
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
+        tensor = tensor.float() if tensor.is_floating_point() else tensor
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(memoryview(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
     digest.update(json.dumps(stable_config(model.config.to_dict()), sort_keys=True, default=str).encode())
@@ -230,6 +237,7 @@ __all__ = [
     "MEAN_ACTIVATIONS",
     "POOLINGS",
     "SENTENCE_TRANSFORMERS_FILES",
+    "TOKEN_POOLINGS",
     "VOLATILE_CONFIG_KEYS",
     "GaussCSEConfig",
     "model_fingerprint",

@@ -408,3 +408,20 @@ class GaussianEmbeddings:
                 f"{float(self.logvar.abs().max()):g}): exp(log σ²) would overflow the similarity"
             )
         return self
+
+
+@dataclass
+class EntailmentDirection:
+    """Per pair (a_i, b_i): does a_i entail b_i rather than the reverse?
+
+    Attributes:
+        by_similarity: sim(b_i‖a_i) > sim(a_i‖b_i) — the entailed side fits inside the entailing one.
+        by_variance: Σlog σ²(a_i) > Σlog σ²(b_i) — the entailing side is the broader Gaussian.
+        sim_ba: sim(b_i‖a_i), the score of "a entails b".
+        sim_ab: sim(a_i‖b_i), the score of "b entails a".
+    """
+
+    by_similarity: torch.Tensor
+    by_variance: torch.Tensor
+    sim_ba: torch.Tensor
+    sim_ab: torch.Tensor

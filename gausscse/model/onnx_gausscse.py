@@ -333,7 +333,8 @@ class OnnxGaussianEncoder:
             name = repr(model.name_or_path) if model.name_or_path else "this model (built in memory)"
             raise FileNotFoundError(
                 f"{name} has no {file_name}: export it with "
-                f"gausscse.model.onnx_gausscse.export_onnx(model, folder{quantize}) (or pass export=True)"
+                f"gausscse.model.onnx_gausscse.export_onnx(model, folder{quantize}) (with sentence-transformers: "
+                "model_kwargs={'export': True})"
             )
         if export is None:
             logger.warning(
@@ -350,8 +351,8 @@ class OnnxGaussianEncoder:
         """``ValueError`` (one line, naming ``where``, the graph's file) unless this graph was exported from
         ``model`` as it is now: μ of the model's dimension, and the model's fingerprint recorded."""
         again = (
-            "export it again from this model with gausscse.model.onnx_gausscse.export_onnx(model, folder), or pass "
-            "export=True"
+            "export it again from this model with gausscse.model.onnx_gausscse.export_onnx(model, folder) (with "
+            "sentence-transformers: model_kwargs={'export': True})"
         )
         size = model.config.embedding_size
         if self.embedding_size not in (None, size):
@@ -427,6 +428,21 @@ class OnnxSessions(dict):
         return type(self), ()
 
 
+def model_onnx_encoder(model, file_name: str = ONNX_FILE, provider: str | None = None) -> OnnxGaussianEncoder:
+    """The ONNX Runtime session of ``encode``'s ``backend="onnx"`` (``GaussCSEModel.onnx_encoder``; ``model`` is the
+    model): the graph ``file_name`` of the model's folder or Hub repo, refused unless exported from this model's
+    weights and config; or, if the folder has no float32 graph, this model exported now
+    ([`OnnxGaussianEncoder.from_model`]; [`export_onnx`] writes it to a folder). Kept in the model's [`OnnxSessions`]
+    per file and provider while the model's fingerprint is the one the graph records: once the weights or config
+    change, the next call builds (and checks) a fresh one. The fingerprint is computed on every call (about 0.05 s
+    per 100 MB of weights)."""
+    key = (file_name, provider)
+    kept = model._onnx_encoders.get(key)
+    if kept is None or kept.fingerprint != model_fingerprint(model):
+        kept = model._onnx_encoders[key] = OnnxGaussianEncoder.from_model(model, file_name, provider)
+    return kept
+
+
 def remove_stale_graphs(folder: str | Path, model) -> list[Path]:
     """Delete the ONNX graphs of ``folder/onnx`` not exported from ``model`` as it is now (recording another
     fingerprint, none, or no ONNX file), and that folder if it is left empty; returns the paths removed, which are
@@ -461,6 +477,7 @@ __all__ = [
     "export_onnx_bytes",
     "graph_fingerprint",
     "graph_metadata",
+    "model_onnx_encoder",
     "quantize_onnx_bytes",
     "remove_stale_graphs",
 ]

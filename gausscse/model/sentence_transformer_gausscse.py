@@ -44,8 +44,9 @@ from transformers import AutoTokenizer
 from transformers.utils import logging
 
 from .configuration_gausscse import SENTENCE_TRANSFORMERS_FILES, model_fingerprint, write_json_atomic
+from .encoding_gausscse import DEFAULT_MAX_LENGTH, check_sentences, resolve_max_length
 from .gaussian import KL_REDUCTIONS, SEARCH_DIRECTIONS, query_map, search_map_width, stored_map
-from .modeling_gausscse import DEFAULT_MAX_LENGTH, GaussCSEModel, _check_sentences, resolve_max_length
+from .modeling_gausscse import GaussCSEModel
 from .onnx_gausscse import ONNX_FILE, OnnxGaussianEncoder
 
 try:
@@ -179,7 +180,7 @@ class GaussCSETransformer(InputModule):
 
     def preprocess(self, inputs: Sequence[str], prompt: str | None = None, **kwargs) -> dict[str, torch.Tensor]:
         """Tokenise ``inputs`` (strings; ``prompt`` is prepended) into one padded, truncated batch."""
-        texts = _check_sentences("inputs", inputs)
+        texts = check_sentences("inputs", inputs)
         if prompt:
             texts = self._prepend_prompt(texts, prompt)
         max_length = resolve_max_length(self.tokenizer, self.model.config.encoder_config, self.max_seq_length)
@@ -280,8 +281,13 @@ class GaussCSESentenceTransformer(SentenceTransformer):
         return next((module for module in self if isinstance(module, GaussCSETransformer)), None)
 
     def encode(self, *args, **kwargs):
-        """sentence-transformers' ``encode``, after [`check_route_options`] on the same arguments."""
+        """sentence-transformers' ``encode``, after [`check_route_options`] on the same arguments and, with the ONNX
+        backend, a check that the graph is still the model's (weights changed in memory since it loaded are
+        refused, as ``GaussCSEModel.encode(backend="onnx")`` refuses them)."""
         self.check_route_options(*args, **kwargs)
+        module = self._gausscse_module()
+        if module is not None and module.onnx_encoder is not None:
+            module.onnx_encoder.check_model(module.model, module.onnx_encoder.file_name)
         return super().encode(*args, **kwargs)
 
     def check_route_options(self, *args, **kwargs) -> None:

@@ -320,6 +320,10 @@ class GaussianIndex:
         folder = Path(folder)
         for backend in BACKENDS.values():  # a database (LanceDB): reopened by its uri
             if backend.holds_index(folder):
+                if (folder / SETTINGS_FILE).exists():
+                    raise ValueError(
+                        f"{folder} holds both a saved index ({SETTINGS_FILE}) and a database: load neither"
+                    )
                 return backend.open(folder)
         return cls.from_files(folder, read_folder(folder, "GaussianIndex"), device)
 
@@ -335,7 +339,12 @@ class GaussianIndex:
         if backend is not None and backend.database:  # the data is in the database the settings name
             if "uri" not in settings:
                 raise ValueError(f"{folder / SETTINGS_FILE} has no 'uri': the index is damaged")
-            index = backend.open(settings["uri"])
+            try:
+                index = backend.open(settings["uri"])
+            except FileNotFoundError as error:
+                raise FileNotFoundError(
+                    f"{folder / SETTINGS_FILE} names the database {settings['uri']}, which is gone ({error})"
+                ) from None
             index.engine.check_saved(settings, folder / SETTINGS_FILE)
             if len(index) != settings.get("size"):
                 stated = settings.get("size")

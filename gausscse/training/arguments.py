@@ -28,9 +28,10 @@ from transformers.utils import is_torch_xla_available
 
 from gausscse.data.sources import SHAPES, TRAIN_SOURCES, DataSpec, parse_column_overrides
 from gausscse.data.tokenize import TRAIN_MAX_LENGTH
+from gausscse.model.backbone_gausscse import STARTS
 from gausscse.model.configuration_gausscse import HEAD_INITS, MEAN_ACTIVATIONS, POOLINGS
+from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH
 from gausscse.model.gaussian import REDUCTIONS
-from gausscse.model.modeling_gausscse import DEFAULT_MAX_LENGTH, STARTS
 
 from .losses import LOSS_NAMES, check_loss_name, check_temperature
 

@@ -15,8 +15,8 @@ import torch
 
 from gausscse.data.sources import EXAMPLE_COLUMNS
 from gausscse.data.tokenize import TRAIN_MAX_LENGTH, text_id
+from gausscse.model.encoding_gausscse import ENCODER_POSITIONS, pad_token_ids, position_offset
 from gausscse.model.gaussian import GaussianEmbeddings
-from gausscse.model.modeling_gausscse import ENCODER_POSITIONS, pad_token_ids, position_offset
 
 from .losses import NLIBatchEmbeddings
 
@@ -141,7 +141,7 @@ def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position
 def packing_position_offset(encoder_config: Any) -> int:
     """The first position id of a packed sentence: 0 for BERT, ``pad_token_id + 1`` for RoBERTa-style encoders
     (``encoder_config``: the backbone's config, ``GaussCSEConfig.encoder_config``). Only the encoders whose positions
-    the model knows pack (``modeling_gausscse.ENCODER_POSITIONS``): packing writes the position ids itself."""
+    the model knows pack (``encoding_gausscse.ENCODER_POSITIONS``): packing writes the position ids itself."""
     if encoder_config.model_type not in ENCODER_POSITIONS:
         raise ValueError(
             f"--pack_sequences supports encoders with absolute position ids {tuple(ENCODER_POSITIONS)}, "

@@ -16,7 +16,7 @@ from pathlib import Path
 from peft import LoraConfig, get_peft_model
 
 from gausscse import GaussCSEModel
-from gausscse.model.modeling_gausscse import ADAPTER_FOLDER, ADAPTER_WEIGHTS_FILE, HEADS_FILE, has_adapter
+from gausscse.model.adapters_gausscse import ADAPTER_FOLDER, ADAPTER_WEIGHTS_FILE, HEADS_FILE, has_adapter
 
 
 def apply_lora(

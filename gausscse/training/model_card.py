@@ -90,18 +90,42 @@ SIMILARITY_FROM_DOT = {
 }
 
 
-def sentence_transformers_usage(name: str, reduction: str, dim: int) -> str:
-    """The card's sentence-transformers snippet for a model named ``name`` with ``reduction`` and dimension ``dim``."""
-    similarity = SIMILARITY_FROM_DOT[check_reduction(reduction)][0].format(dim=dim)
-    return SENTENCE_TRANSFORMERS_USAGE.format(name=name, similarity=similarity)
+# A model that states a search score (config.search_kl_weight = λ): its routes' dot is that score.
+SEARCH_SCORE_FROM_DOT = (
+    "print(scores)  # cos(mu_claim, mu_passage) - {weight:g} * KL(claim||passage) / d: entailing passages first",
+    "(3d + 2)-dimensional vectors whose dot product is this model's search score cos(μ_claim, μ_passage) − "
+    "{weight:g}·KL(claim‖passage)/d (relevance plus direction, λ = {weight:g} chosen on SNLI-dev retrieval), the score "
+    "its `GaussianIndex` ranks by",
+)
+
+
+def sentence_transformers_usage(name: str, reduction: str, dim: int, search_kl_weight: float | None = None) -> str:
+    """The card's sentence-transformers snippet for a model named ``name`` with ``reduction``, dimension ``dim`` and
+    search score λ ``search_kl_weight`` (``None``: the routes give −KL)."""
+    if search_kl_weight is None:
+        similarity = SIMILARITY_FROM_DOT[check_reduction(reduction)][0].format(dim=dim)
+        comment = "dot = -KL(claim||passage)"
+    else:
+        similarity = SEARCH_SCORE_FROM_DOT[0].format(weight=search_kl_weight)
+        comment = "dot = the model's search score"
+    usage = SENTENCE_TRANSFORMERS_USAGE.format(name=name, similarity=similarity)
+    return usage.replace("# dot = -KL(claim||passage)", f"# {comment}")
+
+
+def routes_text(reduction: str, search_kl_weight: float | None) -> str:
+    """What the card says of the ``encode_query`` / ``encode_document`` vectors."""
+    if search_kl_weight is not None:
+        return SEARCH_SCORE_FROM_DOT[1].format(weight=search_kl_weight)
+    return f"(2d + 2)-dimensional vectors whose dot product is −KL(claim‖passage), {SIMILARITY_FROM_DOT[reduction][1]}"
 
 
 SEARCH_USAGE = f"""from gausscse.search import GaussianIndex  # pip install gausscse
 
 passages = {json.dumps(EXAMPLE_PASSAGES)}
-index = GaussianIndex(model.config.embedding_size, model.config.similarity_reduction)
+config = model.config  # kl_weight: its search score when it states one, else the similarity
+index = GaussianIndex(config.embedding_size, config.similarity_reduction, kl_weight=config.search_kl_weight)
 index.add(model.encode(passages))
-scores, ids = index.entailing(model.encode({json.dumps([EXAMPLE_CLAIM])}), k=2)  # sim(claim‖passage), best first
+scores, ids = index.entailing(model.encode({json.dumps([EXAMPLE_CLAIM])}), k=2)  # best first
 print([passages[i] for i in ids[0]], scores[0])"""
 
 # ------------------------------------------------------------------------------------------- base model, datasets
@@ -449,6 +473,7 @@ def render_model_card(
     embedding_size: int,
     adapter: bool = False,
     figure: str | None = None,
+    search_kl_weight: float | None = None,
 ) -> str:
     """The full ``README.md`` text.
 
@@ -463,6 +488,7 @@ def render_model_card(
         reduction, embedding_size: the model's ``config.similarity_reduction`` and d.
         adapter: the folder holds a LoRA adapter + heads, not full weights.
         figure: the file name of the final evaluation's figure in the folder.
+        search_kl_weight: the model's search score λ (``config.search_kl_weight``), ``None`` if it states none.
     """
     results = training_dev_results(metrics, training_arguments)
     base_id = base_model_id(base_model)
@@ -505,18 +531,19 @@ entailing (more general) sentence has the larger variance.
 ## Usage with sentence-transformers
 
 ```python
-{sentence_transformers_usage(model_name, reduction, embedding_size)}
+{sentence_transformers_usage(model_name, reduction, embedding_size, search_kl_weight)}
 ```
 
-`encode_query` / `encode_document` give (2d + 2)-dimensional vectors whose dot product is −KL(claim‖passage),
-{SIMILARITY_FROM_DOT[reduction][1]}. `encode(..., output_value=None)` gives `mu` and `logvar` per sentence.
+`encode_query` / `encode_document` give {routes_text(reduction, search_kl_weight)}.
+`encode(..., output_value=None)` gives `mu` and `logvar` per sentence.
 On CPU, `SentenceTransformer(..., trust_remote_code=True, backend="onnx")` runs the forward pass in ONNX Runtime
 (`pip install onnxruntime onnx onnxscript`; the graph `onnx/model.onnx` is exported at load when the repository has
 none).
 
 ## Entailment search
 
-The sentences of a collection that entail a claim, exact top-k by sim(claim‖sentence) (with `model` loaded as above):
+The sentences of a collection that entail a claim, exact top-k by the model's search score (or, for a model that
+states none, by sim(claim‖sentence); with `model` loaded as above):
 
 ```python
 {SEARCH_USAGE}

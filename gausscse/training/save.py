@@ -26,6 +26,7 @@ from gausscse.io import (
     write_json,
 )
 from gausscse.loading import is_hub_id
+from gausscse.model.adapters_gausscse import remove_other_layout
 from gausscse.model.onnx_gausscse import remove_stale_graphs
 
 from .lora import has_lora, merge_lora
@@ -90,6 +91,7 @@ def _write_model_folder(
         embedding_size=model.config.embedding_size,
         adapter=adapter,
         figure=None if figure is None else FIGURE_FILE,
+        search_kl_weight=model.config.search_kl_weight,
     )
     write_json(staging / TRAIN_RESULTS_FILE, dict(results))
     written = sorted(path.name for path in staging.iterdir())
@@ -100,10 +102,13 @@ def _write_model_folder(
         for entry in model_dir.iterdir():
             if entry.name not in earlier | set(written) | {MANIFEST_FILE}:
                 link_tree(entry, staging / entry.name)
-    remove_stale_graphs(staging, model)  # an onnx/ kept from the folder: graphs of the earlier model go
+    # what was kept from the folder holds no model but this one: not the other layout, not the earlier model's graphs
+    remove_other_layout(staging, adapter)
+    remove_stale_graphs(staging, model)
     if not replace_folder(staging, model_dir):
         replace_files(staging, model_dir, written, earlier)
-        remove_stale_graphs(model_dir, model)  # the fallback moves the model's files only: the earlier graphs stay
+        remove_other_layout(model_dir, adapter)  # the fallback moves the model's files only: the rest stays
+        remove_stale_graphs(model_dir, model)
 
 
 def replace_files(staging: Path, model_dir: Path, written: list[str], earlier: set[str]) -> None:

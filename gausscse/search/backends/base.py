@@ -86,6 +86,10 @@ class SearchBackend:
         return False
 
     @classmethod
+    def check_new_place(cls, uri: str | Path) -> None:
+        """``FileExistsError`` unless a new database can be made at ``uri`` (``database`` backends)."""
+
+    @classmethod
     def open(cls, uri: str | Path) -> GaussianIndex:
         """The index stored in the database at ``uri`` (``database`` backends)."""
         raise NotImplementedError(f"backend {cls.name!r} keeps no database to open")

@@ -24,6 +24,7 @@ from gausscse.io import first_line
 from gausscse.model.gaussian import SEARCH_DIRECTIONS, GaussianEmbeddings, search_map_width
 from gausscse.search.backends.base import SearchBackend
 from gausscse.search.lift import (
+    FEATURE_CHUNK,
     MAX_OUTLIERS,
     feature_chunks,
     fit_lift,
@@ -147,38 +148,35 @@ class FaissDirection:
             )
         return torch.from_numpy(np.ascontiguousarray(ids))
 
-    def stored_sample(self, count: int = 8) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, vectors)`` of up to ``count`` stored vectors, read back from the FAISS index."""
+    def stored_vectors(self) -> tuple[np.ndarray, Any]:
+        """``(ids, storage)``: the ids of the vectors in the FAISS index, in storage order, and the flat index that
+        holds them (its ``reconstruct_n`` reads them back)."""
         faiss = faiss_module()
         if isinstance(self.faiss_index, faiss.IndexIDMap):
-            ids = faiss.vector_to_array(self.faiss_index.id_map)
-            storage = faiss.downcast_index(self.faiss_index.index)
-        else:
-            ids, storage = np.arange(self.faiss_index.ntotal), self.faiss_index
-        rows = np.unique(np.linspace(0, len(ids) - 1, num=min(count, len(ids))).astype(np.int64)) if len(ids) else ids
-        return ids[rows].astype(np.int64), np.stack([storage.reconstruct(int(row)) for row in rows]) if len(
-            rows
-        ) else ids
+            graph = faiss.downcast_index(self.faiss_index.index)
+            return faiss.vector_to_array(self.faiss_index.id_map).astype(np.int64), faiss.downcast_index(graph.storage)
+        return np.arange(self.faiss_index.ntotal, dtype=np.int64), self.faiss_index
 
     def check_derived_from(self, embeddings: GaussianEmbeddings, path: Path) -> None:
-        """``ValueError`` naming ``path`` unless the stored vectors are this direction's maps of ``embeddings`` (the
-        index's Gaussians), checked on a sample: a FAISS file of the other direction, another index or other items has
-        the right size and dimension but other vectors."""
-        ids, vectors = self.stored_sample()
-        if not len(ids):
-            return
-        sample = embeddings[torch.from_numpy(ids)]
-        if self.transform:
-            scaled, norms = scaled_vectors(sample, (self.direction, self.kl_weight), self.transform)
-            expected = lifted(scaled, norms, self.transform)
-        else:
-            expected = feature_vectors(sample, self.direction, self.kl_weight)
-        scale = np.abs(expected).max(axis=1, keepdims=True) + 1e-30
-        if not np.allclose(vectors / scale, expected / scale, rtol=0.0, atol=1e-4):
-            raise ValueError(
-                f"{path} does not hold the {self.direction} vectors of this index's Gaussians: the file belongs to "
-                "another index or direction"
-            )
+        """``ValueError`` naming ``path`` unless every stored vector is this direction's map of its item in
+        ``embeddings`` (the index's Gaussians): a FAISS file of the other direction, of another index or of other
+        items has the right size and dimension but other vectors. Compared chunk by chunk, to float32 rounding."""
+        ids, storage = self.stored_vectors()
+        for start in range(0, len(ids), FEATURE_CHUNK):
+            chunk = ids[start : start + FEATURE_CHUNK]
+            vectors = storage.reconstruct_n(start, len(chunk))
+            sample = embeddings[torch.from_numpy(chunk)]
+            if self.transform:
+                scaled, norms = scaled_vectors(sample, (self.direction, self.kl_weight), self.transform)
+                expected = lifted(scaled, norms, self.transform)
+            else:
+                expected = feature_vectors(sample, self.direction, self.kl_weight)
+            scale = np.abs(expected).max(axis=1, keepdims=True) + 1e-30
+            if not np.allclose(vectors / scale, expected / scale, rtol=0.0, atol=1e-4):
+                raise ValueError(
+                    f"{path} does not hold the {self.direction} vectors of this index's Gaussians: the file belongs to "
+                    "another index or direction"
+                )
 
     def save(self, folder: Path) -> None:
         """``<direction>.faiss`` (FAISS's own format) and, if any, ``<direction>.transform.safetensors``."""

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from filelock import FileLock
 
+from gausscse.io import first_line
 from gausscse.model.gaussian import GaussianEmbeddings, query_map, search_map_width, stored_map
 from gausscse.search.backends.base import SearchBackend
 from gausscse.search.lift import fit_lift, kept_columns, lifted_queries
@@ -84,6 +85,22 @@ def fixed_size_rows(values: np.ndarray):
     return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
 
 
+def check_new_database(uri: str | Path) -> None:
+    """``FileExistsError`` unless ``uri`` can become a new database: a folder that does not exist or is empty (a
+    database already there is reopened with ``GaussianIndex.load(uri)``; any other content is someone's data)."""
+    folder = Path(uri)
+    if is_database(folder):
+        raise FileExistsError(
+            f"{uri} already holds a GaussianIndex database: reopen it with GaussianIndex.load({str(uri)!r}), remove "
+            "it or pass another uri"
+        )
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        held = (
+            "is a file" if not folder.is_dir() else f"holds {', '.join(sorted(p.name for p in folder.iterdir())[:4])}"
+        )
+        raise FileExistsError(f"{uri} {held}: a LanceDB database needs a new or empty folder of its own")
+
+
 def is_database(uri: str | Path) -> bool:
     """Whether the folder ``uri`` holds a GaussianIndex table (checked without opening it)."""
     return (Path(uri) / f"{TABLE_NAME}.lance").is_dir()
@@ -120,7 +137,10 @@ class LanceTable:
         """Move to the table's latest version; ``True`` when another handle wrote since this one last read (the ANN
         tables are then read again at the next ANN search). ``ValueError`` if the table is no longer the one this
         handle opened (the database was deleted and built again)."""
-        self.table.checkout_latest()
+        try:
+            self.table.checkout_latest()
+        except Exception as error:  # LanceDB's own errors (a deleted or damaged database)
+            raise ValueError(f"{self.uri}: the database cannot be read any more ({first_line(error)})") from None
         stored = json.loads((self.table.schema.metadata or {}).get(SETTINGS_KEY, b"{}"))
         if stored.get("table_id") != self.table_id:
             raise ValueError(
@@ -134,20 +154,17 @@ class LanceTable:
 
     @classmethod
     def create(cls, uri: str | Path, dim: int, settings: dict[str, Any]) -> LanceTable:
-        """A new, empty table; ``FileExistsError`` if the database at ``uri`` already has one (reopen it with
-        ``GaussianIndex.load(uri)``: nothing stored is overwritten)."""
+        """A new, empty table ([`check_new_database`] first: nothing stored is overwritten)."""
+        check_new_database(uri)
         database = lancedb_module().connect(str(uri))
-        if TABLE_NAME in database.table_names():
-            raise FileExistsError(
-                f"{uri} already holds a GaussianIndex table: reopen it with GaussianIndex.load({str(uri)!r}), or "
-                "pass another uri"
-            )
         settings = {**settings, "dim": dim, "table_id": uuid.uuid4().hex}
         return cls(database.create_table(TABLE_NAME, schema=table_schema(dim, settings)), str(uri), settings)
 
     @classmethod
     def open(cls, uri: str | Path) -> tuple[LanceTable, dict[str, Any]]:
         """The table at ``uri`` and the settings stored with it; ``FileNotFoundError`` if there is none."""
+        if not Path(uri).is_dir():  # connecting would create the folder
+            raise FileNotFoundError(f"{uri} does not exist: no GaussianIndex database there")
         database = lancedb_module().connect(str(uri))
         if TABLE_NAME not in database.table_names():
             raise FileNotFoundError(f"{uri} holds no GaussianIndex table ({TABLE_NAME!r})")
@@ -400,6 +417,10 @@ class LanceFlat(SearchBackend):
     @classmethod
     def holds_index(cls, uri: str | Path) -> bool:
         return is_database(uri)
+
+    @classmethod
+    def check_new_place(cls, uri: str | Path) -> None:
+        check_new_database(uri)
 
     @classmethod
     def open(cls, uri: str | Path):

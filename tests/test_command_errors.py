@@ -1,4 +1,6 @@
-"""The second hostile round's findings (runs, outputs, commands), each with the input that broke it."""
+"""What the commands do with mistakes and failures: a resume of another run, a failed or symlinked final save, a
+one-class validation file, a folder that is no index, bad evaluate and search arguments, demo input that says nothing,
+a resume that would change the run — each answered with one line, nothing lost."""
 
 from __future__ import annotations
 

@@ -1,0 +1,288 @@
+"""A GaussCSE folder's two layouts (ships with the weights as Hub custom code): full weights, or an adapter folder —
+a model whose encoder carries LoRA adapters, saved unmerged — and the checks on the weight files of either.
+
+An adapter folder holds the two heads in ``HEADS_FILE``, the GaussCSE config + code, and peft's
+``adapter_config.json`` and ``adapter_model.safetensors`` in ``ADAPTER_FOLDER`` — not at the top, where transformers'
+AutoModel would take the folder for a bare peft adapter and load only its backbone. The backbone itself is named by
+adapter_config.json's base_model_name_or_path (a Hub id, or a local folder's absolute path), and identified by
+``BACKBONE_FILE`` beside it: its name and the SHA-256 of its config and weight files
+(``backbone_gausscse.backbone_record``), checked when the folder loads. A folder holds one layout: each save removes
+what a save of the other layout left ([`remove_other_layout`]).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoModel
+from transformers.dynamic_module_utils import custom_object_save
+from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_INDEX_NAME, cached_file
+
+try:  # only an adapter (LoRA) folder needs peft; in a try block, so transformers' import check does not require it
+    from peft import PeftConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+except ImportError:
+    PeftConfig = PeftModel = get_peft_model = set_peft_model_state_dict = None
+
+from .backbone_gausscse import HUB_KWARGS, backbone_record, encoder_init_kwargs, local_backbone, read_backbone_file
+from .configuration_gausscse import GaussCSEConfig
+
+ADAPTER_FOLDER = "adapter"
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
+BACKBONE_FILE = "backbone.json"
+HEADS_FILE = "heads.safetensors"
+HEAD_NAMES = ("mean_head", "logvar_head")
+
+
+def has_adapter(encoder: nn.Module) -> bool:
+    """Whether ``encoder`` is a peft ``PeftModel`` (LoRA adapters on the backbone, not merged)."""
+    return PeftModel is not None and isinstance(encoder, PeftModel)
+
+
+def adapter_heads_file(name_or_path: str | Path, hub_kwargs: dict | None = None) -> str | None:
+    """The local path of ``HEADS_FILE`` when ``name_or_path`` (folder or Hub id) is an adapter folder, else ``None``."""
+    hub_kwargs = {key: value for key, value in (hub_kwargs or {}).items() if key in HUB_KWARGS}
+    return cached_file(
+        str(name_or_path),
+        HEADS_FILE,
+        **hub_kwargs,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+    )
+
+
+def recorded_backbone(folder: str | Path) -> str | None:
+    """The backbone the adapter of a local adapter folder names (``base_model_name_or_path`` of its
+    ``adapter/adapter_config.json``); ``None`` for any other folder or an unreadable config."""
+    config_path = Path(folder) / ADAPTER_FOLDER / ADAPTER_CONFIG_FILE
+    if not (Path(folder) / HEADS_FILE).is_file() or not config_path.is_file():
+        return None
+    try:
+        base = json.loads(config_path.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return base if isinstance(base, str) else None
+
+
+def adapter_file(name_or_path: str | Path, name: str, hub_kwargs: dict, required: bool = True) -> Path | None:
+    """The local path of the file ``name`` in the ``ADAPTER_FOLDER`` of an adapter folder or Hub repo (fetched into the
+    Hub cache), ``None`` where there is none and it is not ``required``. A local folder without a required file is a
+    ``FileNotFoundError`` naming the file (transformers would point at a Hub URL made of the local path)."""
+    subfolder = "/".join(part for part in (hub_kwargs.get("subfolder", ""), ADAPTER_FOLDER) if part)
+    if Path(name_or_path).is_dir():
+        path = Path(name_or_path) / subfolder / name
+        if required and not path.is_file():
+            raise FileNotFoundError(
+                f"{name_or_path} is an adapter folder ({HEADS_FILE}) that lacks {subfolder}/{name}: copy the whole "
+                f"folder, {ADAPTER_FOLDER}/ included"
+            )
+        return path if path.is_file() else None
+    hub_kwargs = {**hub_kwargs, "subfolder": subfolder}
+    found = cached_file(str(name_or_path), name, **hub_kwargs, _raise_exceptions_for_missing_entries=required)
+    return None if found is None else Path(found)
+
+
+def check_backbone(adapter_folder: str | Path, recorded: dict, found: dict) -> None:
+    """Refuse a backbone whose [`backbone_record`] ``found`` differs from the one the adapter folder recorded (its
+    ``BACKBONE_FILE``): the adapter would sit on weights it was not trained with."""
+    differing = sorted(
+        name
+        for name in {*recorded["sha256"], *found["sha256"]}
+        if recorded["sha256"].get(name) != found["sha256"].get(name)
+    )
+    if differing:
+        raise ValueError(
+            f"{adapter_folder}: its adapter was trained on the backbone {recorded['base_model_name_or_path']} (its "
+            f"{ADAPTER_FOLDER}/{BACKBONE_FILE}), and the backbone found, {found['base_model_name_or_path']}, is not "
+            f"that one: its {', '.join(differing)} differ by SHA-256. Point {ADAPTER_FOLDER}/{ADAPTER_CONFIG_FILE}'s "
+            "base_model_name_or_path at the backbone the adapter was trained on, unchanged"
+        )
+
+
+def check_adapter_base(adapter_folder: str | Path, base: str | None, hub_kwargs: dict) -> None:
+    """Refuse an adapter whose backbone ``base`` is a GaussCSE model — the adapter folder itself (a LoRA run saved into
+    its own backbone), another adapter folder, a full model — rather than an encoder: loading it would load this
+    folder again, endlessly, or a cycle of adapter folders."""
+    base_config = read_backbone_file(base, CONFIG_NAME, hub_kwargs) if base else None
+    if isinstance(base_config, dict) and base_config.get("model_type") == GaussCSEConfig.model_type:
+        itself = Path(base).is_dir() and Path(base).resolve() == Path(adapter_folder).resolve()
+        raise ValueError(
+            f"{adapter_folder}: the backbone its adapter names ({ADAPTER_FOLDER}/{ADAPTER_CONFIG_FILE} "
+            f"base_model_name_or_path) is {'this folder itself' if itself else f'the GaussCSE model {base}'}, not an "
+            "encoder: an adapter folder's backbone is the plain encoder its adapter was trained on"
+        )
+
+
+def remove_other_layout(folder: Path, adapter: bool) -> None:
+    """Clear ``folder`` of the other layout before a save writes its own (``adapter``: an adapter folder, else full
+    weights), so that it holds one model: the full weights (``model*.safetensors``, the sharded index) before an adapter
+    folder; ``HEADS_FILE`` and ``ADAPTER_FOLDER`` before full weights (loading takes a folder with heads for an adapter
+    folder)."""
+    if adapter:
+        for path in [*folder.glob("model*.safetensors"), folder / SAFE_WEIGHTS_INDEX_NAME]:
+            path.unlink(missing_ok=True)
+    else:
+        (folder / HEADS_FILE).unlink(missing_ok=True)
+        shutil.rmtree(folder / ADAPTER_FOLDER, ignore_errors=True)
+
+
+def check_loading_info(name_or_path: str | Path, info: dict) -> None:
+    """Refuse a checkpoint whose weights do not fit the model: ``transformers`` would only log the missing or
+    unexpected names and start those weights at random, which scores as a different model (silent corruption)."""
+    problems = {
+        kind: sorted(str(name) for name in info.get(kind) or ())
+        for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")
+    }
+    problems = {kind: names for kind, names in problems.items() if names}
+    if problems:
+        listed = "; ".join(f"{kind.replace('_', ' ')}: {', '.join(names[:3])}" for kind, names in problems.items())
+        raise ValueError(
+            f"{name_or_path}: its weights do not fit a GaussCSE model of its config ({listed}); loading it would "
+            "start those weights at random. A folder written by an earlier gausscse (a LoRA model saved unmerged "
+            "wrote encoder.base_model.model.* names) or edited by hand: load it with the version that wrote it, merge "
+            "or save it again there"
+        )
+
+
+def share_weight_files(weight_files: Sequence[Path], like: Path) -> None:
+    """Give ``weight_files`` the mode of ``like`` (a file the same save wrote with ``open``: 0644 under the usual umask
+    022): safetensors writes its files 0600, readable by their owner only."""
+    mode = like.stat().st_mode & 0o777
+    for path in weight_files:
+        path.chmod(mode)
+
+
+def load_adapter_folder(model_class, name_or_path: str | Path, heads_file: str, config=None, **kwargs):
+    """An adapter folder as a ``model_class`` (``GaussCSEModel``) model: the backbone its ``adapter_config.json`` names,
+    the LoRA adapters that config describes, their weights ([`load_adapter_weights`], checked) and the heads of
+    ``HEADS_FILE``; a ``frozen_mean`` model's μ path is a copy of the backbone (it is never trained). The backbone must
+    be an encoder, not a GaussCSE folder ([`check_adapter_base`]), loads without running its own code, and must be the
+    one the folder's ``BACKBONE_FILE`` recorded, where it has one ([`check_backbone`]). ``kwargs``: the Hub arguments
+    (``revision``, ``token``, ...), ``dtype``."""
+    if PeftModel is None:
+        raise ImportError(f"{name_or_path} holds a LoRA adapter (not merged): loading it needs `pip install peft`")
+    hub_kwargs = {key: value for key, value in kwargs.items() if key in HUB_KWARGS and value is not None}
+    if config is None:
+        config = GaussCSEConfig.from_pretrained(name_or_path, **hub_kwargs)
+    # peft's files, fetched (or found in the cache) beside each other: peft then reads a local folder
+    adapter_files = [
+        adapter_file(name_or_path, name, hub_kwargs) for name in (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE)
+    ]
+    # None for a folder saved before backbones were recorded: its backbone loads unchecked
+    recorded_file = adapter_file(name_or_path, BACKBONE_FILE, hub_kwargs, required=False)
+    adapter_config = PeftConfig.from_pretrained(str(adapter_files[0].parent))
+    adapter_config.inference_mode = True  # loaded adapters are frozen, as peft's own loading leaves them
+    base = local_backbone(adapter_config.base_model_name_or_path)  # what a later save of this model records
+    base_kwargs = {key: kwargs[key] for key in ("token", "cache_dir") if kwargs.get(key) is not None}
+    check_adapter_base(name_or_path, base, base_kwargs)
+    encoder_kwargs = {**base_kwargs, **({"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {})}
+    try:
+        encoder = AutoModel.from_pretrained(
+            base, **encoder_init_kwargs(config.encoder_config), **encoder_kwargs, trust_remote_code=False
+        )
+    except (OSError, ValueError, TypeError) as error:
+        raise OSError(
+            f"{name_or_path} is a LoRA adapter on the backbone {base!r} (adapter_config.json "
+            f"base_model_name_or_path), which cannot be loaded here: {error}. Point base_model_name_or_path at a "
+            "Hub id or a local copy of that backbone, or share the model merged (train with --merge_lora)"
+        ) from error
+    found = backbone_record(base, base_kwargs)  # after loading: a Hub backbone's weight files are downloaded
+    if recorded_file is not None:
+        check_backbone(name_or_path, json.loads(recorded_file.read_text(encoding="utf-8")), found)
+    model = model_class(config, encoder=encoder)
+    model.backbone_record = found
+    model.encoder = get_peft_model(encoder, adapter_config)
+    model.load_adapter_weights(adapter_files[1])  # once, and checked (peft's own loading only warns)
+    model.load_head_weights(heads_file)
+    model.name_or_path = str(name_or_path)  # encode() finds the tokenizer here
+    return model.to(encoder.dtype).eval()  # the heads in the backbone's dtype
+
+
+def load_adapter_weights(model: nn.Module, adapter_weights_file: str | Path) -> None:
+    """Put the LoRA weights of an ``ADAPTER_WEIGHTS_FILE`` into ``model``'s encoder (which carries the same
+    adapters); every LoRA weight of the encoder must be in the file and every tensor of the file must fit."""
+    result = set_peft_model_state_dict(model.encoder, load_file(str(adapter_weights_file)))
+    missing = [name for name in result.missing_keys if "lora_" in name]
+    if result.unexpected_keys or missing:
+        raise ValueError(
+            f"{adapter_weights_file}: the adapter does not fit this model (unexpected: "
+            f"{result.unexpected_keys[:3]}, missing: {missing[:3]})"
+        )
+
+
+def load_head_weights(model: nn.Module, heads_file: str | Path) -> None:
+    """Copy the μ and log σ² heads of a ``HEADS_FILE`` (keys ``mean_head.weight``, ...) into ``model``."""
+    heads = load_file(str(heads_file))
+    expected = {
+        f"{name}.{key}": tuple(value.shape)
+        for name in HEAD_NAMES
+        for key, value in getattr(model, name).state_dict().items()
+    }
+    found = {key: tuple(value.shape) for key, value in heads.items()}
+    if found != expected:
+        raise ValueError(f"{heads_file}: expected the tensors (name: shape) {expected}, found {found}")
+    with torch.no_grad():
+        for key, value in heads.items():
+            head_name, parameter = key.split(".", 1)
+            getattr(getattr(model, head_name), parameter).copy_(value)
+
+
+def save_adapter_folder(model: nn.Module, folder: Path) -> list[Path]:
+    """The adapter folder of ``GaussCSEModel.save_pretrained``; returns the weight files written. peft's files are
+    written in a scratch folder first: its ``save_pretrained`` also rewrites the folder's ``README.md`` (as a peft
+    card). The backbone's identity goes into ``BACKBONE_FILE`` ([`backbone_record`]); a folder that is the backbone
+    itself is refused before anything in it changes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    adapter_folder = folder / ADAPTER_FOLDER
+    with tempfile.TemporaryDirectory(dir=folder) as scratch:
+        model.encoder.save_pretrained(scratch)
+        written = json.loads((Path(scratch) / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"))
+        base = written["base_model_name_or_path"]
+        if base and Path(base).is_dir() and Path(base).resolve() == folder.resolve():
+            raise ValueError(
+                f"{folder} is the backbone of this model's adapter: an adapter folder saved there would replace "
+                "the backbone's config and weights and name itself as its backbone; save it to another folder"
+            )
+        remove_other_layout(folder, adapter=True)
+        adapter_folder.mkdir(exist_ok=True)
+        for name in (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE):
+            os.replace(Path(scratch) / name, adapter_folder / name)
+    if model.backbone_record is None:
+        (adapter_folder / BACKBONE_FILE).unlink(missing_ok=True)  # an earlier save's record names another backbone
+    else:
+        (adapter_folder / BACKBONE_FILE).write_text(json.dumps(model.backbone_record, indent=2), encoding="utf-8")
+    heads = {
+        f"{name}.{key}": value.detach().cpu().contiguous()
+        for name in HEAD_NAMES
+        for key, value in getattr(model, name).state_dict().items()
+    }
+    save_file(heads, folder / HEADS_FILE, metadata={"format": "pt"})
+    custom_object_save(model, folder, config=model.config)  # the code files, and auto_map in the config
+    model.config.save_pretrained(folder)
+    return [folder / HEADS_FILE, adapter_folder / ADAPTER_WEIGHTS_FILE]
+
+
+__all__ = [
+    "ADAPTER_CONFIG_FILE",
+    "ADAPTER_FOLDER",
+    "ADAPTER_WEIGHTS_FILE",
+    "BACKBONE_FILE",
+    "HEADS_FILE",
+    "adapter_heads_file",
+    "check_loading_info",
+    "has_adapter",
+    "load_adapter_folder",
+    "load_adapter_weights",
+    "load_head_weights",
+    "remove_other_layout",
+    "save_adapter_folder",
+    "share_weight_files",
+]
