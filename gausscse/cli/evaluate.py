@@ -157,6 +157,30 @@ def update_model_cards(paths: list[str], runs: list[ModelRun], max_examples: int
             print(f"Wrote the results into the model card {Path(path) / 'README.md'}", file=sys.stderr)
 
 
+def significance_tests(reference: ModelRun, baselines: list[ModelRun], tasks: tuple[str, ...]) -> dict[str, dict]:
+    """McNemar between ``reference`` and each baseline and, with the direction task, between every Gaussian model's
+    similarity rule and the length baseline; comparisons with no shared task left out."""
+    tests = {f"{reference.name} vs. {run.name}": significance(reference, run) for run in baselines}
+    if "direction" in tasks:  # every Gaussian model (the reference first) against counting characters
+        for run in [reference, *baselines]:
+            if run.is_gaussian:
+                tests[f"{run.name} similarity rule vs. length baseline"] = significance_against_length(run)
+    return {comparison: results for comparison, results in tests.items() if results}
+
+
+def task_plots(shown: list[ModelRun], data: TaskData, tasks: tuple[str, ...], output: Path) -> list[Path]:
+    """The figures of the tasks run for the models ``shown``: precision–recall curves (nli) and each Gaussian model's
+    generality gap (direction), written into ``output``."""
+    plots = [plot_pr_curves(shown, data.nli_test, output / "pr_curves.png")] if "nli" in tasks else []
+    if "direction" in tasks:
+        plots += [
+            plot_generality_gap(run, output / f"generality_gap_{_file_label(run.name)}.png")
+            for run in shown
+            if run.is_gaussian
+        ]
+    return plots
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run the CLI; returns the ``results.json`` payload."""
     args = build_parser().parse_args(argv)
@@ -182,13 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
         if not args.no_plots and runs[label].is_gaussian:
             gaussian_plots.append(plot_gaussians_2d(encoder, output / f"gaussians_2d_{_file_label(label)}.png"))
 
-    reference = runs[model_labels[0]]
-    tests = {f"{reference.name} vs. {label}": significance(reference, runs[label]) for label in baseline_labels}
-    if "direction" in tasks:  # every Gaussian model (the reference first) against counting characters
-        for run in [reference, *(runs[label] for label in baseline_labels)]:
-            if run.is_gaussian:
-                tests[f"{run.name} similarity rule vs. length baseline"] = significance_against_length(run)
-    tests = {comparison: results for comparison, results in tests.items() if results}
+    tests = significance_tests(runs[model_labels[0]], [runs[label] for label in baseline_labels], tasks)
 
     group_label = (
         model_labels[0] if len(model_labels) == 1 else f"{model_labels[0]} (mean ± std, {len(model_labels)} runs)"
@@ -198,15 +216,7 @@ def main(argv: list[str] | None = None) -> dict:
     plots = []
     if not args.no_plots:
         shown = [runs[model_labels[0]], *(runs[label] for label in baseline_labels)]
-        if "nli" in tasks:
-            plots.append(plot_pr_curves(shown, data.nli_test, output / "pr_curves.png"))
-        if "direction" in tasks:
-            plots += [
-                plot_generality_gap(run, output / f"generality_gap_{_file_label(run.name)}.png")
-                for run in shown
-                if run.is_gaussian
-            ]
-        plots += gaussian_plots
+        plots = [*task_plots(shown, data, tasks, output), *gaussian_plots]
 
     payload = {
         "meta": {

@@ -392,11 +392,51 @@ def train_and_save(
     if training_args.resume_from_checkpoint:
         check_resume_arguments(training_args.resume_from_checkpoint, fixed)
     set_seed(training_args.seed)
+    trainer, data_stats = build_trainer(model_args, data_args, training_args, fixed)
+    model, evaluator = trainer.model, trainer.evaluator
+    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    metrics = trainer.evaluate()
+    search = set_search_kl_weight(model, evaluator, data_args) if evaluator and trainer.is_world_process_zero() else {}
+    results = {
+        **train_output.metrics,
+        **metrics,
+        # The checkpoint whose weights the final model has; None: the last step's weights.
+        "best_model_checkpoint": (
+            trainer.state.best_model_checkpoint if training_args.load_best_model_at_end else None
+        ),
+        "loss": training_args.loss,
+        "train_examples": len(trainer.train_dataset),
+        "eval_max_examples": data_args.eval_max_examples,  # SNLI-dev pairs behind the eval_* metrics (None: all)
+        "dev_curve": dev_curve(trainer.state.log_history),
+        "data": data_stats.as_dict(),
+        **search,
+    }
+    model_dir = Path(training_args.output_dir)
+    if trainer.is_world_process_zero():
+        card = model_card_fields(model_args, data_args, training_args, trainer, metrics, data_stats)
+        with tempfile.TemporaryDirectory() as scratch:
+            figure = final_evaluation_figure(evaluator, card["model_name"], Path(scratch))
+            tokenizer = trainer.processing_class
+            save_model_folder(model, tokenizer, model_dir, card, results, merge=model_args.merge_lora, figure=figure)
+        logger.info("Final model saved to %s", model_dir)
+        if push:
+            url = push_model_folder(
+                model_dir, training_args.hub_model_id, training_args.hub_token, training_args.hub_private_repo
+            )
+            logger.info("Pushed %s: %s", model_dir, url)
+    return model_dir
 
+
+def build_trainer(
+    model_args: ModelArguments, data_args: DataArguments, training_args: GaussCSETrainingArguments, fixed: dict
+) -> tuple[GaussCSETrainer, DataStats]:
+    """The training data (read, cut to ``--max_train_examples``, tokenised), the dev evaluator (its data read now: a
+    bad file stops before training), the tokenizer and the model, in a [`GaussCSETrainer`]; and the data's stats.
+    ``fixed``: the run's [`run_arguments`], recorded with each checkpoint."""
     examples, data_stats = load_training_examples(data_args.data_spec(), drop_bad_rows=data_args.drop_bad_rows)
     if data_args.max_train_examples is not None:
         examples = examples.select(range(min(data_args.max_train_examples, len(examples))))
-    evaluator = build_evaluator(data_args, training_args)  # reads its data now: a bad file stops before training
+    evaluator = build_evaluator(data_args, training_args)
     tokenizer = AutoTokenizer.from_pretrained(
         model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code
     )
@@ -419,65 +459,49 @@ def train_and_save(
             cache_dir=data_args.data_cache_dir or Path(datasets.config.HF_DATASETS_CACHE) / "gausscse",
             num_proc=data_args.preprocessing_num_workers,
         )
+    collator = TripletCollator.for_tokenizer(
+        tokenizer,
+        model.config.encoder_config,
+        with_contradictions=uses_contradictions(training_args.loss),
+        pack=data_args.pack_sequences,
+        pack_length=data_args.pack_length or 2 * max_length,
+    )
     trainer = GaussCSETrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        data_collator=TripletCollator.for_tokenizer(
-            tokenizer,
-            model.config.encoder_config,
-            with_contradictions=uses_contradictions(training_args.loss),
-            pack=data_args.pack_sequences,
-            pack_length=data_args.pack_length or 2 * max_length,
-        ),
+        data_collator=collator,
         processing_class=tokenizer,
         evaluator=evaluator,
         run_arguments=fixed,
     )
-    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    metrics = trainer.evaluate()
-    search = set_search_kl_weight(model, evaluator, data_args) if evaluator and trainer.is_world_process_zero() else {}
-    results = {
-        **train_output.metrics,
-        **metrics,
-        # The checkpoint whose weights the final model has; None: the last step's weights.
-        "best_model_checkpoint": (
-            trainer.state.best_model_checkpoint if training_args.load_best_model_at_end else None
-        ),
-        "loss": training_args.loss,
-        "train_examples": len(train_dataset),
-        "eval_max_examples": data_args.eval_max_examples,  # SNLI-dev pairs behind the eval_* metrics (None: all)
-        "dev_curve": dev_curve(trainer.state.log_history),
-        "data": data_stats.as_dict(),
-        **search,
+    return trainer, data_stats
+
+
+def model_card_fields(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: GaussCSETrainingArguments,
+    trainer: GaussCSETrainer,
+    metrics: dict,
+    data_stats: DataStats,
+) -> dict:
+    """The keyword arguments of the final model's card (``render_model_card``) for this run."""
+    return {
+        "model_name": training_args.hub_model_id or Path(training_args.output_dir).name,
+        "base_model": model_args.model_name_or_path,
+        "datasets": [*(data_args.train_datasets or ()), *(data_args.dataset_name or ())],  # the card names Hub ids
+        "metrics": {name.removeprefix("eval_"): value for name, value in metrics.items()},
+        "training_arguments": {  # the card's training-setup table picks its settings from these
+            **dataclasses.asdict(model_args),
+            **dataclasses.asdict(data_args),
+            **training_args.to_sanitized_dict(),
+            **{name: getattr(trainer.model.config, name) for name in MODEL_FIELDS},  # as the model resolved them
+            "world_size": training_args.world_size,
+            "retrieval_weight": getattr(trainer.loss_fn, "retrieval_weight", None),  # as the loss used it
+        },
+        "data_stats": data_stats.as_dict(),
     }
-    model_dir = Path(training_args.output_dir)
-    if trainer.is_world_process_zero():
-        card = {
-            "model_name": training_args.hub_model_id or Path(training_args.output_dir).name,
-            "base_model": model_args.model_name_or_path,
-            "datasets": [*(data_args.train_datasets or ()), *(data_args.dataset_name or ())],  # the card names Hub ids
-            "metrics": {name.removeprefix("eval_"): value for name, value in metrics.items()},
-            "training_arguments": {  # the card's training-setup table picks its settings from these
-                **dataclasses.asdict(model_args),
-                **dataclasses.asdict(data_args),
-                **training_args.to_sanitized_dict(),
-                **{name: getattr(model.config, name) for name in MODEL_FIELDS},  # as the model resolved them
-                "world_size": training_args.world_size,
-                "retrieval_weight": getattr(trainer.loss_fn, "retrieval_weight", None),  # as the loss used it
-            },
-            "data_stats": data_stats.as_dict(),
-        }
-        with tempfile.TemporaryDirectory() as scratch:
-            figure = final_evaluation_figure(trainer.evaluator, card["model_name"], Path(scratch))
-            save_model_folder(model, tokenizer, model_dir, card, results, merge=model_args.merge_lora, figure=figure)
-        logger.info("Final model saved to %s", model_dir)
-        if push:
-            url = push_model_folder(
-                model_dir, training_args.hub_model_id, training_args.hub_token, training_args.hub_private_repo
-            )
-            logger.info("Pushed %s: %s", model_dir, url)
-    return model_dir
 
 
 def set_search_kl_weight(model: GaussCSEModel, evaluator, data_args: DataArguments) -> dict:

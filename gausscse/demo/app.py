@@ -152,6 +152,80 @@ class Answers:
             return [{"rank": rank + 1, "score": score, "sentence": text} for rank, (score, text) in enumerate(hits)]
 
 
+def direction_tab(answers: Answers) -> None:
+    """The Direction tab (inside the app's ``gr.Blocks``): two sentences → which entails which, with a picture."""
+    with gr.Tab("Direction"):
+        gr.Markdown(
+            "Two sentences → which entails which. Similarity rule: A entails B iff sim(B‖A) > sim(A‖B). "
+            "Variance rule: A entails B iff A is the broader Gaussian (larger Σ log σ²)."
+        )
+        with gr.Row():
+            sentence_a = gr.Textbox(label="Sentence A", lines=2, value=DIRECTION_EXAMPLES[0][0])
+            sentence_b = gr.Textbox(label="Sentence B", lines=2, value=DIRECTION_EXAMPLES[0][1])
+        direction_button = gr.Button("Which entails which?", variant="primary")
+        direction_error = error_box("direction-error")
+        with gr.Row():
+            with gr.Column():
+                verdict = gr.Markdown(elem_id="direction-verdict")
+                scores = gr.JSON(label="scores")
+            picture = gr.Plot(
+                label="the two Gaussians on the two dimensions where the broader one covers the narrower one most",
+                show_label=False,  # the figure's own title says it; the label would cover it
+                format="png",
+                elem_id="direction-plot",
+            )
+        gr.Examples([list(pair) for pair in DIRECTION_EXAMPLES], inputs=[sentence_a, sentence_b])
+        direction_button.click(
+            in_page(answers.direction_page, cleared=("", None, None)),
+            [sentence_a, sentence_b],
+            [direction_error, verdict, scores, picture],
+            api_visibility="private",
+        )
+
+
+def similarity_tab(answers: Answers) -> None:
+    """The Similarity tab: the asymmetric matrix S_ij = sim(s_i‖s_j) of a list of sentences, as a heatmap."""
+    with gr.Tab("Similarity"):
+        gr.Markdown(
+            f"Up to {MAX_SENTENCES} sentences, one per line → the matrix S_ij = sim(s_i‖s_j). It is not symmetric: "
+            "S_ij is high when sentence j (column) entails sentence i (row)."
+        )
+        sentences = gr.Textbox(label="Sentences, one per line", lines=6, value="\n".join(SIMILARITY_EXAMPLE))
+        similarity_button = gr.Button("Similarity matrix", variant="primary")
+        similarity_error = error_box("similarity-error")
+        heatmap = gr.Plot(label="sim(row‖column)", format="png", elem_id="similarity-plot")
+        matrix = gr.JSON(label="matrix", visible=True)
+        similarity_button.click(
+            in_page(answers.similarity_page, cleared=(None, None)),
+            [sentences],
+            [similarity_error, matrix, heatmap],
+            api_visibility="private",
+        )
+
+
+def search_tab(answers: Answers) -> None:
+    """The Search tab: the corpus sentences that entail a claim, best first (``search_rule``)."""
+    with gr.Tab("Search"):
+        search_help = gr.Markdown(
+            elem_id="search-help",
+            value="Type a claim: the app ranks the sentences of its corpus that entail it, by "
+            f"{search_rule(answers.model)}. The corpus is encoded on the first search.",
+        )
+        with gr.Row():
+            claim = gr.Textbox(label="Claim", value=SEARCH_EXAMPLES[0], scale=4)
+            k = gr.Slider(1, MAX_RESULTS, value=5, step=1, label="results", scale=1)
+        search_button = gr.Button("Find sentences that entail it", variant="primary")
+        search_error = error_box("search-error")
+        hits = gr.Dataframe(headers=["rank", "score", "sentence"], label="entailing sentences", elem_id="search-hits")
+        gr.Examples([[example] for example in SEARCH_EXAMPLES], inputs=[claim])
+        search_button.click(
+            in_page(answers.search_page, cleared=(gr.skip(), None)),
+            [claim, k],
+            [search_error, search_help, hits],
+            api_visibility="private",
+        )
+
+
 def build_app(model_name: str | None = None, answers: Answers | None = None) -> gr.Blocks:
     """The app on the model ``model_name`` (default ``$GAUSSCSE_MODEL``, else ``outputs/quickstart``), or on
     ``answers`` where given (``model_name`` is then only shown). A model that cannot be loaded gives a page that says
@@ -173,70 +247,9 @@ def build_app(model_name: str | None = None, answers: Answers | None = None) -> 
         gr.Markdown(INTRODUCTION.format(model=model_name, formula=formula))
         if problem is not None:
             gr.Markdown(f"**The model could not be loaded.** {problem}", elem_id="model-error")
-        with gr.Tab("Direction"):
-            gr.Markdown(
-                "Two sentences → which entails which. Similarity rule: A entails B iff sim(B‖A) > sim(A‖B). "
-                "Variance rule: A entails B iff A is the broader Gaussian (larger Σ log σ²)."
-            )
-            with gr.Row():
-                sentence_a = gr.Textbox(label="Sentence A", lines=2, value=DIRECTION_EXAMPLES[0][0])
-                sentence_b = gr.Textbox(label="Sentence B", lines=2, value=DIRECTION_EXAMPLES[0][1])
-            direction_button = gr.Button("Which entails which?", variant="primary")
-            direction_error = error_box("direction-error")
-            with gr.Row():
-                with gr.Column():
-                    verdict = gr.Markdown(elem_id="direction-verdict")
-                    scores = gr.JSON(label="scores")
-                picture = gr.Plot(
-                    label="the two Gaussians on the two dimensions where the broader one covers the narrower one most",
-                    show_label=False,  # the figure's own title says it; the label would cover it
-                    format="png",
-                    elem_id="direction-plot",
-                )
-            gr.Examples([list(pair) for pair in DIRECTION_EXAMPLES], inputs=[sentence_a, sentence_b])
-            direction_button.click(
-                in_page(answers.direction_page, cleared=("", None, None)),
-                [sentence_a, sentence_b],
-                [direction_error, verdict, scores, picture],
-                api_visibility="private",
-            )
-        with gr.Tab("Similarity"):
-            gr.Markdown(
-                f"Up to {MAX_SENTENCES} sentences, one per line → the matrix S_ij = sim(s_i‖s_j). It is not symmetric: "
-                "S_ij is high when sentence j (column) entails sentence i (row)."
-            )
-            sentences = gr.Textbox(label="Sentences, one per line", lines=6, value="\n".join(SIMILARITY_EXAMPLE))
-            similarity_button = gr.Button("Similarity matrix", variant="primary")
-            similarity_error = error_box("similarity-error")
-            heatmap = gr.Plot(label="sim(row‖column)", format="png", elem_id="similarity-plot")
-            matrix = gr.JSON(label="matrix", visible=True)
-            similarity_button.click(
-                in_page(answers.similarity_page, cleared=(None, None)),
-                [sentences],
-                [similarity_error, matrix, heatmap],
-                api_visibility="private",
-            )
-        with gr.Tab("Search"):
-            search_help = gr.Markdown(
-                elem_id="search-help",
-                value="Type a claim: the app ranks the sentences of its corpus that entail it, by "
-                f"{search_rule(model)}. The corpus is encoded on the first search.",
-            )
-            with gr.Row():
-                claim = gr.Textbox(label="Claim", value=SEARCH_EXAMPLES[0], scale=4)
-                k = gr.Slider(1, MAX_RESULTS, value=5, step=1, label="results", scale=1)
-            search_button = gr.Button("Find sentences that entail it", variant="primary")
-            search_error = error_box("search-error")
-            hits = gr.Dataframe(
-                headers=["rank", "sim(claim‖sentence)", "sentence"], label="entailing sentences", elem_id="search-hits"
-            )
-            gr.Examples([[example] for example in SEARCH_EXAMPLES], inputs=[claim])
-            search_button.click(
-                in_page(answers.search_page, cleared=(gr.skip(), None)),
-                [claim, k],
-                [search_error, search_help, hits],
-                api_visibility="private",
-            )
+        direction_tab(answers)
+        similarity_tab(answers)
+        search_tab(answers)
         gr.api(answers.direction, api_name="direction")
         gr.api(answers.similarity, api_name="similarity")
         gr.api(answers.search, api_name="search")

@@ -462,6 +462,77 @@ def hub_link(hub_id: str) -> str:
     return f"[`{hub_id}`](https://huggingface.co/{hub_id})"
 
 
+def usage_sections(
+    model_name: str, reduction: str, embedding_size: int, adapter_note: str, search_kl_weight: float | None
+) -> str:
+    """The card's usage sections: transformers, sentence-transformers, entailment search and the demo."""
+    return f"""## Usage with `transformers`
+
+```python
+{LOADING.format(name=model_name)}
+```{adapter_note}
+
+## Usage with sentence-transformers
+
+```python
+{sentence_transformers_usage(model_name, reduction, embedding_size, search_kl_weight)}
+```
+
+`encode_query` / `encode_document` give {routes_text(reduction, search_kl_weight)}.
+`encode(..., output_value=None)` gives `mu` and `logvar` per sentence.
+On CPU, `SentenceTransformer(..., trust_remote_code=True, backend="onnx")` runs the forward pass in ONNX Runtime
+(`pip install onnxruntime onnx onnxscript`; the graph `onnx/model.onnx` is exported at load when the repository has
+none).
+
+## Entailment search
+
+The sentences of a collection that entail a claim, exact top-k by the model's search score (or, for a model that
+states none, by sim(claim‖sentence); with `model` loaded as above):
+
+```python
+{SEARCH_USAGE}
+```
+
+## Demo
+
+The GaussCSE repository's Gradio app shows which of two sentences entails the other (with a picture of both
+Gaussians), the asymmetric similarity matrix of a list of sentences, and entailment search:
+`GAUSSCSE_MODEL={model_name} python app.py` runs it locally, and
+`python scripts/build_space.py --model {model_name} --space_id <user>/<space>` deploys it as a Hugging Face Space
+(`https://huggingface.co/spaces/<user>/<space>`).
+"""
+
+
+def training_sections(
+    datasets: list[str],
+    training_arguments: Mapping[str, Any],
+    data_stats: Mapping[str, Any],
+    reduction: str,
+    adapter: bool,
+) -> str:
+    """The card's training data, training setup and library versions sections."""
+    setup = "\n".join(f"| {name} | {value} |" for name, value in training_setup(training_arguments, reduction).items())
+    versions = "\n".join(f"- {name}: {version}" for name, version in library_versions(adapter).items())
+    train_files = training_arguments.get("train_file") or ()
+    return f"""## Training data
+
+Sources: {training_sources(datasets, train_files)}. Examples built as (premise, entailment hypothesis, contradiction
+hypothesis or none), grouped by premise:
+
+{data_table(data_stats)}
+
+## Training setup
+
+| setting | value |
+|---|---|
+{setup}
+
+## Library versions
+
+{versions}
+"""
+
+
 def render_model_card(
     model_name: str,
     base_model: str,
@@ -509,9 +580,6 @@ def render_model_card(
             "rule Σlog σ²(pre) > Σlog σ²(hyp) (the share of the gap right of 0) and the similarity rule "
             "sim(hyp‖pre) > sim(pre‖hyp) (the `similarity_rule` in the table above).\n\n"
         )
-    setup = "\n".join(f"| {name} | {value} |" for name, value in training_setup(training_arguments, reduction).items())
-    versions = "\n".join(f"- {name}: {version}" for name, version in library_versions(adapter).items())
-    train_files = training_arguments.get("train_file") or ()
     return f"""---
 {card_metadata(model_name, base_model, datasets, results).to_yaml()}
 ---
@@ -522,60 +590,10 @@ A [GaussCSE](https://aclanthology.org/2024.eacl-short.36/) model {origin}: each 
 N(μ, σ²) and sim(a‖b) = 1 / (1 + KL(N_a‖N_b)) is asymmetric. An entailed hypothesis is scored sim(hyp‖pre); the
 entailing (more general) sentence has the larger variance.
 
-## Usage with `transformers`
-
-```python
-{LOADING.format(name=model_name)}
-```{adapter_note}
-
-## Usage with sentence-transformers
-
-```python
-{sentence_transformers_usage(model_name, reduction, embedding_size, search_kl_weight)}
-```
-
-`encode_query` / `encode_document` give {routes_text(reduction, search_kl_weight)}.
-`encode(..., output_value=None)` gives `mu` and `logvar` per sentence.
-On CPU, `SentenceTransformer(..., trust_remote_code=True, backend="onnx")` runs the forward pass in ONNX Runtime
-(`pip install onnxruntime onnx onnxscript`; the graph `onnx/model.onnx` is exported at load when the repository has
-none).
-
-## Entailment search
-
-The sentences of a collection that entail a claim, exact top-k by the model's search score (or, for a model that
-states none, by sim(claim‖sentence); with `model` loaded as above):
-
-```python
-{SEARCH_USAGE}
-```
-
-## Demo
-
-The GaussCSE repository's Gradio app shows which of two sentences entails the other (with a picture of both
-Gaussians), the asymmetric similarity matrix of a list of sentences, and entailment search:
-`GAUSSCSE_MODEL={model_name} python app.py` runs it locally, and
-`python scripts/build_space.py --model {model_name} --space_id <user>/<space>` deploys it as a Hugging Face Space
-(`https://huggingface.co/spaces/<user>/<space>`).
-
+{usage_sections(model_name, reduction, embedding_size, adapter_note, search_kl_weight)}
 {evaluation_section(results)}
 
-{figure_section}## Training data
-
-Sources: {training_sources(datasets, train_files)}. Examples built as (premise, entailment hypothesis, contradiction
-hypothesis or none), grouped by premise:
-
-{data_table(data_stats)}
-
-## Training setup
-
-| setting | value |
-|---|---|
-{setup}
-
-## Library versions
-
-{versions}
-
+{figure_section}{training_sections(datasets, training_arguments, data_stats, reduction, adapter)}
 ## Citation
 
 ```bibtex
