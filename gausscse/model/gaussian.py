@@ -265,14 +265,12 @@ def search_score_matrix(
     Relevance (the cosine of the means: the backbone's own when μ is its embedding) plus the model's direction (the
     KL term: low when b covers a, i.e. b entails a). λ = ``kl_weight`` ≥ 0; λ = 0 is the cosine. Both terms are
     inner products of per-sentence vectors, so the score is one inner product too and an inner-product index
-    searches it exactly. Computed in float64 (the KL's expanded square cancels in float32) and rounded once, as
-    [`paired_search_score`].
+    searches it exactly. The KL runs through [`kl_divergence_matrix`] (float64 product); float64 inputs give the score
+    computed in float64 throughout (what a search ranks by: [`paired_search_score`] re-scores the same way).
     """
     with torch.autocast(device_type=mu_a.device.type, enabled=False):
-        dtype = as_float32(mu_a).dtype
-        mu_a, logvar_a, mu_b, logvar_b = (tensor.double() for tensor in (mu_a, logvar_a, mu_b, logvar_b))
         kl = kl_divergence_matrix(mu_a, logvar_a, mu_b, logvar_b) if kl_weight else None
-        return search_score_from(cosine_matrix(mu_a, mu_b), kl, kl_weight, mu_a.shape[-1]).to(dtype)
+        return search_score_from(cosine_matrix(mu_a, mu_b), kl, kl_weight, mu_a.shape[-1])
 
 
 def search_map_width(dim: int, kl_weight: float | None) -> int:

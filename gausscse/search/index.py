@@ -244,8 +244,8 @@ class GaussianIndex:
                 pair = (mu, logvar, queries.mu, queries.logvar)
             if self.kl_weight is None:
                 scores = similarity_matrix(*pair, self.reduction)
-            else:
-                scores = search_score_matrix(*pair, self.kl_weight)
+            else:  # in float64, rounded once: the scores the re-scoring backends return (paired_search_score)
+                scores = search_score_matrix(*(tensor.double() for tensor in pair), self.kl_weight).float()
             scores = scores if direction == "entailing" else scores.T
             ids = torch.arange(start, start + scores.shape[1], device=self.device).expand_as(scores)
             # the running best holds lower ids than this chunk, so a stable sort keeps ties in id order
