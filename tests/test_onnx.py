@@ -360,3 +360,33 @@ torch.testing.assert_close(got, torch.tensor({expected!r}), atol=1e-5, rtol=1e-4
 print("ok")
 """
     assert fresh_python(code, tmp_path).strip().endswith("ok")
+
+
+def test_the_kept_fingerprint_follows_every_change_of_the_weights(make_tiny_model):
+    """The fingerprint an ONNX encode checks at every call is kept per model (hashing the weights each time cost more
+    than encoding a sentence) and is recomputed after any change: in place, a replaced parameter, ``.data`` swapped,
+    the config changed; each time it equals the fingerprint of a fresh copy (hashed from scratch)."""
+    from gausscse.model.configuration_gausscse import model_fingerprint
+
+    model = make_tiny_model()
+    seen = {model_fingerprint(model)}
+
+    def changes():
+        with torch.no_grad():
+            model.mean_head.bias.add_(0.5)
+        yield
+        model.mean_head.weight = torch.nn.Parameter(model.mean_head.weight.detach() * 2)
+        yield
+        model.logvar_head.bias.data = model.logvar_head.bias.detach() + 1
+        yield
+        model.config.logvar_max = model.config.logvar_max - 1
+        yield
+
+    for _ in changes():
+        kept = model_fingerprint(model)
+        assert kept == model_fingerprint(copy.deepcopy(model)) and kept not in seen
+        seen.add(kept)
+    from unittest import mock
+
+    with mock.patch("hashlib.sha256", side_effect=AssertionError("hashed again")):
+        assert model_fingerprint(model) == kept  # unchanged: the kept value, no hashing

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -100,19 +101,53 @@ def stable_config(config: Any) -> Any:
     return config
 
 
+# model → (the state its fingerprint was computed from, the fingerprint): see weights_state
+_FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def weights_state(model: torch.nn.Module) -> tuple:
+    """What says a model's weights are unchanged since a fingerprint: each weight tensor itself (held, so no new
+    tensor can take its identity), its in-place version counter and its data pointer, and the config."""
+    tensors = tuple(
+        (name, tensor, tensor._version, tensor.data_ptr()) for name, tensor in model.state_dict(keep_vars=True).items()
+    )
+    return tensors, json.dumps(stable_config(model.config.to_dict()), sort_keys=True, default=str)
+
+
+def same_weights_state(first: tuple, second: tuple) -> bool:
+    """Whether two [`weights_state`]s are of the same, unchanged weights and config."""
+    (tensors_a, config_a), (tensors_b, config_b) = first, second
+    return (
+        config_a == config_b
+        and len(tensors_a) == len(tensors_b)
+        and all(
+            name_a == name_b and tensor_a is tensor_b and version_a == version_b and pointer_a == pointer_b
+            for (name_a, tensor_a, version_a, pointer_a), (name_b, tensor_b, version_b, pointer_b) in zip(
+                tensors_a, tensors_b, strict=True
+            )
+        )
+    )
+
+
 def model_fingerprint(model: torch.nn.Module) -> str:
     """SHA-256 of what makes a model's Gaussians: every weight (name, dtype, shape, bytes, in name order; floating
     weights as float32, so a model loaded in another precision, ``dtype=``, is the same model) and the config without
     the fields that only say where or how it was loaded ([`stable_config`]). A model saved and loaded again keeps its
     fingerprint; any retrained, merged or differently configured one gets another. What a ``SentenceIndex`` and an
-    exported ONNX graph record of the model they were made from. Takes about 0.05 s per 100 MB of weights on one
-    core."""
+    exported ONNX graph record of the model they were made from. Hashing takes about 0.05 s per 100 MB of weights on
+    one core, so it is kept per model and computed again only when [`weights_state`] says the weights or the config
+    changed (an ONNX encode checks it at every call)."""
+    state = weights_state(model)
+    cached = _FINGERPRINTS.get(model)
+    if cached is not None and same_weights_state(cached[0], state):
+        return cached[1]
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         tensor = tensor.float() if tensor.is_floating_point() else tensor
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(memoryview(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
-    digest.update(json.dumps(stable_config(model.config.to_dict()), sort_keys=True, default=str).encode())
+    digest.update(state[1].encode())
+    _FINGERPRINTS[model] = (state, digest.hexdigest())
     return digest.hexdigest()
 
 

@@ -183,6 +183,8 @@ class LanceTable:
         sentences; one write (one new version of the table). The caller holds [`writing`] and has read every row
         before ``first_id``."""
         if sentences is not None:
+            if isinstance(sentences, str) or len(sentences) != len(embeddings.mu):
+                raise ValueError(f"sentences must be a list of {len(embeddings.mu)} strings, one per Gaussian")
             kinds = {type(sentence).__name__ for sentence in sentences if not isinstance(sentence, str)}
             if kinds:
                 raise ValueError(f"sentences must be strings, one per Gaussian; got {', '.join(sorted(kinds))}")
@@ -390,8 +392,6 @@ class LanceFlat(SearchBackend):
         return {"uri": self.uri, "nprobes": self.nprobes, "table_id": self.table.table_id}
 
     def add(self, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None) -> None:
-        if sentences is not None and (isinstance(sentences, str) or len(sentences) != len(embeddings)):
-            raise ValueError(f"sentences must be a list of {len(embeddings)} strings, one per Gaussian")
         with self.table.writing():  # ids after the table's last row, whoever wrote it
             self.sync()
             self.table.append(embeddings, len(self.index), sentences)
