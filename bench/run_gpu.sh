@@ -12,4 +12,4 @@ for batch in 64 256 512; do
   $python -m bench.bench_train_step --device cuda --bf16 --batch_size "$batch" \
     --json "results/bench_train_step_cuda_batch$batch.json"
 done
-$python -m bench.bench_encode --device cuda --bf16 --batch_size 256 --json results/bench_encode_cuda.json
+$python -m bench.bench_encode --device cuda --bf16 --batch_size 256 --sentences 12961 --json results/bench_encode_cuda.json

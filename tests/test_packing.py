@@ -112,3 +112,29 @@ def test_packing_rejects_encoders_without_absolute_positions(make_tiny_model):
     model.config.encoder_config.model_type = "deberta-v2"
     with pytest.raises(ValueError, match="--pack_sequences supports encoders with absolute position ids"):
         packing_position_offset(model.config.encoder_config)
+
+
+def test_packing_unset_packs_on_the_cpu_only_and_the_recipes_leave_it_to_the_device(
+    backbone, data_dir, tmp_path, make_tiny_model
+):
+    """--pack_sequences unset: packed rows on the CPU, padded rows on a GPU (where packing is slower), never for an
+    encoder that cannot pack; the quickstart and release recipes do not fix it; the collator gausscse-train builds
+    here (CPU) from the quickstart recipe packs, and --pack_sequences false still turns it off."""
+    import yaml
+
+    from gausscse.cli.train import build_trainer, run_arguments
+    from gausscse.training.arguments import parse_arguments
+    from gausscse.training.batch import packs_by_default
+
+    from .helpers import REPO_ROOT, train_args
+
+    bert = make_tiny_model("bert").config.encoder_config
+    assert packs_by_default(torch.device("cpu"), bert) and not packs_by_default(torch.device("cuda", 0), bert)
+    assert not packs_by_default(torch.device("cpu"), type("Config", (), {"model_type": "deberta-v2"})())
+    for recipe in ("quickstart", "release"):
+        assert "pack_sequences" not in yaml.safe_load((REPO_ROOT / "configs" / f"{recipe}.yaml").read_text())
+    for extra, packs in (((), True), (("--pack_sequences", "false"), False)):
+        arguments = parse_arguments(train_args(backbone, data_dir, tmp_path / "run", "--eval_strategy", "no", *extra))
+        assert arguments[1].pack_sequences is (None if not extra else False)
+        trainer, _ = build_trainer(*arguments, run_arguments(*arguments))
+        assert trainer.data_collator.pack is packs

@@ -13,7 +13,7 @@ import pytest
 from huggingface_hub import ModelCard
 
 from gausscse.cli.train import parse_arguments
-from gausscse.training.save import MANIFEST_FILE
+from gausscse.training.save import FINAL_FILES_LIST
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -86,7 +86,7 @@ def release_folders(tmp_path):
     (twin / "train_results.json").write_text(json.dumps({"train_runtime": 2400.0, "data": data, "dev_curve": curve}))
     card = "---\ntags:\n- gausscse\n---\n\n# release\n\n## Evaluation\n\nthe tables\n"
     (out / "README.md").write_text(card)
-    (out / MANIFEST_FILE).write_text(json.dumps(["README.md", "model.safetensors"]))
+    (out / FINAL_FILES_LIST).write_text(json.dumps(["README.md", "model.safetensors"]))
     timing = tmp_path / "timing"
     timing.write_text("GaussCSE wall 3100\nSimCSE twin wall 2500\nevaluation 600\n")  # as release.sh writes it
     return out, twin, timing
@@ -124,7 +124,7 @@ def test_release_card_checks_each_target_and_writes_one_summary(release_folders,
     payload = json.loads((out / "eval" / "results.json").read_text())
     assert payload["release"]["targets"] == release["targets"] and "GaussCSE" in payload["models"]  # one results.json
     assert (out / release_card.CURVE_FILE).stat().st_size > 0
-    assert release_card.CURVE_FILE in json.loads((out / MANIFEST_FILE).read_text())  # uploaded with the model
+    assert release_card.CURVE_FILE in json.loads((out / FINAL_FILES_LIST).read_text())  # uploaded with the model
     # a second run (the same inputs) replaces its sections instead of adding to them
     first_report, first_card = (out / "eval" / "report.md").read_text(), (out / "README.md").read_text()
     release_card.main([*arguments, "--timing", str(timing)])

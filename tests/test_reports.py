@@ -87,6 +87,40 @@ def test_benchmarks_md_is_what_the_writer_makes_of_the_committed_json(monkeypatc
     assert benchmarks_report(Path("results")) == (REPO_ROOT / "results" / "BENCHMARKS.md").read_text()
 
 
+def test_the_search_section_shows_the_qdrant_and_milvus_rows_their_local_modes_and_the_bytes_on_paper(tmp_path):
+    """A bench_search JSON with Qdrant and Milvus rows (and one of real-sentence recall alone): their rows, ratios,
+    local modes and stored bytes at 1M and 10M (computed, so d = 384 gives the backends' 2d + 2 maps) render."""
+    from bench.bench_search import stored_bytes_per_gaussian
+    from bench.report import benchmarks_report
+
+    committed = json.loads((REPO_ROOT / "results" / "bench_search_cpu.json").read_text())
+    rows = [
+        {"method": method, "size": 2000, "build_seconds": 1.5, "seconds_per_1000_queries": seconds,
+         "peak_extra_mib": 300.0, "queries_timed": 20, **({} if method == "torch" else {"recall_at_k": 0.975})}
+        for method, seconds in (("torch", 2.0), ("faiss", 1.0), ("qdrant", 10.0), ("milvus", 14.0),
+                                ("qdrant-hnsw", 10.5), ("milvus-hnsw (ef 128)", 6.0))
+    ]  # fmt: skip
+    hnsw = {"method": "milvus-hnsw (ef 128)", "recall_at_k": 0.975, "speedup_vs_torch": 0.3, "speedup_vs_faiss": 0.2}
+    summary = {"size": 2000, "qdrant_over_faiss": 10.0, "milvus_over_faiss": 14.0, "approximate": [hnsw]}
+    real = [{"reduction": "sum", "direction": "entailed_by", "backend": "milvus-hnsw", "recall_at_k": 0.5}]
+    data = {**committed, "sizes": [2000], "server_sizes": [2000], "rows": rows, "summary": [summary], "real": real}
+    (tmp_path / "bench_search_small_cpu.json").write_text(json.dumps(data))
+    (tmp_path / "bench_search_real_cpu.json").write_text(json.dumps({**data, "sizes": [], "rows": [], "summary": []}))
+    report = benchmarks_report(tmp_path)
+    assert "| 2,000 | milvus-hnsw (ef 128) | 1.5 | 6.00 | 300 MiB | 0.975 |" in report
+    assert "| 2,000 | qdrant | 1.5 | 10.00 | 300 MiB | 0.975 |" in report
+    assert "exact `qdrant` backend / exact `faiss` = **10.00×** the time" in report
+    assert "`milvus-hnsw (ef 128)` **0.3×** faster than exact `torch`" in report
+    assert "embedded in-memory mode (`:memory:`" in report and "Milvus Lite" in report
+    assert stored_bytes_per_gaussian("qdrant", 384) == 8 + 4 * (2 * 384 + 2 * 770)
+    assert stored_bytes_per_gaussian("milvus-hnsw", 384) == 9240 + 2 * (8 + 4 * 770 + 2 * 32 * 4)
+    assert "`qdrant` 9,240 bytes per Gaussian (1M: 9.2 GB, 10M: 92.4 GB)" in report
+    assert "`milvus-hnsw` 15,928 bytes per Gaussian (1M: 15.9 GB, 10M: 159.3 GB)" in report
+    assert "| sum | entailed_by | milvus-hnsw | 0.500 |" in report  # the real-sentence section
+    assert "and of the Qdrant and Milvus backends (default settings; Qdrant in its embedded" in report
+    assert "--sizes 2000 --server_sizes 2000 --real_model outputs/quickstart`." in report
+
+
 def test_heads_only_md_is_what_the_writer_makes_of_the_committed_json():
     """HEADS_ONLY.md (the frozen-backbone study) is generated from results/study/, never edited by hand."""
     from studies.heads_only_report import heads_only_report
@@ -161,8 +195,9 @@ def test_onepass_md_is_the_report_of_the_committed_json_and_the_quickstart_is_it
     assert float(given["--retrieval_kl_weight"]) == quickstart["retrieval_kl_weight"]
     assert int(given["--max_steps"]) == quickstart["max_steps"] == quickstart["eval_steps"]
     assert quickstart.get("start", "auto") == "auto" and given["--start"] == "backbone"
-    same = ("loss", "retrieval_weight", "similarity_reduction", "max_seq_length", "pack_sequences", "learning_rate")
+    same = ("loss", "retrieval_weight", "similarity_reduction", "max_seq_length", "learning_rate")
     assert all(quickstart[name] == base[name] for name in (*same, "per_device_train_batch_size", "seed"))
+    assert base["pack_sequences"] and "pack_sequences" not in quickstart  # the default packs on the CPU, as base did
 
 
 def release_run(direction_dev: float, auprc_dev: float, retrieval_dev: float) -> dict:
@@ -204,8 +239,10 @@ RELEASE_CANDIDATES = {
 
 
 def test_release_yaml_is_the_selected_candidate_for_the_hour():
-    """configs/release.yaml = the quickstart recipe with the change of the candidate results/RELEASE.md selects, for
-    3,000 s of that configuration's probed seconds per step (rounded down to a multiple of 100)."""
+    """configs/release.yaml = the studies' base recipe with the change of the candidate results/RELEASE.md selects, for
+    3,000 s of that configuration's probed seconds per step (rounded down to a multiple of 100), on the model
+    results/ONEPASS.md selects (one trunk through --start auto, its retrieval term's λ)."""
+    from gausscse.model.backbone_gausscse import BACKBONE_VARIANCE_LAYERS
     from studies import release_report
 
     runner = (REPO_ROOT / "studies" / "run_release_study.sh").read_text()
@@ -213,9 +250,12 @@ def test_release_yaml_is_the_selected_candidate_for_the_hour():
     selected = (REPO_ROOT / "results" / "RELEASE.md").read_text().split("**Selected: `")[1].split("`")[0]
     release = yaml.safe_load((REPO_ROOT / "configs" / "release.yaml").read_text())
     base = yaml.safe_load((REPO_ROOT / "configs" / "study_base.yaml").read_text())
-    expected = {**base, **RELEASE_CANDIDATES[selected]}
-    settings = ("loss", "retrieval_weight", "variance_layers", "similarity_reduction", "max_seq_length")
-    settings += ("pack_sequences",)
+    quickstart = yaml.safe_load((REPO_ROOT / "configs" / "quickstart.yaml").read_text())
+    onepass = {"retrieval_kl_weight": quickstart["retrieval_kl_weight"]}  # the quickstart is the one-pass selection
+    expected = {**base, **RELEASE_CANDIDATES[selected], **onepass}
+    assert "variance_layers" not in release and release.get("start", "auto") == "auto" and BACKBONE_VARIANCE_LAYERS == 1
+    settings = ("loss", "retrieval_weight", "retrieval_kl_weight", "similarity_reduction", "max_seq_length")
+    assert base["pack_sequences"] and "pack_sequences" not in release  # the default packs on the CPU, as base did
     settings += ("per_device_train_batch_size", "learning_rate", "head_learning_rate", "warmup_steps", "seed")
     for name in settings:
         assert release[name] == expected[name], name

@@ -147,6 +147,7 @@ SHIPPED_FILES = {
     "sentence_transformer_gausscse.py",  # the sentence-transformers module
     "onnx_gausscse.py",  # ONNX export and the ONNX Runtime session of backend="onnx"
     "encoding_gausscse.py",  # the encode loop, the truncation policy and the poolings
+    "devices_gausscse.py",  # where encode's forward passes run: the model's device, or worker processes
     "backbone_gausscse.py",  # the encoder a model starts from
     "adapters_gausscse.py",  # the adapter-folder layout
     "shipped_gausscse.py",  # the list of these files
@@ -163,7 +164,9 @@ def test_the_model_files_import_only_torch_transformers_and_each_other():
     allowed |= {"hashlib", "io", "weakref"}  # the model fingerprint (kept per model) an ONNX graph records
     allowed |= {"huggingface_hub"}  # a transformers dependency: a Hub backbone's sentence-transformers pooling file
     allowed |= {"safetensors"}  # a transformers dependency: the heads file of an adapter folder
-    allowed |= {"numpy"}  # a transformers dependency: ONNX Runtime's inputs and outputs
+    allowed |= {"numpy"}  # a transformers dependency: ONNX Runtime's inputs and outputs, encode's padding
+    allowed |= {"itertools", "functools", "queue", "threading", "contextlib"}  # encode pads ahead of the forward
+    allowed |= {"multiprocessing", "traceback"}  # encode on several devices: worker processes
     optional = {"peft", "onnxruntime"}  # in try blocks (transformers' import check skips them): adapters, ONNX only
     for path in MODEL_DIR.glob("*.py"):
         for line in path.read_text().splitlines():

@@ -10,7 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import TrainingArguments
 
 from gausscse.cli import train as train_cli
 from gausscse.training.arguments import (
@@ -126,9 +126,9 @@ def action_signature(parser) -> list[tuple]:
 
 
 def test_help_parser_has_exactly_the_flags_parse_arguments_parses():
-    from gausscse.training.arguments import build_parser
+    from gausscse.training.arguments import ArgumentParser, build_parser
 
-    assert action_signature(build_parser()) == action_signature(HfArgumentParser(ARGUMENT_CLASSES))
+    assert action_signature(build_parser()) == action_signature(ArgumentParser(ARGUMENT_CLASSES))
 
 
 class Parsed(Exception):
@@ -155,3 +155,19 @@ def test_arguments_without_help_go_to_parse_arguments_as_given(argv, monkeypatch
     with pytest.raises(Parsed):
         train_cli.main(argv)
     assert seen == [argv]
+
+
+def test_the_flags_a_resume_must_keep_are_those_marked_on_their_fields():
+    """run_fixed_flags: the fields marked FIXES_RUN, the model's own settings and transformers' run-fixing fields —
+    what a run trains, never how long, where or how often it saves, evaluates or logs; the marker reaches neither
+    argparse nor the help."""
+    from gausscse.training.arguments import FIXES_RUN, MODEL_FIELDS, build_parser, run_fixed_flags
+
+    fixed = run_fixed_flags()
+    for name in ("loss", "learning_rate", "retrieval_kl_weight", "pack_sequences", "seed", "bf16", *MODEL_FIELDS):
+        assert name in fixed, name
+    for name in ("max_steps", "num_train_epochs", "output_dir", "eval_steps", "save_steps", "logging_steps"):
+        assert name not in fixed, name
+    marked = [item.name for cls in ARGUMENT_CLASSES for item in fields(cls) if item.metadata.get(FIXES_RUN)]
+    assert len(marked) >= 25 and set(marked) <= set(fixed)
+    assert FIXES_RUN not in build_parser().format_help()

@@ -45,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--uri",
         default=None,
-        help="the LanceDB database folder of --backend lancedb / lancedb-ann (default: INDEX.lancedb beside --index);"
-        " a new one: a database that already holds an index is refused",
+        help="the database of a database backend: a LanceDB folder (lancedb, lancedb-ann; default INDEX.lancedb beside"
+        " --index), a Qdrant folder or http(s) server URL (qdrant, qdrant-hnsw; default INDEX.qdrant), a Milvus Lite"
+        " file ending in .db or a server URL (milvus, milvus-hnsw; default INDEX.milvus.db); '#name' after a Qdrant"
+        " or Milvus one picks the collection. A new one: a database that already holds the index is refused",
     )
     build.add_argument(
         "--score",
@@ -58,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--batch_size", type=int, default=64)
     build.add_argument("--max_length", type=int, default=None, help="truncation in tokens (default: the encoder's)")
     build.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    build.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="encode the corpus on a Ray cluster (Ray Data; pip install 'gausscse[ray]'): the cluster at ADDRESS "
+        "('auto': the one this machine belongs to), or a local Ray with --ray_workers CPUs when no ADDRESS is given",
+    )
+    build.add_argument("--ray_workers", type=int, default=2, help="Ray workers, one model each (with --ray)")
     query = commands.add_parser("query", help="search a saved index")
     query.add_argument("--index", required=True, help="a folder written by `build`")
     query.add_argument("--model", default=None, help="default: the model the index was built with")
@@ -106,6 +118,40 @@ def read_corpus(path: Path, column: str | None) -> list[str]:
     return distinct
 
 
+def uri_misplaced(backend: str) -> str:
+    """The error of a ``--uri`` given to ``backend``, which keeps no database."""
+    groups: dict[str, list[str]] = {}
+    for name, engine in BACKENDS.items():
+        if engine.database:
+            groups.setdefault(engine.store_class.kind, []).append(name)
+    first, *others = (" / ".join(names) for names in groups.values())
+    return f"--uri is the database of --backend {first}, not of {backend}; {' and '.join(others)} take one too"
+
+
+def database_uri(args: argparse.Namespace) -> str:
+    """The ``--uri`` of a database backend (default: INDEX + the engine's suffix beside ``--index``), checked before
+    the corpus is encoded: a local place outside the index folder, and no index there yet."""
+    backend = BACKENDS[args.backend]
+    uri = args.uri or str(Path(args.index).with_name(Path(args.index).name + backend.store_class.default_suffix))
+    if uri.partition("#")[0] == ":memory:":
+        raise ValueError("--uri :memory: does not outlive the command: give a folder, a file or a server URL")
+    place = backend.store_class.local_path(uri)
+    if place is not None:
+        check_output_location(place, "--uri")
+        check_not_nested(
+            place,
+            "--uri",
+            args.index,
+            "--index",
+            "saving the index would replace the database; give each its own folder",
+        )
+    try:  # refused before the corpus is encoded, not after
+        backend.check_new_place(uri)
+    except (FileExistsError, ValueError) as error:
+        raise ValueError(f"--uri {error}") from None
+    return uri
+
+
 def load_search_model(name_or_path: str, device: str) -> GaussCSEModel:
     """The model of ``--model`` ([`gausscse.loading.load_model`]), its errors naming the flag."""
     try:
@@ -114,47 +160,50 @@ def load_search_model(name_or_path: str, device: str) -> GaussCSEModel:
         raise ValueError(f"--model {error}") from error
 
 
+def build_index(args: argparse.Namespace) -> None:
+    """``build``: check the output places, read the corpus, encode it (here or on Ray), index it, save the index."""
+    from gausscse.search.corpus import SentenceIndex
+
+    # the output places, before the corpus is encoded, not after
+    check_output_location(args.index, "--index")
+    check_replaceable(args.index, SETTINGS_FILE, "--index")
+    index_kwargs = {}
+    if BACKENDS[args.backend].database:
+        index_kwargs["uri"] = database_uri(args)
+    elif args.uri:
+        raise ValueError(uri_misplaced(args.backend))
+    sentences = read_corpus(Path(args.corpus), args.column)
+    model = load_search_model(args.model, args.device)
+    embeddings = None
+    if args.ray is not None:
+        from gausscse.search.ray_encode import encode_on_ray
+
+        address = None if args.ray == "local" else args.ray
+        embeddings = encode_on_ray(
+            args.model, sentences, address=address, num_workers=args.ray_workers, batch_size=args.batch_size,
+            max_length=args.max_length,
+        )  # fmt: skip
+    corpus = SentenceIndex.build(
+        model,
+        sentences,
+        backend=args.backend,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        score=args.score,
+        embeddings=embeddings,
+        **index_kwargs,
+    )
+    corpus.save(args.index)
+    print(f"indexed {len(corpus)} distinct sentences of {args.corpus} into {args.index} ({corpus.index})")
+
+
 def main(argv: list[str] | None = None) -> list[list[dict]] | None:
     """Run a subcommand; ``query`` returns the hits (a list per query of ``{"id", "sentence", "score"}``)."""
     from gausscse.search.corpus import ModelMismatchError, SentenceIndex
 
     args = build_parser().parse_args(argv)
     if args.command == "build":
-        # the output places, before the corpus is encoded, not after
-        check_output_location(args.index, "--index")
-        check_replaceable(args.index, SETTINGS_FILE, "--index")
-        index_kwargs = {}
-        if BACKENDS[args.backend].database:
-            uri = Path(args.uri) if args.uri else Path(args.index).with_name(f"{Path(args.index).name}.lancedb")
-            check_output_location(uri, "--uri")
-            check_not_nested(
-                uri,
-                "--uri",
-                args.index,
-                "--index",
-                "saving the index would replace the database; give each its own folder",
-            )
-            try:  # refused before the corpus is encoded, not after
-                BACKENDS[args.backend].check_new_place(uri)
-            except FileExistsError as error:
-                raise ValueError(f"--uri {error}") from None
-            index_kwargs["uri"] = uri
-        elif args.uri:
-            databases = " / ".join(name for name, backend in BACKENDS.items() if backend.database)
-            raise ValueError(f"--uri is the database of --backend {databases}, not of {args.backend}")
-        sentences = read_corpus(Path(args.corpus), args.column)
-        model = load_search_model(args.model, args.device)
-        corpus = SentenceIndex.build(
-            model,
-            sentences,
-            backend=args.backend,
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            score=args.score,
-            **index_kwargs,
-        )
-        corpus.save(args.index)
-        print(f"indexed {len(corpus)} distinct sentences of {args.corpus} into {args.index} ({corpus.index})")
+        build_index(args)
         return None
     if args.k < 1:
         raise ValueError(f"-k must be a positive integer, got {args.k}")
@@ -194,7 +243,7 @@ def run() -> None:
     """Console entry point: errors in the input are printed as one line, without a traceback."""
     try:
         main()
-    except (ValueError, FileNotFoundError, FileExistsError) as error:  # DataError is a ValueError
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError) as error:  # DataError is a ValueError
         print(f"gausscse-search: error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
 

@@ -16,7 +16,6 @@ uploads exactly those files. Checkpoints are ``<output_dir>/checkpoint-N`` (``--
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import logging
 import sys
@@ -30,7 +29,7 @@ import numpy as np
 import torch.distributed as dist
 from transformers import AutoConfig, AutoTokenizer, set_seed
 
-from gausscse import GaussCSEConfig, GaussCSEModel
+from gausscse import GaussCSEModel
 from gausscse.data.sources import DataError, DataStats, load_file_source, load_training_examples, source_rows
 from gausscse.data.tokenize import tokenize_examples
 from gausscse.io import check_not_nested, check_output_location
@@ -38,12 +37,14 @@ from gausscse.loading import is_complete_checkpoint, latest_complete_checkpoint,
 from gausscse.model.adapters_gausscse import recorded_backbone
 from gausscse.model.modeling_gausscse import resolve_max_length
 from gausscse.training.arguments import (
+    MODEL_FIELDS,
     DataArguments,
     GaussCSETrainingArguments,
     ModelArguments,
     parse_arguments,
+    run_fixed_flags,
 )
-from gausscse.training.batch import TripletCollator
+from gausscse.training.batch import TripletCollator, packs_by_default
 from gausscse.training.lora import apply_lora, has_lora, make_adapters_trainable
 from gausscse.training.losses import uses_contradictions
 from gausscse.training.run_lock import OutputDirLockedError, RunLock
@@ -51,14 +52,6 @@ from gausscse.training.save import check_hub_push, push_model_folder, save_model
 from gausscse.training.trainer import RUN_ARGUMENTS_FILE, GaussCSETrainer
 
 logger = logging.getLogger(__name__)
-
-
-# the command-line fields that are GaussCSEConfig fields (the model's own settings)
-MODEL_FIELDS = tuple(
-    field.name
-    for field in dataclasses.fields(ModelArguments)
-    if field.name in inspect.signature(GaussCSEConfig.__init__).parameters
-)
 
 
 def model_overrides(model_args: ModelArguments) -> dict[str, str]:
@@ -204,44 +197,7 @@ def resolve_resume(training_args: GaussCSETrainingArguments) -> str | None:
     return str(value)
 
 
-# The flags that fix what a run trains: a resumed run must keep them (its steps so far were taken with them). Not among
-# them: how long it runs (max_steps, epochs), when it saves, evaluates or logs, where, and with how many workers.
-RUN_FIXED_FLAGS = (
-    "model_name_or_path",
-    *MODEL_FIELDS,
-    "start",
-    "freeze_backbone",
-    "lora_r",
-    "lora_alpha",
-    "lora_dropout",
-    "lora_target_modules",
-    "train_datasets",
-    "train_file",
-    "dataset_name",
-    "dataset_config_name",
-    "train_split",
-    "data_shape",
-    "max_seq_length",
-    "max_train_examples",
-    "pack_sequences",
-    "pack_length",
-    "drop_bad_rows",
-    "loss",
-    "temperature",
-    "simcse_weight",
-    "retrieval_weight",
-    "retrieval_kl_weight",
-    "keep_weight",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "learning_rate",
-    "head_learning_rate",
-    "weight_decay",
-    "warmup_steps",
-    "lr_scheduler_type",
-    "seed",
-    "bf16",
-)
+RUN_FIXED_FLAGS = run_fixed_flags()  # the flags a resumed run must keep (fields marked FIXES_RUN, ...)
 
 
 def run_arguments(*arguments) -> dict:
@@ -463,7 +419,11 @@ def build_trainer(
         tokenizer,
         model.config.encoder_config,
         with_contradictions=uses_contradictions(training_args.loss),
-        pack=data_args.pack_sequences,
+        pack=(
+            packs_by_default(training_args.device, model.config.encoder_config)
+            if data_args.pack_sequences is None
+            else data_args.pack_sequences
+        ),
         pack_length=data_args.pack_length or 2 * max_length,
     )
     trainer = GaussCSETrainer(

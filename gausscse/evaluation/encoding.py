@@ -1,6 +1,7 @@
 """Pooled vectors of any ``AutoModel`` encoder, and the distinct-sentence bookkeeping of the encoders.
 
-:func:`encode_hidden` runs an ``AutoModel`` once over token-sorted batches and pools with the model's
+:func:`encode_hidden` runs an ``AutoModel`` once over the token-sorted batches of ``encode`` (padded ahead of the
+forward, as there) and pools with the model's
 [`gausscse.model.encoding_gausscse.pool_tokens`]; evaluation's ``PointEncoder`` (the ``--baseline`` of
 ``gausscse-evaluate``) encodes with it, and :func:`unique_sentences` / :func:`index_of` / :func:`rows_of` are how
 every encoder of ``gausscse.evaluation.encoders`` keeps one row per distinct sentence. (The study's cache of a frozen
@@ -16,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gausscse.model.configuration_gausscse import TOKEN_POOLINGS
-from gausscse.model.encoding_gausscse import pad_token_ids, pool_tokens, resolve_max_length
+from gausscse.model.encoding_gausscse import length_sorted_batches, padded_batches, pool_tokens, resolve_max_length
 
 DEFAULT_BATCH_SIZE = 128
 
@@ -64,12 +65,10 @@ def encode_hidden(
     if not sentences:
         return pooled
     token_ids = tokenizer(list(sentences), truncation=True, max_length=max_length)["input_ids"]
-    order = sorted(range(len(sentences)), key=lambda row: -len(token_ids[row]))
-    with_token_types = "token_type_ids" in tokenizer.model_input_names
+    batches = length_sorted_batches(token_ids, batch_size)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
-    for start in tqdm(range(0, len(order), batch_size), desc="Encoding", disable=not show_progress_bar):
-        rows = order[start : start + batch_size]
-        features = pad_token_ids([token_ids[row] for row in rows], tokenizer.pad_token_id or 0, with_token_types)
+    inputs = padded_batches(token_ids, batches, tokenizer)
+    for rows, features in tqdm(inputs, total=len(batches), desc="Encoding", disable=not show_progress_bar):
         features = {name: tensor.to(device) for name, tensor in features.items()}
         with autocast:
             hidden = backbone(**features).last_hidden_state

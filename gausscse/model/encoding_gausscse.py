@@ -1,23 +1,34 @@
 """GaussCSE's encode loop, its one truncation policy and its poolings (ships with the weights as Hub custom code).
 
 ``GaussCSEModel.encode`` runs [`encode_sentences`]: every sentence is tokenised once, the token ids sorted by length
-so each batch pads little, padded per batch ([`pad_token_ids`]) and the Gaussians put back in input order. The
-truncation default of every entry point that encodes is [`resolve_max_length`]'s: all the encoder takes. Token states
-become one vector per sentence by [`pool_tokens`] (padded rows; the point-encoder baselines too) or
-[`pool_packed_tokens`] (packed rows).
+so each batch pads little ([`length_sorted_batches`]), padded per batch ([`pad_token_ids`]) and the Gaussians put
+back in input order. The encode is a pipeline: a background thread pads the next batches (into pinned memory for a
+GPU) while the forward runs ([`padded_batches`]); copies to the device do not wait, and the Gaussians are gathered on
+the device and copied back once, so nothing waits for the GPU batch by batch. Several devices (or several CPU
+processes) share the batches through [`gausscse.model.devices_gausscse.EncodePool`]. The truncation default of
+every entry point that encodes is [`resolve_max_length`]'s: all the encoder takes. Token states become one vector
+per sentence by [`pool_tokens`] (padded rows; the point-encoder baselines too) or [`pool_packed_tokens`] (packed
+rows).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
 from .configuration_gausscse import TOKEN_POOLINGS
+from .devices_gausscse import EncodePool, forward_batches
 from .gaussian import GaussianEmbeddings
 from .onnx_gausscse import ONNX_FILE
 
@@ -82,16 +93,86 @@ def pool_packed_tokens(last_hidden_state: torch.Tensor, sentence_index: torch.Te
 def pad_token_ids(token_ids: Sequence[Sequence[int]], pad_token_id: int, token_type_ids: bool) -> dict:
     """Right-pad token-id lists into ``input_ids``/``attention_mask`` (and all-zero ``token_type_ids``) tensors of
     the longest length, as the tokenizer's own padding would."""
-    length = max(len(ids) for ids in token_ids)
-    input_ids = torch.full((len(token_ids), length), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, ids in enumerate(token_ids):
-        input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[row, : len(ids)] = 1
-    features = {"input_ids": input_ids, "attention_mask": attention_mask}
+    lengths = np.fromiter(map(len, token_ids), dtype=np.int64, count=len(token_ids))
+    attention_mask = np.arange(lengths.max(initial=0)) < lengths[:, None]
+    input_ids = np.full(attention_mask.shape, pad_token_id, dtype=np.int64)
+    input_ids[attention_mask] = np.fromiter(itertools.chain.from_iterable(token_ids), np.int64, int(lengths.sum()))
+    attention_mask = torch.from_numpy(attention_mask.astype(np.int64))
+    features = {"input_ids": torch.from_numpy(input_ids), "attention_mask": attention_mask}
     if token_type_ids:
-        features["token_type_ids"] = torch.zeros_like(input_ids)
+        features["token_type_ids"] = torch.zeros_like(features["input_ids"])
     return features
+
+
+def length_sorted_batches(token_ids: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
+    """The rows of ``token_ids`` in batches of ``batch_size``, longest first, so that each batch pads little."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+    order = sorted(range(len(token_ids)), key=lambda row: -len(token_ids[row]))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def padded_batches(
+    token_ids: Sequence[Sequence[int]], batches: Sequence[Sequence[int]], tokenizer, pin_memory: bool = False
+) -> Iterator[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+    """``(rows, features)`` per batch of ``batches``: the rows as a tensor and their token ids padded for the
+    tokenizer's model ([`pad_token_ids`]), in page-locked memory with ``pin_memory`` (copies to a GPU that need not
+    wait). Padding runs in a background thread a few batches ahead of the consumer."""
+    with_token_types = "token_type_ids" in tokenizer.model_input_names
+    pad_token_id = tokenizer.pad_token_id or 0
+
+    def batch(rows: Sequence[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        features = pad_token_ids([token_ids[row] for row in rows], pad_token_id, with_token_types)
+        rows = torch.tensor(rows, dtype=torch.long)
+        if pin_memory:
+            rows, features = rows.pin_memory(), {name: tensor.pin_memory() for name, tensor in features.items()}
+        return rows, features
+
+    return prefetch(map(batch, batches))
+
+
+PREFETCH_DEPTH = 4  # batches a producer thread keeps ready ahead of the forward
+
+
+def prefetch(items: Iterator, depth: int = PREFETCH_DEPTH) -> Iterator:
+    """``items`` produced in a background thread, at most ``depth`` ahead of the consumer, in order; an exception
+    of the producer is raised in the consumer; a consumer that stops early stops the producer."""
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def offer(entry: tuple) -> bool:
+        """Queue ``entry`` unless the consumer has stopped; whether it was queued."""
+        while not stop.is_set():
+            try:
+                ready.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not offer((item, None)):
+                    return
+            offer((end, None))
+        except BaseException as error:  # handed to the consumer, which raises it
+            offer((end, error))
+
+    producer = threading.Thread(target=produce, name="gausscse-encode-prefetch", daemon=True)
+    producer.start()
+    try:
+        while True:
+            item, error = ready.get()
+            if error is not None:
+                raise error
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        producer.join()
 
 
 def position_offset(encoder_config) -> int:
@@ -165,24 +246,29 @@ def encode_sentences(
     sentences: str | Sequence[str],
     batch_size: int = 32,
     tokenizer=None,
-    device: str | torch.device | None = None,
+    device: str | torch.device | Sequence[str | torch.device] | None = None,
     show_progress_bar: bool = False,
     max_length: int | None = DEFAULT_MAX_LENGTH,
     output_device: str | torch.device | None = "cpu",
     backend: str = "torch",
     onnx_file: str = ONNX_FILE,
+    dtype: torch.dtype | None = None,
+    pool=None,
 ) -> GaussianEmbeddings:
     """Encode sentences into Gaussians N(μ, diag σ²), returned as float32 tensors in input order
     (``GaussCSEModel.encode``; ``model`` is the model).
 
     Every sentence is tokenised once, in one call (a fast tokenizer spreads it over threads); the token ids are
-    then sorted by length so each batch pads little, padded per batch, and the results put back in input order.
+    then sorted by length so each batch pads little, padded per batch in a background thread while the forward runs,
+    and the results put back in input order (module docstring).
 
     Args:
         sentences: a string or a list of strings. A single string gives 1-D ``mu``/``logvar``.
         batch_size: sentences per forward pass.
         tokenizer: defaults to the tokenizer saved with the model.
-        device: where to run (the model is moved there); defaults to the model's device.
+        device: where to run (the model is moved there); defaults to the model's device. A list of devices
+            (``["cuda:0", "cuda:1"]``, or ``["cpu", "cpu"]`` for two CPU processes) shares the batches among worker
+            processes, one per device, started for this call (``pool=`` keeps them between calls).
         show_progress_bar: show a tqdm bar over batches.
         max_length: truncation length in tokens; defaults to (and is capped at) the encoder's limit
             ([`resolve_max_length`]).
@@ -193,47 +279,58 @@ def encode_sentences(
             float32 tensors are the same.
         onnx_file: the graph for ``backend="onnx"``: ``"onnx/model.onnx"`` (float32, default) or
             ``"onnx/model_qint8.onnx"`` (int8 weights).
+        dtype: ``torch.bfloat16`` / ``torch.float16``: the forward pass runs under autocast in that precision (the
+            weights stay as loaded; load them with ``dtype=`` to keep them in it); the Gaussians are float32.
+        pool: an [`EncodePool`] from ``model.start_multi_process_pool(devices)``: its worker processes run the
+            forward passes.
     """
     single = isinstance(sentences, str)
     sentences = check_sentences("sentences", [sentences] if single else sentences)
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
     if backend not in ENCODE_BACKENDS:
         raise ValueError(f"backend must be one of {ENCODE_BACKENDS}, got {backend!r}")
+    if dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be torch.bfloat16, torch.float16 or torch.float32, got {dtype!r}")
+    several_devices = isinstance(device, Sequence) and not isinstance(device, str)
     onnx_encoder = model.onnx_encoder(onnx_file) if backend == "onnx" else None
-    if device is not None:
+    if device is not None and not several_devices:
         model.to(device)
     tokenizer = model.get_tokenizer(tokenizer)
     max_length = resolve_max_length(tokenizer, model.config.encoder_config, max_length)
+    token_ids = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
+    batches = length_sorted_batches(token_ids, batch_size)
+    with EncodePool(model, device) if several_devices else nullcontext(pool) as pool:
+        was_training = model.training
+        model.eval()
+        try:
+            if pool is not None:
+                runs_on, forward = torch.device("cpu"), pool.forward
+            elif onnx_encoder is not None:
+                runs_on, forward = torch.device("cpu"), onnx_encoder.forward_batches
+            else:  # the Gaussians are gathered on the model's device
+                runs_on, forward = model.device, partial(forward_batches, model)
+            inputs = padded_batches(token_ids, batches, tokenizer, pin_memory=runs_on.type == "cuda")
+            outputs = tqdm(forward(inputs, dtype), total=len(batches), desc="Encoding", disable=not show_progress_bar)
+            mu, logvar = gather_rows(outputs, len(sentences), model.config.embedding_size, runs_on)
+        finally:
+            model.train(was_training)  # restored even when encoding fails
     output_device = model.device if output_device is None else torch.device(output_device)
-    was_training = model.training
-    model.eval()
-    try:
-        token_ids = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
-        order = sorted(range(len(sentences)), key=lambda index: -len(token_ids[index]))
-        with_token_types = "token_type_ids" in tokenizer.model_input_names
-        mu = torch.empty(len(sentences), model.config.embedding_size, device=output_device)
-        logvar = torch.empty_like(mu)
-        for start in tqdm(
-            range(0, len(order), batch_size), desc="Encoding", disable=not show_progress_bar, leave=False
-        ):
-            batch_indices = order[start : start + batch_size]
-            features = pad_token_ids(
-                [token_ids[index] for index in batch_indices], tokenizer.pad_token_id or 0, with_token_types
-            )
-            if onnx_encoder is None:
-                output = model(**{name: tensor.to(model.device) for name, tensor in features.items()})
-                batch_mu, batch_logvar = output.mu, output.logvar
-            else:
-                output = onnx_encoder(features)
-                batch_mu, batch_logvar = output["mu"], output["logvar"]
-            rows = torch.tensor(batch_indices, device=output_device)
-            mu[rows] = batch_mu.float().to(output_device)
-            logvar[rows] = batch_logvar.float().to(output_device)
-    finally:
-        model.train(was_training)  # restored even when encoding fails
+    mu, logvar = mu.to(output_device), logvar.to(output_device)
     embeddings = GaussianEmbeddings(mu[0], logvar[0]) if single else GaussianEmbeddings(mu, logvar)
     return embeddings.check("encode(sentences)")
+
+
+def gather_rows(
+    outputs: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], count: int, size: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(μ, log σ²)`` ``(count, size)`` float32 tensors on ``device`` from batches ``(rows, μ, log σ²)``: each batch
+    put at its rows, without waiting for the device."""
+    mu = torch.empty(count, size, device=device)
+    logvar = torch.empty_like(mu)
+    for rows, batch_mu, batch_logvar in outputs:
+        rows = rows.to(device, non_blocking=True)
+        mu.index_copy_(0, rows, batch_mu.float())
+        logvar.index_copy_(0, rows, batch_logvar.float())
+    return mu, logvar
 
 
 __all__ = [
@@ -241,8 +338,11 @@ __all__ = [
     "ENCODER_POSITIONS",
     "check_sentences",
     "encode_sentences",
+    "gather_rows",
+    "length_sorted_batches",
     "model_tokenizer",
     "pad_token_ids",
+    "padded_batches",
     "pool_packed_tokens",
     "pool_tokens",
     "position_offset",

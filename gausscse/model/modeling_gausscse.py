@@ -36,6 +36,7 @@ from .adapters_gausscse import (
 )
 from .backbone_gausscse import build_encoder, encoder_layers_path, model_from_backbone
 from .configuration_gausscse import GaussCSEConfig
+from .devices_gausscse import start_multi_process_pool, stop_multi_process_pool
 from .encoding_gausscse import (
     DEFAULT_MAX_LENGTH,
     check_sentences,
@@ -366,6 +367,8 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
     # the ONNX sessions of backend="onnx" (onnx_gausscse.py); the similarity API
     get_tokenizer = model_tokenizer
     encode = encode_sentences
+    start_multi_process_pool = start_multi_process_pool
+    stop_multi_process_pool = staticmethod(stop_multi_process_pool)
     onnx_encoder = model_onnx_encoder
 
     def _as_embeddings(self, argument: str, value: GaussianEmbeddings | Sequence[str]) -> GaussianEmbeddings:

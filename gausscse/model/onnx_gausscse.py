@@ -30,7 +30,7 @@ import importlib
 import io
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -380,6 +380,17 @@ class OnnxGaussianEncoder:
         feeds = {name: np.ascontiguousarray(features[name].cpu().numpy(), dtype=np.int64) for name in self.input_names}
         outputs = self.session.run(list(OUTPUT_NAMES), feeds)
         return {name: torch.from_numpy(value).float() for name, value in zip(OUTPUT_NAMES, outputs, strict=True)}
+
+    def forward_batches(
+        self, inputs: Iterable[tuple[torch.Tensor, Mapping[str, torch.Tensor]]], dtype: torch.dtype | None = None
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """``(rows, μ, log σ²)`` of each ``(rows, features)`` batch (``encode(backend="onnx")``; the graph's own
+        precision: ``dtype`` is refused)."""
+        if dtype not in (None, torch.float32):
+            raise ValueError(f"backend='onnx' runs the graph's own precision; dtype={dtype} is for backend='torch'")
+        for rows, features in inputs:
+            output = self(features)
+            yield rows, output["mu"], output["logvar"]
 
     def save(self, folder: str | Path) -> Path:
         """Write the graph to ``folder / file_name`` (appearing whole); returns the path."""

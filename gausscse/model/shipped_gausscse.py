@@ -25,6 +25,7 @@ SHIPPED_FILES = (
     "modeling_gausscse.py",  # GaussCSEModel: forward, heads, similarity API
     "gaussian.py",  # the Gaussian math
     "encoding_gausscse.py",  # the encode loop, the truncation policy and the poolings
+    "devices_gausscse.py",  # where encode's forward passes run: the model's device, or worker processes on several
     "backbone_gausscse.py",  # the encoder a model starts from
     "adapters_gausscse.py",  # the adapter-folder layout (LoRA saved unmerged)
     "onnx_gausscse.py",  # ONNX export and the ONNX Runtime sessions of backend="onnx"

@@ -11,6 +11,7 @@ from typing import Any
 
 from gausscse.io import atomic_folder, read_folder, write_json
 from gausscse.model.configuration_gausscse import model_fingerprint
+from gausscse.model.gaussian import GaussianEmbeddings
 from gausscse.search.index import SETTINGS_FILE, GaussianIndex, parse_json
 
 SENTENCES_FILE = "sentences.jsonl"
@@ -98,18 +99,27 @@ class SentenceIndex:
         max_length: int | None = None,
         show_progress_bar: bool = True,
         score: str = "auto",
+        embeddings: GaussianEmbeddings | None = None,
         **index_kwargs: Any,
     ) -> SentenceIndex:
         """Encode ``sentences`` with ``model`` (a ``GaussCSEModel``) and index them with the model's reduction,
         ranked by ``score`` ([`model_kl_weight`]: by default the model's search score cos − λ·KL/d when its config
         states λ, else its similarity).
 
+        ``embeddings``: the Gaussians of ``sentences``, in order, when ``model`` encoded them elsewhere (on a Ray
+        cluster: [`gausscse.search.ray_encode.encode_on_ray`]); checked against the sentences and the model.
         ``index_kwargs`` go to [`GaussianIndex`] (``candidates_per_result``, ``ef_search``, ``device``; ``uri`` and
-        ``nprobes`` for the LanceDB backends, whose database stores the sentences too).
+        ``nprobes`` for the database backends, whose database stores the sentences too).
         """
-        embeddings = model.encode(
-            list(sentences), batch_size=batch_size, max_length=max_length, show_progress_bar=show_progress_bar
-        )
+        if embeddings is None:
+            embeddings = model.encode(
+                list(sentences), batch_size=batch_size, max_length=max_length, show_progress_bar=show_progress_bar
+            )
+        elif embeddings.mu.ndim != 2 or embeddings.mu.shape != (len(sentences), model.config.embedding_size):
+            raise ValueError(
+                f"embeddings must hold one Gaussian of dimension {model.config.embedding_size} per sentence "
+                f"({len(sentences)}), got shape {tuple(embeddings.mu.shape)}"
+            )
         index = GaussianIndex(
             model.config.embedding_size,
             model.config.similarity_reduction,

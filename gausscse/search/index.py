@@ -1,5 +1,5 @@
 """``GaussianIndex``: top-k entailment search over stored diagonal Gaussians, scored exactly, on the shortlists of a
-search backend (``gausscse.search.backends``: every item, FAISS or LanceDB)."""
+search backend (``gausscse.search.backends``: every item, FAISS, LanceDB, Qdrant or Milvus)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from gausscse.model.gaussian import (
 from gausscse.search.backends import BACKENDS
 
 CHUNK_ROWS = 4096  # stored items scored per matrix product (torch backend)
-QUERY_CHUNK = 256  # queries re-scored at a time (FAISS and LanceDB backends) ...
+QUERY_CHUNK = 256  # queries re-scored at a time (the shortlist backends) ...
 RESCORE_ELEMENTS = 1 << 22  # ... fewer when their candidates × d exceed this
 GAUSSIANS_FILE = "gaussians.safetensors"
 SETTINGS_FILE = "index_config.json"
@@ -98,6 +98,10 @@ class GaussianIndex:
     * ``"lancedb-ann"`` — the same database searched through LanceDB's own IVF index (``nprobes`` partitions per
       query; built at the first search) over the vectors turned into a nearest-neighbour problem as for
       ``"faiss-hnsw"``, re-scored exactly.
+    * ``"qdrant"``, ``"milvus"`` — the same rows in a Qdrant or Milvus collection at ``uri`` (a local place or a
+      server), a flat scan under the engine's raw inner product; ``"qdrant-hnsw"``, ``"milvus-hnsw"`` — the engine's
+      HNSW graph on the lifted vectors (``ef_search``); re-scored exactly (``gausscse.search.backends.qdrant_backend``,
+      ``milvus_backend``).
 
     A FAISS index is built per direction when that direction is first searched and grows with later ``add`` calls
     (an approximate one is rebuilt if a new item falls outside its transform). ``index.engine`` is the backend
@@ -107,15 +111,16 @@ class GaussianIndex:
         dim: the dimension d of the Gaussians.
         reduction: the model's ``config.similarity_reduction`` (``"sum"``, ``"mean_kl"`` or ``"mean_dim"``).
         backend: a name of ``gausscse.search.backends.BACKENDS``: ``"torch"``, ``"faiss"``, ``"faiss-hnsw"``,
-            ``"lancedb"``, ``"lancedb-ann"``.
+            ``"lancedb"``, ``"lancedb-ann"``, ``"qdrant"``, ``"qdrant-hnsw"``, ``"milvus"``, ``"milvus-hnsw"``.
         device: where the torch backend keeps the Gaussians and scores (default CPU; FAISS backends: CPU only).
         candidates_per_result: shortlist size per requested hit for the FAISS backends (``"faiss"``: float32
             misorders only near-ties; ``"faiss-hnsw"``: recall is set by ``ef_search``, a longer shortlist adds
             nothing — both measured in ``bench/bench_search.py``). Default: 2 for ``sum`` and ``mean_kl`` models, 10
             for ``mean_dim`` (their shortlist comes from the ``sum`` form and needs room).
         ef_search: HNSW candidates explored per query.
-        uri: the LanceDB database folder of the ``"lancedb"`` backends (created; one that already holds an index is
-            refused: reopen it with [`load`]).
+        uri: the database of a database backend: a LanceDB folder; a Qdrant folder, ``":memory:"`` or server URL; a
+            Milvus Lite ``.db`` file or server URI (``#name`` picks a Qdrant/Milvus collection). Created; one that
+            already holds an index is refused: reopen it with [`load`].
         nprobes: IVF partitions scanned per query by ``"lancedb-ann"``.
         kl_weight: rank by the search score of this λ ≥ 0 (``None``, the default: by the similarity).
 
@@ -202,7 +207,7 @@ class GaussianIndex:
 
     def add(self, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None = None) -> None:
         """Append Gaussians; their ids continue from ``len(self)``. ``sentences`` (one per Gaussian) are stored in
-        the database by the LanceDB backends ([`SentenceIndex`] keeps them for the others)."""
+        the database by the database backends ([`SentenceIndex`] keeps them for the others)."""
         self.engine.add(self.checked(embeddings, "embeddings"), sentences)
 
     def store(self, embeddings: GaussianEmbeddings) -> None:
@@ -314,11 +319,11 @@ class GaussianIndex:
 
     @classmethod
     def load(cls, folder: str | Path, device: str | torch.device | None = None) -> GaussianIndex:
-        """An index saved by [`save`] (what its backend built is read back, not rebuilt), or a LanceDB database. All
+        """An index saved by [`save`] (what its backend built is read back, not rebuilt), or a local database. All
         files come from one version of the folder, checked against its manifest (``gausscse.io.read_folder``); a
         damaged or missing file raises ``ValueError`` / ``FileNotFoundError`` naming it."""
         folder = Path(folder)
-        for backend in BACKENDS.values():  # a database (LanceDB): reopened by its uri
+        for backend in BACKENDS.values():  # a database: reopened by its uri
             if backend.holds_index(folder):
                 if (folder / SETTINGS_FILE).exists():
                     raise ValueError(

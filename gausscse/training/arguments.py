@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import inspect
 import json
 import math
 import sys
 import textwrap
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -29,13 +31,21 @@ from transformers.utils import is_torch_xla_available
 from gausscse.data.sources import SHAPES, TRAIN_SOURCES, DataSpec, parse_column_overrides
 from gausscse.data.tokenize import TRAIN_MAX_LENGTH
 from gausscse.model.backbone_gausscse import STARTS
-from gausscse.model.configuration_gausscse import HEAD_INITS, MEAN_ACTIVATIONS, POOLINGS
+from gausscse.model.configuration_gausscse import HEAD_INITS, MEAN_ACTIVATIONS, POOLINGS, GaussCSEConfig
 from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH
 from gausscse.model.gaussian import REDUCTIONS
 
 from .losses import LOSS_NAMES, check_loss_name, check_temperature
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+# A field's metadata key: the flag fixes what a run trains, so a resumed run must keep it (its steps so far were taken
+# with it; gausscse.cli.train.check_resume_arguments). Not such flags: how long a run trains, when it saves,
+# evaluates or logs, where, and with how many workers.
+FIXES_RUN = "fixes_run"
+# transformers' own TrainingArguments fields that fix a run (the ones not declared again below)
+TRAINER_FIXED_FLAGS = ("gradient_accumulation_steps", "lr_scheduler_type", "seed", "bf16")
 
 
 def has_accelerator() -> bool:
@@ -54,7 +64,10 @@ class ModelArguments:
 
     model_name_or_path: str = field(
         default="bert-base-uncased",
-        metadata={"help": "Encoder to start from (Hub id or local folder), or a GaussCSE folder to continue training."},
+        metadata={
+            FIXES_RUN: True,
+            "help": "Encoder to start from (Hub id or local folder), or a GaussCSE folder to continue training.",
+        },
     )
     # The three model fields default to None: a new model then takes GaussCSEConfig's defaults (the one source of
     # truth), a GaussCSE folder being continued keeps its own; a value that contradicts that folder is an error.
@@ -68,10 +81,11 @@ class ModelArguments:
     start: str = field(
         default="auto",
         metadata={
+            FIXES_RUN: True,
             "help": f"How a new model starts, one of {STARTS}: 'backbone' keeps the backbone's sentence embedding as μ "
             "(its own pooling and normalisation, identity μ head, σ² = 1/d, frozen μ path); 'paper' = [CLS], tanh, "
             "random heads; 'auto' = 'backbone' for a sentence-transformers model, else 'paper'. The flags below "
-            "override single fields."
+            "override single fields.",
         },
     )
     normalize_mean: bool | None = field(default=None, metadata={"help": "L2-normalise μ (see GaussCSEConfig)."})
@@ -100,15 +114,21 @@ class ModelArguments:
     freeze_backbone: bool = field(
         default=False,
         metadata={
-            "help": "Train only the μ/σ² heads (the backbone then costs one forward pass per step, no backward)."
+            FIXES_RUN: True,
+            "help": "Train only the μ/σ² heads (the backbone then costs one forward pass per step, no backward).",
         },
     )
-    lora_r: int = field(default=0, metadata={"help": "LoRA rank on the backbone; 0 trains the backbone fully."})
-    lora_alpha: float = field(default=16.0, metadata={"help": "LoRA alpha."})
-    lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout."})
+    lora_r: int = field(
+        default=0, metadata={FIXES_RUN: True, "help": "LoRA rank on the backbone; 0 trains the backbone fully."}
+    )
+    lora_alpha: float = field(default=16.0, metadata={FIXES_RUN: True, "help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.1, metadata={FIXES_RUN: True, "help": "LoRA dropout."})
     lora_target_modules: list[str] | None = field(
         default=None,
-        metadata={"help": "Backbone modules that get adapters (default: peft's choice for the architecture)."},
+        metadata={
+            FIXES_RUN: True,
+            "help": "Backbone modules that get adapters (default: peft's choice for the architecture).",
+        },
     )
     merge_lora: bool = field(
         default=False,
@@ -149,15 +169,17 @@ class DataArguments:
     train_datasets: list[str] | None = field(
         default=None,
         metadata={
+            FIXES_RUN: True,
             "help": f"Built-in NLI sources to train on, any of {TRAIN_SOURCES} (default: snli mnli, unless "
-            "--train_file or --dataset_name is given)."
+            "--train_file or --dataset_name is given).",
         },
     )
     train_file: list[str] | None = field(
         default=None,
         metadata={
+            FIXES_RUN: True,
             "help": "Training files: CSV, TSV, JSON, JSON Lines or Parquet (CSV/TSV/JSON optionally .gz), with NLI "
-            "rows (premise, hypothesis, label), triplets (anchor, positive, negative) or pairs (anchor, positive)."
+            "rows (premise, hypothesis, label), triplets (anchor, positive, negative) or pairs (anchor, positive).",
         },
     )
     validation_file: str | None = field(
@@ -169,16 +191,27 @@ class DataArguments:
     )
     dataset_name: list[str] | None = field(
         default=None,
-        metadata={"help": "Hub datasets to train on, e.g. stanfordnlp/snli sentence-transformers/all-nli."},
+        metadata={
+            FIXES_RUN: True,
+            "help": "Hub datasets to train on, e.g. stanfordnlp/snli sentence-transformers/all-nli.",
+        },
     )
     dataset_config_name: list[str] | None = field(
         default=None,
-        metadata={"help": "One config per --dataset_name ('none' for a dataset without one), e.g. triplet."},
+        metadata={
+            FIXES_RUN: True,
+            "help": "One config per --dataset_name ('none' for a dataset without one), e.g. triplet.",
+        },
     )
-    train_split: str = field(default="train", metadata={"help": "Split of the --dataset_name datasets."})
+    train_split: str = field(
+        default="train", metadata={FIXES_RUN: True, "help": "Split of the --dataset_name datasets."}
+    )
     data_shape: str = field(
         default="auto",
-        metadata={"help": f"Shape of --train_file/--dataset_name rows, one of {SHAPES} (auto: from column names)."},
+        metadata={
+            FIXES_RUN: True,
+            "help": f"Shape of --train_file/--dataset_name rows, one of {SHAPES} (auto: from column names).",
+        },
     )
     columns: list[str] | None = field(
         default=None,
@@ -198,24 +231,29 @@ class DataArguments:
         },
     )
     max_seq_length: int = field(
-        default=TRAIN_MAX_LENGTH, metadata={"help": "Truncation length in tokens for training."}
+        default=TRAIN_MAX_LENGTH, metadata={FIXES_RUN: True, "help": "Truncation length in tokens for training."}
     )
     max_train_examples: int | None = field(
-        default=None, metadata={"help": "Use only the first N built examples (quick runs, tests)."}
+        default=None, metadata={FIXES_RUN: True, "help": "Use only the first N built examples (quick runs, tests)."}
     )
-    pack_sequences: bool = field(
-        default=False,
+    pack_sequences: bool | None = field(
+        default=None,
         metadata={
+            FIXES_RUN: True,
             "help": "Pack several sentences into each row of the one forward pass (block-diagonal attention, "
-            "positions restarting per sentence): same result, far fewer padding tokens. BERT/RoBERTa-style encoders."
+            "positions restarting per sentence): same result, far fewer padding tokens. BERT/RoBERTa-style encoders. "
+            "Default: packed when training on the CPU (about 2x faster there), not on a GPU (packing is slower there).",
         },
     )
     pack_length: int | None = field(
-        default=None, metadata={"help": "Tokens per packed row (default: 2 × max_seq_length)."}
+        default=None, metadata={FIXES_RUN: True, "help": "Tokens per packed row (default: 2 × max_seq_length)."}
     )
     drop_bad_rows: bool = field(
         default=False,
-        metadata={"help": "Drop rows with missing fields, unknown labels or empty text (logged) instead of stopping."},
+        metadata={
+            FIXES_RUN: True,
+            "help": "Drop rows with missing fields, unknown labels or empty text (logged) instead of stopping.",
+        },
     )
     eval_max_examples: int | None = field(
         default=None, metadata={"help": "Evaluate on only the first N SNLI dev pairs (default: all 9,842)."}
@@ -260,38 +298,47 @@ class GaussCSETrainingArguments(TrainingArguments):
     number of processes).
     """
 
-    loss: str = field(default="ent+con+rev", metadata={"help": f"Training objective, one of {LOSS_NAMES}."})
-    temperature: float = field(default=0.05, metadata={"help": "Temperature τ of the contrastive loss."})
+    loss: str = field(
+        default="ent+con+rev", metadata={FIXES_RUN: True, "help": f"Training objective, one of {LOSS_NAMES}."}
+    )
+    temperature: float = field(
+        default=0.05, metadata={FIXES_RUN: True, "help": "Temperature τ of the contrastive loss."}
+    )
     head_learning_rate: float | None = field(
         default=1e-3,
         metadata={
+            FIXES_RUN: True,
             "help": "Learning rate of the fresh μ/σ² heads (1e-3, chosen in results/HEADS_ONLY.md; None: "
-            "--learning_rate, the paper's single rate)."
+            "--learning_rate, the paper's single rate).",
         },
     )
     simcse_weight: float = field(
-        default=0.0, metadata={"help": "Weight of the released code's auxiliary SimCSE term on μ (0 = off)."}
+        default=0.0,
+        metadata={FIXES_RUN: True, "help": "Weight of the released code's auxiliary SimCSE term on μ (0 = off)."},
     )
     retrieval_weight: float | None = field(
         default=None,
         metadata={
+            FIXES_RUN: True,
             "help": "Weight of the retrieval term: each entailment hypothesis ranks its own premise above the batch's "
             "other premises, as entailment search does (0 = off; see training.losses). Default: 1 for a model with "
-            "the frozen μ path (what results/KEEP.md chose), 0 otherwise (the paper's loss)."
+            "the frozen μ path (what results/KEEP.md chose), 0 otherwise (the paper's loss).",
         },
     )
     retrieval_kl_weight: float | None = field(
         default=None,
         metadata={
+            FIXES_RUN: True,
             "help": "The retrieval term ranks by the search score cos − λ_r·KL/d with this λ_r instead of by the "
-            "similarity (see training.losses); default: by the similarity."
+            "similarity (see training.losses); default: by the similarity.",
         },
     )
     keep_weight: float = field(
         default=0.0,
         metadata={
+            FIXES_RUN: True,
             "help": "Weight of the keep term: the in-batch cosine similarities of μ distilled from the frozen "
-            "starting encoder (0 = off; see training.losses.EmbeddingKeepLoss)."
+            "starting encoder (0 = off; see training.losses.EmbeddingKeepLoss).",
         },
     )
 
@@ -303,11 +350,17 @@ class GaussCSETrainingArguments(TrainingArguments):
             "--resume_from_checkpoint, a non-empty --output_dir is an error: an earlier run is never lost silently)."
         },
     )
-    per_device_train_batch_size: int = field(default=64, metadata={"help": "Contrastive batch per process."})
+    per_device_train_batch_size: int = field(
+        default=64, metadata={FIXES_RUN: True, "help": "Contrastive batch per process."}
+    )
     per_device_eval_batch_size: int = field(default=128, metadata={"help": "Sentences per forward in evaluation."})
-    learning_rate: float = field(default=3e-5, metadata={"help": "Learning rate of the backbone (AdamW)."})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
-    warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up steps, or a ratio of the steps if < 1."})
+    learning_rate: float = field(
+        default=3e-5, metadata={FIXES_RUN: True, "help": "Learning rate of the backbone (AdamW)."}
+    )
+    weight_decay: float = field(default=0.01, metadata={FIXES_RUN: True, "help": "AdamW weight decay."})
+    warmup_steps: float = field(
+        default=0.1, metadata={FIXES_RUN: True, "help": "Warm-up steps, or a ratio of the steps if < 1."}
+    )
     eval_strategy: str = field(default="steps", metadata={"help": "When to evaluate on SNLI dev."})
     eval_steps: float | None = field(default=100, metadata={"help": "Evaluate every N steps."})
     save_strategy: str = field(default="steps", metadata={"help": "When to save a checkpoint."})
@@ -452,12 +505,42 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         )
 
 
+# the command-line fields that are GaussCSEConfig fields (the model's own settings; each fixes a run)
+MODEL_FIELDS = tuple(
+    item.name for item in fields(ModelArguments) if item.name in inspect.signature(GaussCSEConfig.__init__).parameters
+)
+
+
+def run_fixed_flags() -> tuple[str, ...]:
+    """The flags a resumed run must keep: the fields marked ``FIXES_RUN``, the model's own settings
+    (``MODEL_FIELDS``) and ``TRAINER_FIXED_FLAGS``."""
+    marked = [
+        item.name
+        for cls in ARGUMENT_CLASSES
+        for item in fields(cls)
+        if item.metadata.get(FIXES_RUN) or item.name in MODEL_FIELDS
+    ]
+    return tuple(dict.fromkeys([*marked, *TRAINER_FIXED_FLAGS]))  # in the order of the fields
+
+
+class ArgumentParser(HfArgumentParser):
+    """``HfArgumentParser`` that leaves GaussCSE's own field metadata (``FIXES_RUN``) out of what argparse is
+    given."""
+
+    @staticmethod
+    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+        if FIXES_RUN in field.metadata:
+            field = copy.copy(field)
+            field.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k != FIXES_RUN})
+        HfArgumentParser._parse_dataclass_field(parser, field)
+
+
 def build_parser() -> HfArgumentParser:
     """The parser of [`parse_arguments`] (``HfArgumentParser`` of ``ARGUMENT_CLASSES``) laid out for ``--help``: a
     short usage with examples, then GaussCSE's own flags in the groups of [`help_groups`], then transformers'
     ``TrainingArguments``. Regrouping moves no flag: argparse parses with the parser's action list, groups only lay
     out the help."""
-    parser = HfArgumentParser(ARGUMENT_CLASSES, usage=USAGE, description=DESCRIPTION, formatter_class=HelpFormatter)
+    parser = ArgumentParser(ARGUMENT_CLASSES, usage=USAGE, description=DESCRIPTION, formatter_class=HelpFormatter)
     listed = parser._optionals._group_actions  # every flag: HfArgumentParser adds them to the parser itself
     for title, description, names in help_groups():
         group = parser.add_argument_group(title, description)
@@ -493,10 +576,14 @@ def parse_arguments(
 
 
 __all__ = [
+    "FIXES_RUN",
+    "MODEL_FIELDS",
+    "ArgumentParser",
     "DataArguments",
     "GaussCSETrainingArguments",
     "ModelArguments",
     "build_parser",
     "parse_arguments",
     "read_config_file",
+    "run_fixed_flags",
 ]

@@ -150,6 +150,13 @@ def packing_position_offset(encoder_config: Any) -> int:
     return position_offset(encoder_config)
 
 
+def packs_by_default(device: torch.device, encoder_config: Any) -> bool:
+    """What ``--pack_sequences`` unset means: packed on the CPU, where it trains about 2× faster (fewer padding
+    tokens), unpadded rows on a GPU, where its block-diagonal attention masks are slower than padding
+    (results/BENCHMARKS.md); only encoders that can pack ([`packing_position_offset`])."""
+    return device.type == "cpu" and encoder_config.model_type in ENCODER_POSITIONS
+
+
 @dataclass
 class TripletCollator:
     """Collate tokenised examples (columns of ``gausscse.data.tokenize.tokenize_batch``) into one forward pass over

@@ -35,7 +35,7 @@ from .trainer import check_finite_weights
 
 TRAIN_RESULTS_FILE = "train_results.json"
 STAGING_SUFFIX = ".saving"  # the new output folder is built in .<name>.saving.<random> beside it, one per save
-MANIFEST_FILE = ".final-model-files.json"  # the files of the final model, for the next save and the Hub upload
+FINAL_FILES_LIST = ".final-model-files.json"  # the files of the final model, for the next save and the Hub upload
 
 
 def save_model_folder(
@@ -95,12 +95,12 @@ def _write_model_folder(
     )
     write_json(staging / TRAIN_RESULTS_FILE, dict(results))
     written = sorted(path.name for path in staging.iterdir())
-    (staging / MANIFEST_FILE).write_text(json.dumps(written), encoding="utf-8")
-    manifest = model_dir / MANIFEST_FILE
+    (staging / FINAL_FILES_LIST).write_text(json.dumps(written), encoding="utf-8")
+    manifest = model_dir / FINAL_FILES_LIST
     earlier = set(json.loads(manifest.read_text(encoding="utf-8"))) if manifest.is_file() else set()
     if model_dir.is_dir():
         for entry in model_dir.iterdir():
-            if entry.name not in earlier | set(written) | {MANIFEST_FILE}:
+            if entry.name not in earlier | set(written) | {FINAL_FILES_LIST}:
                 link_tree(entry, staging / entry.name)
     # what was kept from the folder holds no model but this one: not the other layout, not the earlier model's graphs
     remove_other_layout(staging, adapter)
@@ -122,7 +122,7 @@ def replace_files(staging: Path, model_dir: Path, written: list[str], earlier: s
             stale.unlink(missing_ok=True)
     for name in written:
         os.replace(staging / name, model_dir / name)
-    os.replace(staging / MANIFEST_FILE, model_dir / MANIFEST_FILE)
+    os.replace(staging / FINAL_FILES_LIST, model_dir / FINAL_FILES_LIST)
     shutil.rmtree(staging)
 
 
@@ -172,7 +172,7 @@ def add_final_model_file(model_dir: str | Path, name: str) -> None:
     """Count the file ``name`` that a later step wrote into the final model folder ``model_dir`` (a figure of its
     card, say) among the model's files: the Hub upload takes it, the next save replaces it. The manifest is rewritten
     atomically."""
-    manifest = Path(model_dir) / MANIFEST_FILE
+    manifest = Path(model_dir) / FINAL_FILES_LIST
     if not (Path(model_dir) / name).is_file():
         raise FileNotFoundError(f"{Path(model_dir) / name}: no such file in the model folder")
     files = json.loads(manifest.read_text(encoding="utf-8"))
@@ -184,7 +184,7 @@ def push_model_folder(
 ) -> str:
     """Create ``repo_id`` if needed and upload the final model's files of ``model_dir`` (not its checkpoints);
     return the commit URL."""
-    manifest = Path(model_dir) / MANIFEST_FILE
+    manifest = Path(model_dir) / FINAL_FILES_LIST
     files = json.loads(manifest.read_text(encoding="utf-8"))
     api = HfApi(token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)

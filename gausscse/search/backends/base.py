@@ -21,6 +21,19 @@ if TYPE_CHECKING:
     from gausscse.search.index import GaussianIndex
 
 
+def database_backends_phrase() -> str:
+    """What the ``uri`` option is, per database engine: "uri (the LanceDB database folder) is for backend 'lancedb' or
+    'lancedb-ann'; uri (...) for backend 'qdrant' or ..." (from the registry)."""
+    from gausscse.search.backends import BACKENDS
+
+    groups: dict[str, list[str]] = {}
+    for name, backend in BACKENDS.items():
+        if backend.database:
+            groups.setdefault(backend.store_class.place, []).append(repr(name))
+    phrases = [f"uri ({place}) is for backend {' or '.join(names)}" for place, names in groups.items()]
+    return "; ".join([phrases[0], *(phrase.replace(" is for ", " for ") for phrase in phrases[1:])])
+
+
 class SearchBackend:
     """Where the shortlists of one [`GaussianIndex`] come from (``index.engine``).
 
@@ -38,8 +51,7 @@ class SearchBackend:
         self.index = index
         if (options.get("uri") is not None) != self.database:
             raise ValueError(
-                f"uri (the LanceDB database folder) is for backend 'lancedb' or 'lancedb-ann' and needed by them; "
-                f"backend={self.name!r}, uri={options.get('uri')!r}"
+                f"{database_backends_phrase()}, and needed by them; backend={self.name!r}, uri={options.get('uri')!r}"
             )
 
     def settings(self) -> dict[str, Any]:
@@ -52,7 +64,7 @@ class SearchBackend:
         if sentences is not None:
             raise ValueError(
                 f"sentences are stored by the LanceDB backends; backend {self.name!r} keeps Gaussians only "
-                "(SentenceIndex keeps the sentences beside it)"
+                "(so do the Qdrant and Milvus backends; SentenceIndex keeps the sentences beside it)"
             )
         first_id = len(self.index)
         self.index.store(embeddings)

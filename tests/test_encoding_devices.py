@@ -1,0 +1,117 @@
+"""encode's pipeline (gausscse/model/encoding_gausscse.py: padding in a thread ahead of the forward) and its forward
+passes on several devices (gausscse/model/devices_gausscse.py: worker processes, here CPU processes)."""
+
+import threading
+
+import pytest
+import torch
+
+from gausscse.model.devices_gausscse import EncodePool
+from gausscse.model.encoding_gausscse import length_sorted_batches, pad_token_ids, padded_batches, prefetch
+
+from .helpers import tiny_model
+
+WORDS = "the a man woman dog plays runs near park music old young red blue sings eats".split()
+
+
+def corpus(count: int) -> list[str]:
+    """``count`` distinct sentences of 1 to 40 words (every length appears, so batches pad differently)."""
+    return [
+        " ".join([f"s{index}", *(WORDS[(index * 7 + k) % len(WORDS)] for k in range(index % 40))])
+        for index in range(count)
+    ]
+
+
+@pytest.fixture(scope="module")
+def model(minilm_tokenizer):
+    model = tiny_model(initializer_range=0.2)  # sentences apart by far more than float rounding
+    model.get_tokenizer(minilm_tokenizer)
+    return model
+
+
+def test_two_cpu_processes_return_encodes_gaussians_in_input_order(model):
+    """10,000 sentences through a pool of two CPU worker processes: encode's own Gaussians, row for row (the workers
+    run the batches a single process runs; float32 rounding may differ with their thread count)."""
+    sentences = corpus(10_000)
+    expected = model.encode(sentences, batch_size=64)
+    pool = model.start_multi_process_pool(["cpu", "cpu"])
+    try:
+        first = model.encode(sentences, batch_size=64, pool=pool)
+        again = model.encode(sentences[::-1][:500], batch_size=16, pool=pool)  # the pool serves a second call
+    finally:
+        model.stop_multi_process_pool(pool)
+    torch.testing.assert_close(first.mu, expected.mu, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(first.logvar, expected.logvar, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(again.mu, expected.mu.flip(0)[:500], rtol=1e-5, atol=1e-6)
+    assert (expected.mu[1:] - expected.mu[:-1]).abs().amax(dim=1).min() > 1e-3  # a row out of place would show
+    with pytest.raises(RuntimeError, match="closed"):
+        model.encode(sentences, pool=pool)
+
+
+def test_a_device_list_runs_a_pool_for_the_call(model):
+    sentences = corpus(300)
+    several = model.encode(sentences, device=["cpu", "cpu"], batch_size=8)
+    torch.testing.assert_close(several.mu, model.encode(sentences, batch_size=8).mu, rtol=1e-5, atol=1e-6)
+
+
+def test_a_failing_worker_is_named_and_bad_devices_are_refused(model):
+    with pytest.raises(RuntimeError, match="encode worker on meta failed"), EncodePool(model, ["meta"]) as pool:
+        model.encode(corpus(10), pool=pool)  # a model on the meta device has no data to compute with
+    with pytest.raises(ValueError, match="at least one device"):
+        EncodePool(model, [])
+    with pytest.raises(ValueError, match="torch devices"):
+        EncodePool(model, ["gpu-7"])
+
+
+def test_padding_matches_the_tokenizers_own(minilm_tokenizer):
+    sentences = ["a dog", "", "a man plays the guitar in the park", "hi"]
+    token_ids = minilm_tokenizer(sentences)["input_ids"]
+    ours = pad_token_ids(token_ids, minilm_tokenizer.pad_token_id, True)
+    theirs = minilm_tokenizer(sentences, padding=True, return_tensors="pt")
+    for name in ("input_ids", "attention_mask", "token_type_ids"):
+        assert torch.equal(ours[name], theirs[name]), name
+
+
+def test_batches_are_longest_first_and_cover_every_row_once(minilm_tokenizer):
+    token_ids = minilm_tokenizer(corpus(50))["input_ids"]
+    batches = length_sorted_batches(token_ids, 8)
+    rows = [row for batch in batches for row in batch]
+    assert sorted(rows) == list(range(50)) and all(len(batch) == 8 for batch in batches[:-1])
+    lengths = [len(token_ids[row]) for row in rows]
+    assert lengths == sorted(lengths, reverse=True)
+    padded = list(padded_batches(token_ids, batches, minilm_tokenizer))
+    assert [batch.tolist() for batch, _ in padded] == batches
+    assert padded[0][1]["input_ids"].shape == (8, max(lengths))
+
+
+def test_prefetch_keeps_order_raises_the_producers_error_and_stops_with_the_consumer():
+    assert list(prefetch(iter(range(100)), depth=2)) == list(range(100))
+
+    def failing():
+        yield 1
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        list(prefetch(failing()))
+    produced = []
+
+    def endless():
+        while True:
+            produced.append(len(produced))
+            yield produced[-1]
+
+    items = prefetch(endless(), depth=2)
+    assert next(items) == 0
+    items.close()  # the consumer stops: the producer thread ends instead of filling the queue forever
+    assert not any(thread.name == "gausscse-encode-prefetch" for thread in threading.enumerate())
+    assert len(produced) <= 5
+
+
+def test_dtype_runs_autocast_and_bad_dtypes_are_refused(model):
+    sentences = corpus(40)
+    expected = model.encode(sentences)
+    bf16 = model.encode(sentences, dtype=torch.bfloat16)
+    assert bf16.mu.dtype == torch.float32 and not torch.equal(bf16.mu, expected.mu)  # it did run in bf16
+    torch.testing.assert_close(bf16.mu, expected.mu, rtol=0.05, atol=0.05)
+    with pytest.raises(ValueError, match="dtype must be"):
+        model.encode(sentences, dtype=torch.int8)

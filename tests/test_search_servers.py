@@ -1,0 +1,274 @@
+"""The Qdrant and Milvus backends, in their local modes (Qdrant's embedded folder or ``:memory:``, a Milvus Lite
+file): exact top-k identical to the ``torch`` backend on 10,000 Gaussians of d = 384 after adds and after reopening,
+a brute force from torch.distributions, approximate recall@10, raw inner products in the database, no overwritten
+collection, refused settings and replaced collections, and the command line. One database per engine is shared by the
+module (one Milvus Lite process), each test in collections of its own."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import torch
+
+from gausscse import GaussianEmbeddings
+from gausscse.cli.search import main as search_main
+from gausscse.io import write_manifest
+from gausscse.model.gaussian import stored_map
+from gausscse.search import GaussianIndex, SentenceIndex
+from gausscse.search.backends import BACKENDS
+from gausscse.search.backends.milvus_backend import connect as milvus_client
+from gausscse.search.backends.qdrant_backend import connect as qdrant_client
+
+from .helpers import assert_top_k, reference_search_score
+from .test_search import CORPUS, broad_and_narrow_gaussians, check_against_brute_force, gaussians
+from .test_search import tiny_model_folder as tiny_model_folder  # the fixture, used by name
+
+ENGINES = ("qdrant", "milvus")
+KIND = {"qdrant": "Qdrant collection", "milvus": "Milvus collection"}
+
+
+@pytest.fixture(scope="module")
+def databases(tmp_path_factory) -> dict[str, str]:
+    """The module's database of each engine: a Qdrant folder, a Milvus Lite file."""
+    root = tmp_path_factory.mktemp("databases")
+    return {"qdrant": str(root / "qdrant"), "milvus": str(root / "gaussians.db")}
+
+
+@pytest.fixture
+def new_uri(databases):
+    """``new_uri(engine, memory=False)``: the uri of a new collection in the module's database of ``engine`` (Qdrant
+    with ``memory``: in its in-memory store, whose writes are much faster than the embedded folder's SQLite)."""
+
+    def make(engine: str, memory: bool = False) -> str:
+        place = ":memory:" if memory else databases[engine]
+        return f"{place}#c{uuid.uuid4().hex[:12]}"
+
+    return make
+
+
+def random_gaussians(count: int, seed: int, dim: int = 384) -> GaussianEmbeddings:
+    """Means in tanh range, log σ² around −1 with spread 1 (the model's range)."""
+    generator = torch.Generator().manual_seed(seed)
+    mu = torch.tanh(torch.randn(count, dim, generator=generator))
+    return GaussianEmbeddings(mu, (torch.randn(count, dim, generator=generator) - 1.0).clamp(-10, 10))
+
+
+def assert_same_as(index: GaussianIndex, exact: GaussianIndex, queries: GaussianEmbeddings, k: int) -> None:
+    """``index`` returns what the ``torch`` index ``exact`` returns, in both directions: the same ids, the same
+    scores (both exact, in float64 rounded once)."""
+    for direction in ("entailing", "entailed_by"):
+        scores, ids = getattr(index, direction)(queries, k)
+        expected_scores, expected_ids = getattr(exact, direction)(queries, k)
+        assert torch.equal(ids, expected_ids), direction
+        torch.testing.assert_close(scores, expected_scores, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(("engine", "kl_weight"), [("qdrant", 0.0), ("milvus", 2.0)])  # small cases: each λ, engine
+def test_exact_top_k_is_the_torch_backends_on_10000_gaussians_after_adds_and_reopening(engine, kl_weight, new_uri):
+    items, queries = random_gaussians(10_000, seed=1), random_gaussians(12, seed=2)
+    exact = GaussianIndex(384, "mean_kl", kl_weight=kl_weight)
+    exact.add(items)
+    uri = new_uri(engine, memory=engine == "qdrant")
+    index = GaussianIndex(384, "mean_kl", engine, uri=uri, kl_weight=kl_weight)
+    index.add(items[:6000])
+    index.add(items[6000:])
+    assert_same_as(index, exact, queries, 10)
+    reopened = BACKENDS[engine].open(uri)
+    assert (reopened.backend, reopened.kl_weight, len(reopened)) == (engine, kl_weight, 10_000)
+    torch.testing.assert_close(reopened.embeddings.logvar, items.logvar, rtol=0, atol=0)
+    assert_same_as(reopened, exact, queries, 10)
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_small_index_against_torch_distributions_and_reopened_by_uri_and_folder(
+    engine, approximate, new_uri, tmp_path
+):
+    """Several adds (sentences stored), the brute-force top k of torch.distributions in both directions, the search
+    score against scikit-learn's cosine and torch.distributions' KL; reopened by ``GaussianIndex.load(uri)`` and
+    through a saved folder that names it, it answers the same and goes on adding to the same collection."""
+    backend = f"{engine}-hnsw" if approximate else engine
+    items, queries = gaussians(300, seed=11, dim=16), gaussians(6, seed=12, dim=16)
+    uri = new_uri(engine)
+    index = GaussianIndex(16, "sum", backend, uri=uri)
+    index.add(items[:200], [f"sentence {number}" for number in range(200)])
+    index.add(items[200:280])
+    for k in (1, 10, 280):
+        check_against_brute_force(index, queries, items[:280], k)
+    assert index.engine.table.ann_covers(280) == approximate  # the engine's ANN collections answered
+    index.save(tmp_path / "saved")
+    for reopened in (GaussianIndex.load(uri), GaussianIndex.load(tmp_path / "saved")):
+        assert (reopened.backend, reopened.reduction, len(reopened)) == (backend, "sum", 280)
+        check_against_brute_force(reopened, queries, items[:280], 10)
+    GaussianIndex.load(uri).add(items[280:])  # ids continue in the same collection
+    check_against_brute_force(GaussianIndex.load(uri), queries, items, 10)
+    _, sentences = GaussianIndex.load(uri).engine.table.read()
+    assert sentences == [f"sentence {number}" for number in range(200)] + [None] * 100
+    scored = GaussianIndex(16, "mean_kl", backend, uri=new_uri(engine, memory=engine == "qdrant"), kl_weight=0.5)
+    scored.add(items)
+    for direction in ("entailing", "entailed_by"):
+        scores, ids = getattr(scored, direction)(queries, 10)
+        assert_top_k(ids, scores, reference_search_score(queries, items, 0.5, direction), rtol=1e-5)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_approximate_recall_at_10_through_the_engines_graph_on_lifted_vectors(engine, new_uri):
+    """HNSW under the raw inner product on the lifted maps (all of one norm), re-scored: recall@10 ≥ 0.95 in both
+    directions; the graph's collections hold every row but the kept-out ones."""
+    items, queries = broad_and_narrow_gaussians(3000, seed=12), broad_and_narrow_gaussians(40, seed=13)
+    exact = GaussianIndex(64, "sum")
+    approximate = GaussianIndex(64, "sum", f"{engine}-hnsw", uri=new_uri(engine, memory=engine == "qdrant"))
+    for index in (exact, approximate):
+        index.add(items)
+    for direction in ("entailing", "entailed_by"):
+        _, expected = getattr(exact, direction)(queries, 10)
+        scores, found = getattr(approximate, direction)(queries, 10)
+        recall = sum(len(set(a) & set(b)) for a, b in zip(expected.tolist(), found.tolist(), strict=True)) / 400
+        assert recall >= 0.95, (direction, recall)
+        assert (scores[:, :-1] >= scores[:, 1:]).all()  # re-scored: exact similarities, best first
+        ann = approximate.engine.table.ann_tables()[direction]
+        assert ann.rows == 3000 and ann.table.endswith(f"_ann_{direction}")
+    client = approximate.engine.table.client
+    if engine == "milvus":
+        described = client.describe_index(ann.table, "vector")
+        assert (described["index_type"], described["metric_type"]) == ("HNSW", "IP")
+    else:
+        assert client.get_collection(ann.table).config.params.vectors.distance.name == "DOT"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_database_holds_the_raw_maps_under_a_raw_inner_product(engine, new_uri):
+    """The collection itself, read with the engine's client: each row's vectors are the raw ``stored_map`` B(x) and
+    A(x) (never normalised), under ``DOT`` / ``IP``."""
+    items = gaussians(20, seed=13, dim=8)
+    uri = new_uri(engine)
+    GaussianIndex(8, "sum", engine, uri=uri).add(items)
+    place, name = uri.split("#")
+    expected = {direction: stored_map(items.mu, items.logvar, direction) for direction in ("entailing", "entailed_by")}
+    if engine == "qdrant":
+        points = qdrant_client(place).retrieve(name, ids=list(range(20)), with_vectors=True)
+        vectors = {direction: [point.vector[direction] for point in points] for direction in expected}
+        metric = {
+            params.distance.name for params in qdrant_client(place).get_collection(name).config.params.vectors.values()
+        }
+        assert metric == {"DOT"}
+    else:
+        rows = milvus_client(place).query(
+            name, filter="id >= 0", output_fields=["id", *(f"{d}_vector" for d in expected)]
+        )
+        rows = sorted(rows, key=lambda row: row["id"])
+        vectors = {direction: [row[f"{direction}_vector"] for row in rows] for direction in expected}
+        assert milvus_client(place).describe_index(name, "entailing_vector")["metric_type"] == "IP"
+    for direction, maps in expected.items():
+        torch.testing.assert_close(torch.tensor(vectors[direction], dtype=torch.float64), maps, rtol=1e-6, atol=1e-6)
+    assert float(expected["entailing"].norm(dim=1).std()) > 0.1  # the rows' norms differ: a unit copy would rank apart
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_existing_collection_is_never_overwritten(engine, new_uri):
+    items = gaussians(5, seed=15)
+    uri = new_uri(engine)
+    GaussianIndex(12, "sum", engine, uri=uri).add(items)
+    with pytest.raises(FileExistsError, match=r"already holds a collection 'c\w+': reopen a GaussianIndex there"):
+        GaussianIndex(12, "sum", f"{engine}-hnsw", uri=uri)
+    assert len(GaussianIndex.load(uri)) == 5  # the refused constructor changed nothing
+    foreign, (place, name) = new_uri(engine), new_uri(engine).split("#")
+    if engine == "qdrant":  # someone's own collection, without GaussianIndex settings
+        from qdrant_client import models
+
+        qdrant_client(place).create_collection(name, vectors_config=models.VectorParams(size=4, distance="Dot"))
+    else:
+        milvus_client(place).create_collection(name, dimension=4)
+    with pytest.raises(FileExistsError, match=rf"already holds a collection '{name}'"):
+        GaussianIndex(12, "sum", engine, uri=f"{place}#{name}")
+    with pytest.raises(ValueError, match=rf"{KIND[engine]} '{name}' has no GaussianIndex settings"):
+        BACKENDS[engine].open(f"{place}#{name}")
+    with pytest.raises(FileNotFoundError, match=r"holds no GaussianIndex collection"):
+        BACKENDS[engine].open(foreign)
+    with pytest.raises(ValueError, match=r"sentences must be a list of 5 strings"):
+        GaussianIndex.load(uri).add(items, ["only one"])
+
+
+def drop(engine: str, uri: str) -> None:
+    """Delete the collection of ``uri`` with the engine's own client."""
+    place, name = uri.split("#")
+    if engine == "qdrant":
+        qdrant_client(place).delete_collection(name)
+    else:
+        milvus_client(place).drop_collection(name)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_wrong_settings_and_a_replaced_collection_are_refused(engine, new_uri, tmp_path):
+    """A saved folder whose settings rank otherwise than its collection, a collection whose settings do not fit its
+    vectors, and a collection deleted and built again for another corpus (same size): each named in one line, on
+    load and on the next search of an open handle."""
+    uri = new_uri(engine)
+    built = {}
+    for name, seed in (("A", 80), ("B", 81)):
+        if built:
+            drop(engine, uri)
+        index = GaussianIndex(12, "sum", engine, uri=uri)
+        sentences = [f"{name}{row}" for row in range(10)]
+        index.add(gaussians(10, seed=seed), sentences)
+        SentenceIndex(index, sentences, name).save(tmp_path / name)
+        built[name] = index
+    assert SentenceIndex.load(tmp_path / "B").sentences[0] == "B0"
+    with pytest.raises(ValueError, match=rf"was built on the {KIND[engine]} \w+ at .*, which now holds another one"):
+        SentenceIndex.load(tmp_path / "A")
+    with pytest.raises(ValueError, match=rf"now holds another GaussianIndex table \({KIND[engine]} \w+, this"):
+        built["A"].entailing(gaussians(1, seed=82), 3)
+    settings = json.loads((tmp_path / "B" / "index_config.json").read_text())
+    (tmp_path / "B" / "index_config.json").write_text(json.dumps({**settings, "kl_weight": 0.3}))
+    (tmp_path / "B" / "manifest.json").unlink()
+    write_manifest(tmp_path / "B")
+    with pytest.raises(ValueError, match=r"index_config\.json says kl_weight=0\.3, the .* kl_weight=None"):
+        SentenceIndex.load(tmp_path / "B")
+    drop(engine, uri)
+    with pytest.raises(ValueError, match=rf"the {KIND[engine]} 'c\w+' cannot be read any more"):
+        built["B"].entailed_by(gaussians(1, seed=83), 3)
+    with pytest.raises(FileNotFoundError, match=r"names the database .*, which is gone"):
+        SentenceIndex.load(tmp_path / "A")
+    mismatched = new_uri(engine)
+    GaussianIndex(12, "sum", engine, uri=mismatched, kl_weight=0.5)  # vectors of 3d + 2 = 38 values
+    table = BACKENDS[engine].open(mismatched).engine.table
+    stored = {**table.stored_settings()}
+    stored.pop("kl_weight")  # settings that need 2d + 2 = 26
+    place, name = mismatched.split("#")
+    if engine == "qdrant":
+        qdrant_client(place).update_collection(name, metadata={"gausscse": stored})
+    else:
+        milvus_client(place).alter_collection_properties(name, properties={"gausscse": json.dumps(stored)})
+    with pytest.raises(ValueError, match=r"settings \(d = 12, kl_weight = None\) need .*26"):
+        BACKENDS[engine].open(mismatched)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cli_builds_and_queries_an_index_in_each_database(engine, tiny_model_folder, tmp_path):
+    corpus_path = tmp_path / "corpus.txt"
+    corpus_path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    build = ["build", "--model", str(tiny_model_folder), "--corpus", str(corpus_path), "--index", str(tmp_path / "ix")]
+    search_main([*build, "--backend", engine])
+    default = {"qdrant": "ix.qdrant", "milvus": "ix.milvus.db"}[engine]
+    assert json.loads((tmp_path / "ix" / "index_config.json").read_text())["uri"] == str(tmp_path / default)
+    from gausscse import GaussCSEModel
+
+    model = GaussCSEModel.from_pretrained(tiny_model_folder).eval()
+    distinct = [sentence for sentence in dict.fromkeys(CORPUS) if sentence]
+    claims = ["Someone makes music.", "Animals are outside."]
+    for flag, scores in (
+        ("--entailing", model.similarity(claims, distinct)),
+        ("--entailed_by", model.similarity(distinct, claims).T),
+    ):
+        hits = search_main(["query", "--index", str(tmp_path / "ix"), flag, *claims, "-k", "3"])
+        ids = [[hit["id"] for hit in row] for row in hits]
+        assert [[hit["sentence"] for hit in row] for row in hits] == [[distinct[i] for i in row] for row in ids]
+        assert_top_k(ids, [[hit["score"] for hit in row] for row in hits], scores, rtol=1e-4)
+    with pytest.raises(ValueError, match=rf"--uri .*{default}.* already holds a collection 'gaussians'"):
+        search_main([*build, "--backend", engine])
+    with pytest.raises(ValueError, match=r"--uri :memory: does not outlive the command"):
+        search_main([*build, "--backend", engine, "--uri", ":memory:"])
+    with pytest.raises(ValueError, match=rf"--uri is the database of --backend .*; .*{engine} / {engine}-hnsw"):
+        search_main([*build, "--uri", str(tmp_path / "other")])
