@@ -324,10 +324,10 @@ def distinct_texts(name: str, split: str, fields: tuple[str, ...]) -> list[str]:
     )
 
 
-def real_recall(model_path: str, item_count: int, k: int) -> list[dict]:
-    """Recall@k of the FAISS backends, ``lancedb-ann`` and the Qdrant and Milvus ones (each at its default settings;
-    the databases in their local modes) on real sentences, both directions, every reduction (exact: ``torch``). One
-    index per backend and reduction answers both directions."""
+def real_recall(model_path: str, item_count: int, k: int, methods: tuple[str, ...] = METHODS) -> list[dict]:
+    """Recall@k of the FAISS backends, ``lancedb-ann`` and the Qdrant and Milvus ones among ``methods`` (each at its
+    default settings; the databases in their local modes) on real sentences, both directions, every reduction
+    (exact: ``torch``). One index per backend and reduction answers both directions."""
     from gausscse import GaussCSEModel
 
     items_text = distinct_texts("snli", "train", ("premise", "hypothesis"))[:item_count]
@@ -335,7 +335,7 @@ def real_recall(model_path: str, item_count: int, k: int) -> list[dict]:
     model = GaussCSEModel.from_pretrained(model_path).eval()
     items = model.encode(items_text, batch_size=64, max_length=64, show_progress_bar=True)
     queries = model.encode(queries_text, batch_size=64, max_length=64)
-    backends = ("faiss", "faiss-hnsw", "lancedb-ann", *SERVER_METHODS)
+    backends = tuple(name for name in ("faiss", "faiss-hnsw", "lancedb-ann", *SERVER_METHODS) if name in methods)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:  # the databases
         for reduction in REDUCTIONS:
@@ -434,7 +434,7 @@ def main() -> None:
                 print(line, flush=True)
     for line in paper_lines(args.dim, tuple(args.methods)):
         print(f"on paper: {line}")
-    real = real_recall(args.real_model, args.real_items, args.k) if args.real_model else []
+    real = real_recall(args.real_model, args.real_items, args.k, tuple(args.methods)) if args.real_model else []
     for row in real:
         where = f"real SNLI, {row['reduction']:8s} {row['direction']:11s} {row['backend']:11s}"
         print(f"{where} recall@{args.k} {row['recall_at_k']:.3f}")

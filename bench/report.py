@@ -75,15 +75,16 @@ def encode_section(data: dict, path: str) -> tuple[str, str, list[str], list[lis
     ]
     flags = "".join(
         f" --{flag} {data[flag]}"
-        for flag, default in (("sentences", 4000), ("batch_size", 64), ("variance_layers", None))
+        for flag, default in (("sentences", 4000), ("batch_size", 64), ("variance_layers", None), ("start", "auto"))
         if data.get(flag, default) != default
     )
     design = ""
     if "parameter_ratio" in data:
-        built = (
-            "by default" if data.get("variance_layers") is None else f"with variance_layers={data['variance_layers']}"
-        )
-        paths = "one trunk" if data["design_variance_layers"] else "two paths"
+        chosen = [f"{flag}={data[flag]}" for flag, default in (("variance_layers", None), ("start", "auto"))
+                  if data.get(flag, default) != default]  # fmt: skip
+        built = f"with {', '.join(chosen)}" if chosen else "by default"
+        frozen_mean = data.get("design_frozen_mean", True)
+        paths = "one trunk" if data["design_variance_layers"] else "two paths" if frozen_mean else "one encoder"
         design = (
             f"; `gausscse` is the model `from_backbone` builds from it {built} ({paths}, "
             f"{data['parameter_ratio']:.2f}× the backbone's parameters)"

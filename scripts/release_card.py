@@ -76,7 +76,10 @@ def targets(models: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
             "bar": metric(backbone, "sts", "avg", "cosine"),
         }
     )
-    for score, name in (("similarity", "own similarity"), ("cosine", "cos μ")):
+    scores = [("similarity", "own similarity"), ("cosine", "cos μ")]
+    if "search" in gauss["retrieval"]["snli"]:  # a model that states its search score's λ (issue 36)
+        scores.insert(0, ("search", "search score"))
+    for score, name in scores:
         rows.append(
             {
                 "target": f"SNLI-test retrieval nDCG@10 ({name}) ≥ the backbone's cosine",
