@@ -137,6 +137,7 @@ def test_training_lowers_loss_and_saves_a_folder_that_reloads_in_a_fresh_process
     assert {"modules.json", "config_sentence_transformers.json", "sentence_transformer_gausscse.py"} <= files
     card = (model_dir / "README.md").read_text()
     assert "model-index" in card and "trust_remote_code" in card
+    assert "| sequence packing | yes |" in card  # --pack_sequences unset: packed, as on the CPU it is
     results = json.loads((model_dir / "train_results.json").read_text())
     # the card's model-index, as huggingface_hub reads it, is the final evaluation; its figure is in the folder
     card_data = ModelCard(card).data

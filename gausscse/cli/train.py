@@ -459,6 +459,7 @@ def model_card_fields(
             **{name: getattr(trainer.model.config, name) for name in MODEL_FIELDS},  # as the model resolved them
             "world_size": training_args.world_size,
             "retrieval_weight": getattr(trainer.loss_fn, "retrieval_weight", None),  # as the loss used it
+            "pack_sequences": trainer.data_collator.pack,  # as the collator packed (unset: by device)
         },
         "data_stats": data_stats.as_dict(),
     }
