@@ -33,6 +33,22 @@ def gaussians(count: int, seed: int, dim: int = 12) -> GaussianEmbeddings:
     return GaussianEmbeddings(mu, logvar)
 
 
+def built_twice_in_one_database(backend: str, uri, drop, folder: Path) -> dict[str, GaussianIndex]:
+    """Index A (10 Gaussians and sentences) in the database at ``uri``, then ``drop()`` and index B of the same size
+    built there; each saved as a ``SentenceIndex`` folder ``folder / name``. Returns the two open indexes."""
+    built = {}
+    for name, seed in (("A", 80), ("B", 81)):
+        if built:
+            drop()
+        index = GaussianIndex(12, "sum", backend, uri=uri)
+        sentences = [f"{name}{row}" for row in range(10)]
+        index.add(gaussians(10, seed=seed), sentences)
+        SentenceIndex(index, sentences, name).save(folder / name)
+        built[name] = index
+    assert SentenceIndex.load(folder / "B").sentences[0] == "B0"
+    return built
+
+
 def brute_force(queries: GaussianEmbeddings, items: GaussianEmbeddings, reduction: str, direction: str):
     """Every (query, item) similarity from torch.distributions in float64, each row sorted by hand: descending
     score, ties by ascending id."""

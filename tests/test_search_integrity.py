@@ -18,7 +18,7 @@ from gausscse import GaussianEmbeddings
 from gausscse.cli.search import main as search_main
 from gausscse.search import GaussianIndex, SentenceIndex
 
-from .test_search import CORPUS, gaussians
+from .test_search import CORPUS, built_twice_in_one_database, gaussians
 from .test_search import tiny_model_folder as tiny_model_folder  # the fixture, used by name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,15 +206,7 @@ def test_an_ann_reader_sees_rows_and_ann_tables_another_handle_rebuilt(tmp_path)
 def test_an_index_folder_refuses_a_database_rebuilt_for_another_corpus(tmp_path):
     """Index A keeps its database at D; D is deleted and index B built there (same size): loading A names the
     replaced database instead of serving B's Gaussians beside A's sentences."""
-    built = {}
-    for name, seed in (("A", 80), ("B", 81)):
-        shutil.rmtree(tmp_path / "db", ignore_errors=True)
-        index = GaussianIndex(12, "sum", "lancedb", uri=tmp_path / "db")
-        sentences = [f"{name}{row}" for row in range(10)]
-        index.add(gaussians(10, seed=seed), sentences)
-        SentenceIndex(index, sentences, name).save(tmp_path / name)
-        built[name] = index
-    assert SentenceIndex.load(tmp_path / "B").sentences[0] == "B0"
+    built = built_twice_in_one_database("lancedb", tmp_path / "db", lambda: shutil.rmtree(tmp_path / "db"), tmp_path)
     with pytest.raises(ValueError, match=r"was built on the LanceDB table \w+ at .*db, which now holds another one"):
         SentenceIndex.load(tmp_path / "A")
     with pytest.raises(ValueError, match="now holds another GaussianIndex table"):

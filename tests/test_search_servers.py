@@ -22,7 +22,13 @@ from gausscse.search.backends.milvus_backend import connect as milvus_client
 from gausscse.search.backends.qdrant_backend import connect as qdrant_client
 
 from .helpers import assert_top_k, reference_search_score
-from .test_search import CORPUS, broad_and_narrow_gaussians, check_against_brute_force, gaussians
+from .test_search import (
+    CORPUS,
+    broad_and_narrow_gaussians,
+    built_twice_in_one_database,
+    check_against_brute_force,
+    gaussians,
+)
 from .test_search import tiny_model_folder as tiny_model_folder  # the fixture, used by name
 
 ENGINES = ("qdrant", "milvus")
@@ -206,16 +212,7 @@ def test_wrong_settings_and_a_replaced_collection_are_refused(engine, new_uri, t
     vectors, and a collection deleted and built again for another corpus (same size): each named in one line, on
     load and on the next search of an open handle."""
     uri = new_uri(engine)
-    built = {}
-    for name, seed in (("A", 80), ("B", 81)):
-        if built:
-            drop(engine, uri)
-        index = GaussianIndex(12, "sum", engine, uri=uri)
-        sentences = [f"{name}{row}" for row in range(10)]
-        index.add(gaussians(10, seed=seed), sentences)
-        SentenceIndex(index, sentences, name).save(tmp_path / name)
-        built[name] = index
-    assert SentenceIndex.load(tmp_path / "B").sentences[0] == "B0"
+    built = built_twice_in_one_database(engine, uri, lambda: drop(engine, uri), tmp_path)
     with pytest.raises(ValueError, match=rf"was built on the {KIND[engine]} \w+ at .*, which now holds another one"):
         SentenceIndex.load(tmp_path / "A")
     with pytest.raises(ValueError, match=rf"now holds another GaussianIndex table \({KIND[engine]} \w+, this"):

@@ -55,8 +55,8 @@ def serve_forward(model, device: str, threads: int, tasks, results) -> None:
         model.to(device).eval()
         with torch.inference_mode():
             for rows, features, dtype in iter(tasks.get, None):
-                for _, mu, logvar in forward_batches(model, iter([(rows, features)]), dtype):
-                    results.put((rows, mu.float().cpu(), logvar.float().cpu()))
+                _, mu, logvar = next(forward_batches(model, iter([(rows, features)]), dtype))
+                results.put((rows, mu.float().cpu(), logvar.float().cpu()))
     except Exception:  # the calling process raises it, naming the device
         results.put(("error", device, traceback.format_exc()))
 
