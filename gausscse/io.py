@@ -1,4 +1,5 @@
-"""Atomic file output, in one place: whatever this project writes appears whole or not at all.
+"""Files, in one place: atomic output (whatever this project writes appears whole or not at all), whole-folder reads,
+and the JSON reader every file format of the project uses.
 
 Every writer goes through [`atomic_path`]: a temporary file in the target's folder, moved over the target with
 ``os.replace`` (atomic on POSIX and Windows) only when writing succeeded; on an error the temporary file is removed
@@ -14,7 +15,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,36 @@ def json_safe(value: Any) -> Any:
 def write_json(path: str | Path, payload: Any) -> None:
     """Write ``payload`` as indented JSON, atomically (``NaN`` becomes ``null``)."""
     write_atomic(path, json.dumps(json_safe(payload), indent=2, default=str) + "\n")
+
+
+JSON_KINDS = {dict: "object", str: "string", list: "array"}
+
+
+def json_value(text: str | bytes, path: str | Path, kind: type = dict, line: int | None = None, error=ValueError):
+    """The JSON value of ``text`` (the file ``path``, or its line ``line``) if it is a ``kind``; else ``error`` naming
+    the file and the line: text that is not UTF-8 or not JSON, or a value of another kind."""
+    try:
+        value = json.loads(text)
+    except UnicodeDecodeError as decode_error:
+        raise error(f"{path} is not UTF-8 text ({decode_error})") from None
+    except json.JSONDecodeError as json_error:
+        where = line or json_error.lineno
+        raise error(f"{path}, line {where}: not JSON ({json_error.msg}, column {json_error.colno})") from None
+    if not isinstance(value, kind):
+        raise error(f"{path}{'' if line is None else f', line {line}'}: not a JSON {JSON_KINDS[kind]}: {value!r:.80}")
+    return value
+
+
+def json_lines(lines: Iterable[str] | bytes, path: str | Path, kind: type = dict, error=ValueError) -> Iterator[Any]:
+    """The values of a JSON Lines file (its lines or its bytes; blank lines skipped), each checked by [`json_value`]."""
+    if isinstance(lines, bytes):
+        try:  # split at "\n" only, not splitlines(): JSON keeps U+2028 and U+0085 unescaped inside a string
+            lines = lines.decode("utf-8").split("\n")
+        except UnicodeDecodeError as decode_error:
+            raise error(f"{path} is not UTF-8 text ({decode_error})") from None
+    for line, text in enumerate(lines, start=1):
+        if text.strip():
+            yield json_value(text, path, kind, line, error)
 
 
 def first_line(error: BaseException) -> str:

@@ -20,7 +20,7 @@ from huggingface_hub import HfApi
 from gausscse.io import write_atomic
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# What the demo imports at run time (gausscse.model, .data.registry, .search, .figures); gradio comes from sdk_version.
+# What the demo imports at run time (gausscse.model, .data.registry, .search, .drawing); gradio comes from sdk_version.
 SPACE_PACKAGES = (
     "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "datasets", "numpy", "matplotlib",
     "PyYAML", "tqdm",

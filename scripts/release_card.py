@@ -25,10 +25,10 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
+from gausscse.drawing.gaussians import save_png
 from gausscse.evaluation.report import REPORT_TITLE
-from gausscse.figures import save_png
+from gausscse.hub.model_card import with_section
 from gausscse.io import write_atomic, write_json
-from gausscse.training.model_card import with_section
 from gausscse.training.precision import cpu_name
 from gausscse.training.save import add_final_model_file
 

@@ -31,8 +31,8 @@ import torch
 
 from gausscse import GaussCSEModel
 from gausscse.data.sources import load_training_examples
+from gausscse.drawing.reports import FIGURE1_SENTENCES, plot_gaussians_2d, plot_generality_gap, plot_pr_curves
 from gausscse.evaluation.dev_evaluator import dev_metrics
-from gausscse.evaluation.plots import FIGURE1_SENTENCES, plot_gaussians_2d, plot_generality_gap, plot_pr_curves
 from gausscse.evaluation.suite import TaskData, aggregate_seeds, run_encoder, significance
 from gausscse.io import atomic_path, write_json
 from gausscse.model.backbone_gausscse import sentence_transformers_pooling

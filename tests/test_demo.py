@@ -36,8 +36,7 @@ from gausscse.demo.core import (
     load_model,
     similarity_figure,
 )
-from gausscse.demo.picture import SIGMAS, covering_dimensions
-from gausscse.figures import projection_plane
+from gausscse.drawing.gaussians import SIGMAS, covering_dimensions, projection_plane
 
 from .helpers import reference_similarity, tiny_encoder_config, write_jsonl_gz
 

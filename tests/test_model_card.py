@@ -24,12 +24,10 @@ from gausscse.cli.evaluate import card_eval_results
 from gausscse.cli.evaluate import main as evaluate_main
 from gausscse.data.registry import HUB_SOURCES
 from gausscse.data.sources import TRAIN_SOURCES
+from gausscse.drawing.reports import plot_dev_summary
 from gausscse.evaluation.encoders import GaussianEncoder
-from gausscse.evaluation.plots import plot_dev_summary
 from gausscse.evaluation.tasks import NLIPairs
-from gausscse.training.arguments import parse_arguments
-from gausscse.training.lora import apply_lora
-from gausscse.training.model_card import (
+from gausscse.hub.model_card import (
     CardDataset,
     dataset_id,
     hub_dataset,
@@ -38,6 +36,8 @@ from gausscse.training.model_card import (
     sentence_transformers_usage,
     update_model_card,
 )
+from gausscse.training.arguments import parse_arguments
+from gausscse.training.lora import apply_lora
 
 from .helpers import MINILM_PATH, nli_rows, reference_search_score, reference_similarity, write_jsonl_gz
 
@@ -220,7 +220,7 @@ def test_the_figure_caption_and_the_figure_name_each_direction_rule(make_tiny_mo
     pairs = NLIPairs("dev", premises, hypotheses, np.array([True, True, False]), np.zeros(3, dtype=bool))
     encoded = GaussianEncoder(make_tiny_model(), tokenizer=minilm_tokenizer).encode_unique(pairs.sentences)
     figures = []
-    monkeypatch.setattr("gausscse.evaluation.plots.save_png", lambda figure, path: figures.append(figure) or path)
+    monkeypatch.setattr("gausscse.drawing.reports.save_png", lambda figure, path: figures.append(figure) or path)
     plot_dev_summary(encoded, pairs, "final evaluation", tmp_path / "evaluation.png")
     title = figures[0].axes[1].get_title()
     assert re.search(r"variance rule Σlogσ²\(pre\) > Σlogσ²\(hyp\): \d+\.\d\d%", title)

@@ -659,12 +659,12 @@ def test_damaged_index_files_are_named(tmp_path):
         ("sentences.jsonl", None, True): r"sentences.jsonl is missing \(listed in manifest.json\)",
         ("manifest.json", b"{", True): r"manifest.json is damaged",
         ("gaussians.safetensors", b"garbage", False): r"gaussians.safetensors is damaged",
-        ("index_config.json", b'{\n  "dim": 12,\n  oops\n}', False): r"index_config.json line 3: not valid JSON",
+        ("index_config.json", b'{\n  "dim": 12,\n  oops\n}', False): r"index_config.json, line 3: not JSON",
         ("index_config.json", b'{"dim": 12}', False): r"index_config.json has no 'reduction'",
         ("entailing.faiss", b"garbage!", False): r"entailing.faiss is not a FAISS index FAISS can read",
-        ("sentences.jsonl", "\n".join([*lines[:5], "{oops", *lines[6:]]).encode(), False): r"sentences.jsonl line 6",
-        ("sentences.jsonl", "\n".join([*lines[:5], "7", *lines[6:]]).encode(), False): r"line 6: expected a JSON str",
-        ("corpus.json", b"[1]", False): r"corpus.json must hold a JSON object",
+        ("sentences.jsonl", "\n".join([*lines[:5], "{oops", *lines[6:]]).encode(), False): r"sentences.jsonl, line 6: not JSON",
+        ("sentences.jsonl", "\n".join([*lines[:5], "7", *lines[6:]]).encode(), False): r"line 6: not a JSON string",
+        ("corpus.json", b"[1]", False): r"corpus.json: not a JSON object",
     }
     for (name, content, manifest), message in cases.items():
         with pytest.raises(ValueError, match=message):

@@ -246,6 +246,8 @@ def test_a_simcse_run_is_evaluated_as_a_point_model(backbone, data_dir, tmp_path
     output = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "simcse", *extra))
     results = json.loads((output / "train_results.json").read_text())
     assert results["loss"] == "simcse" and "eval_snli_dev_direction_accuracy" not in results  # cosine: no direction
+    (output / "train_results.json").unlink()  # the kind is the model's own: its config says it
+    assert json.loads((output / "config.json").read_text())["point_embeddings"] is True
     assert not load_encoder(str(output)).encode_unique(["a dog runs"]).is_gaussian
 
 

@@ -25,9 +25,9 @@ import torch
 from huggingface_hub import EvalResult
 from tqdm.auto import tqdm
 
+from gausscse.drawing.reports import plot_gaussians_2d, plot_generality_gap, plot_pr_curves
 from gausscse.evaluation.encoders import load_encoder
 from gausscse.evaluation.encoding import DEFAULT_BATCH_SIZE
-from gausscse.evaluation.plots import plot_gaussians_2d, plot_generality_gap, plot_pr_curves
 from gausscse.evaluation.report import Entry, markdown_report
 from gausscse.evaluation.suite import (
     TASKS,
@@ -41,9 +41,9 @@ from gausscse.evaluation.suite import (
     significance_against_length,
 )
 from gausscse.evaluation.tasks import NLI_DEV, NLI_TEST_SETS, RETRIEVAL_SETS, STS_DEV, STS_SETS
+from gausscse.hub.model_card import dev_eval_results, eval_result, hub_dataset, update_model_card
 from gausscse.io import write_atomic, write_json
 from gausscse.model.modeling_gausscse import DEFAULT_MAX_LENGTH
-from gausscse.training.model_card import dev_eval_results, eval_result, hub_dataset, update_model_card
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -267,7 +267,7 @@ def final_evaluation_figure(evaluator, model_name: str, folder: Path) -> Path | 
     written into ``folder``; ``None`` when no evaluation ran."""
     if evaluator is None or evaluator.last_encoded is None:
         return None
-    from gausscse.evaluation.plots import plot_dev_summary
+    from gausscse.drawing.reports import plot_dev_summary
 
     title = f"{model_name}: final evaluation on {evaluator.name} ({len(evaluator.pairs)} pairs)"
     return plot_dev_summary(evaluator.last_encoded, evaluator.pairs, title, folder / "evaluation.png")
@@ -403,6 +403,7 @@ def build_trainer(
             f"what --start {model_args.start} sets up for {model_args.model_name_or_path}): nothing would train; "
             "pass --frozen_mean false"
         )
+    model.config.point_embeddings = training_args.loss == "simcse"
     model.get_tokenizer(tokenizer)  # its saves (checkpoints, the final folder) write this one, not a reloaded copy
     max_length = resolve_max_length(tokenizer, model.config.encoder_config, data_args.max_seq_length)
     if max_length < data_args.max_seq_length:

@@ -43,6 +43,7 @@ import pyarrow as pa
 from datasets.packaged_modules.json.json import JsonConfig
 
 from gausscse.data.registry import HUB_SOURCES, LOCAL_FILES, NLI_LABELS, default_data_dir, load_split
+from gausscse.io import json_lines, json_value
 
 logger = logging.getLogger(__name__)
 
@@ -369,27 +370,13 @@ def json_records(handle: TextIO, path: Path) -> Iterable[dict[str, Any]]:
     """The objects of a JSON Lines file or of one JSON array (its first character ``[``); ``DataError`` naming the
     file and line for text that is not JSON or a value that is not an object."""
     first = handle.readline()
-    if first.lstrip().startswith("["):
-        text = first + handle.read()
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path}, line {error.lineno}: not JSON ({error.msg}, column {error.colno})") from None
-        for index, value in enumerate(values):
-            if not isinstance(value, dict):
-                raise DataError(f"{path}: item {index} of the JSON array is not an object: {value!r:.80}")
-            yield value
-        return
-    for line, text in enumerate(itertools.chain([first], handle), start=1):
-        if not text.strip():
-            continue
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path}, line {line}: not JSON ({error.msg}, column {error.colno})") from None
+    if not first.lstrip().startswith("["):
+        return json_lines(itertools.chain([first], handle), path, dict, DataError)
+    values = json_value(first + handle.read(), path, list, error=DataError)
+    for index, value in enumerate(values):
         if not isinstance(value, dict):
-            raise DataError(f"{path}, line {line}: not a JSON object: {value!r:.80}")
-        yield value
+            raise DataError(f"{path}: item {index} of the JSON array is not an object: {value!r:.80}")
+    return values
 
 
 def tsv_records(handle: Iterable[str]) -> Iterable[tuple[int, list[str]]]:

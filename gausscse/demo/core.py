@@ -13,14 +13,12 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from gausscse.data.registry import default_data_dir, load_split
-from gausscse.figures import draw_similarity_matrix
+from gausscse.drawing.gaussians import draw_direction, draw_similarity_matrix
 from gausscse.loading import ModelLoadError
 from gausscse.loading import load_model as load_gausscse_model
 from gausscse.model.gaussian import similarity_formula
 from gausscse.model.modeling_gausscse import GaussCSEModel
 from gausscse.search import SentenceIndex
-
-from .picture import draw_direction
 
 DEFAULT_MODEL = "outputs/quickstart"  # the quickstart's output (bash scripts/quickstart.sh)
 MAX_SENTENCES = 12  # rows of the similarity matrix

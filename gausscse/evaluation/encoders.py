@@ -13,7 +13,6 @@ and then looks pairs up in the returned :class:`EncodedSentences`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -229,7 +228,7 @@ def load_encoder(
     device: str = "cpu",
 ) -> SentenceEncoder:
     """A :class:`GaussianEncoder` for a saved GaussCSE model (``model_type == "gausscse"``; scored by the cosine of μ
-    when its ``train_results.json`` says it was trained with the ``simcse`` loss), else a :class:`PointEncoder`.
+    when its config says it is a point encoder, ``point_embeddings``), else a :class:`PointEncoder`.
     ``name_or_path``: a local folder or Hub id."""
     name = Path(name_or_path).name or str(name_or_path)
     try:
@@ -242,7 +241,6 @@ def load_encoder(
         raise ValueError(f"--model/--baseline {name_or_path!r}: no loadable model config there ({error})") from error
     if config.model_type == "gausscse":
         model = load_model(name_or_path, device=device)
-        results_file = Path(name_or_path) / "train_results.json"
-        point = results_file.is_file() and json.loads(results_file.read_text(encoding="utf-8")).get("loss") == "simcse"
+        point = model.config.point_embeddings
         return GaussianEncoder(model, batch_size=batch_size, max_length=max_length, bf16=bf16, name=name, point=point)
     return PointEncoder(name_or_path, batch_size=batch_size, max_length=max_length, bf16=bf16, device=device)

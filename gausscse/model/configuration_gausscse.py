@@ -198,6 +198,9 @@ class GaussCSEConfig(PreTrainedConfig):
             λ of the model's search score cos(μ_q, μ_x) − λ · KL(q‖x) / d (relevance by the cosine of the means, plus
             direction), chosen on SNLI dev at the end of training (`gausscse.evaluation.search_weight`); λ = 0 is the
             cosine. `None` (models saved before it existed): no search score is stated.
+        point_embeddings (`bool`, defaults to `False`):
+            The model is a point encoder: trained on μ alone (the supervised SimCSE loss sets it), its σ² head
+            untrained; evaluation scores it by the cosine of μ.
         logvar_min, logvar_max (`float`, defaults to -10 and 10):
             Clamp range of the predicted log σ², so exp(±logvar) and the KL stay finite; within ±30.
 
@@ -224,6 +227,7 @@ class GaussCSEConfig(PreTrainedConfig):
     embedding_size: int | None = None
     similarity_reduction: str = "mean_kl"
     search_kl_weight: float | None = None
+    point_embeddings: bool = False
     logvar_min: float = -10.0
     logvar_max: float = 10.0
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gausscse.io import atomic_folder, read_folder, write_json
+from gausscse.io import atomic_folder, json_lines, json_value, read_folder, write_json
 from gausscse.model.configuration_gausscse import model_fingerprint
 from gausscse.model.gaussian import GaussianEmbeddings
-from gausscse.search.index import SETTINGS_FILE, GaussianIndex, parse_json
+from gausscse.search.index import SETTINGS_FILE, GaussianIndex
 
 SENTENCES_FILE = "sentences.jsonl"
 CORPUS_FILE = "corpus.json"
@@ -194,32 +194,11 @@ class SentenceIndex:
         if SENTENCES_FILE not in files:
             raise FileNotFoundError(f"{folder} is not a saved SentenceIndex: {SENTENCES_FILE} is missing")
         index = GaussianIndex.from_files(folder, files, **load_kwargs)
-        sentences = parse_sentences(folder / SENTENCES_FILE, files[SENTENCES_FILE])
-        corpus = parse_json(folder / CORPUS_FILE, files[CORPUS_FILE]) if CORPUS_FILE in files else {}
+        sentences = list(json_lines(files[SENTENCES_FILE], folder / SENTENCES_FILE, str))
+        corpus = json_value(files[CORPUS_FILE], folder / CORPUS_FILE) if CORPUS_FILE in files else {}
         if len(sentences) != len(index):
             raise ValueError(f"{folder / SENTENCES_FILE} holds {len(sentences)} sentences, the index {len(index)}")
         return cls(index, sentences, corpus.get("model"), corpus.get("model_fingerprint"))
-
-
-def parse_sentences(path: Path, data: bytes) -> list[str]:
-    """The JSON strings of ``sentences.jsonl``, one per line; ``ValueError`` naming the file and line otherwise."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not UTF-8 text ({error})") from None
-    lines = text.split("\n")  # not splitlines(): JSON keeps U+2028 and U+0085 unescaped inside a sentence
-    if lines[-1] == "":
-        lines.pop()
-    sentences = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            sentence = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} line {number}: not a JSON string ({error.msg})") from None
-        if not isinstance(sentence, str):
-            raise ValueError(f"{path} line {number}: expected a JSON string, got {type(sentence).__name__}")
-        sentences.append(sentence)
-    return sentences
 
 
 __all__ = ["Hit", "ModelMismatchError", "SentenceIndex", "model_fingerprint"]

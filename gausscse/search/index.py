@@ -3,7 +3,6 @@ search backend (``gausscse.search.backends``: every item, FAISS, LanceDB, Qdrant
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 import torch
 from safetensors.torch import load, save_file
 
-from gausscse.io import atomic_folder, first_line, read_folder, write_json
+from gausscse.io import atomic_folder, first_line, json_value, read_folder, write_json
 from gausscse.model.gaussian import (
     KL_REDUCTIONS,
     LOGVAR_BOUND,
@@ -339,7 +338,7 @@ class GaussianIndex:
         """The index whose files (``{name: bytes}``, as read from ``folder``) [`save`] wrote."""
         if SETTINGS_FILE not in files:
             raise FileNotFoundError(f"{folder} is not a saved GaussianIndex: {SETTINGS_FILE} is missing")
-        settings = parse_json(folder / SETTINGS_FILE, files[SETTINGS_FILE])
+        settings = json_value(files[SETTINGS_FILE], folder / SETTINGS_FILE)
         backend = BACKENDS.get(settings.get("backend"))
         if backend is not None and backend.database:  # the data is in the database the settings name
             if "uri" not in settings:
@@ -385,19 +384,6 @@ class GaussianIndex:
             raise ValueError(f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {size}")
         index.engine.read_files(folder, files)
         return index
-
-
-def parse_json(path: Path, data: bytes) -> dict[str, Any]:
-    """The JSON object in ``data`` (the bytes of ``path``); ``ValueError`` naming the file and line otherwise."""
-    try:
-        payload = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not UTF-8 text ({error})") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} line {error.lineno}: not valid JSON ({error.msg})") from None
-    if not isinstance(payload, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(payload).__name__}")
-    return payload
 
 
 __all__ = ["BACKENDS", "GaussianIndex"]

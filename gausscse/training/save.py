@@ -16,6 +16,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from gausscse import GaussCSEModel
+from gausscse.hub.model_card import FIGURE_FILE, write_model_card
 from gausscse.io import (
     first_line,
     link_tree,
@@ -30,7 +31,6 @@ from gausscse.model.adapters_gausscse import remove_other_layout
 from gausscse.model.onnx_gausscse import remove_stale_graphs
 
 from .lora import has_lora, merge_lora
-from .model_card import FIGURE_FILE, write_model_card
 from .trainer import check_finite_weights
 
 TRAIN_RESULTS_FILE = "train_results.json"
@@ -56,7 +56,7 @@ def save_model_folder(
     step (``renameat2``), so whatever moment the process dies, ``model_dir`` holds the whole old or the whole new
     model. Where the system cannot swap folders atomically, each file is moved into place with its own atomic rename
     instead. A LoRA model is merged into a plain GaussCSE folder when ``merge``, else saved as adapter + heads.
-    ``card``: keyword arguments of [`gausscse.training.model_card.render_model_card`]; ``results``:
+    ``card``: keyword arguments of [`gausscse.hub.model_card.render_model_card`]; ``results``:
     ``train_results.json``; ``figure``: a PNG of the final evaluation, saved as ``FIGURE_FILE`` and shown in the card.
     """
     check_finite_weights(model, "the final model")

@@ -11,13 +11,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from gausscse.figures import draw_gaussians_2d, draw_generality_gap, finish_pr_axis, save_png
-
-from .encoders import EncodedSentences, SentenceEncoder
-from .metrics import precision_recall_sweep
-from .report import NLI_COLUMNS
-from .suite import ModelRun
-from .tasks import NLIPairs, entailment_direction
+from gausscse.drawing.gaussians import draw_gaussians_2d, draw_generality_gap, finish_pr_axis, save_png
+from gausscse.evaluation.encoders import EncodedSentences, SentenceEncoder
+from gausscse.evaluation.metrics import precision_recall_sweep
+from gausscse.evaluation.report import NLI_COLUMNS
+from gausscse.evaluation.suite import ModelRun
+from gausscse.evaluation.tasks import NLIPairs, entailment_direction
 
 # A premise, sentences it entails (ever more general), and an unrelated one — as in the paper's Figure 1.
 FIGURE1_SENTENCES = (
