@@ -1,10 +1,5 @@
-"""Files, in one place: atomic output (whatever this project writes appears whole or not at all), whole-folder reads,
-and the JSON reader every file format of the project uses.
-
-Every writer goes through [`atomic_path`]: a temporary file in the target's folder, moved over the target with
-``os.replace`` (atomic on POSIX and Windows) only when writing succeeded; on an error the temporary file is removed
-and an earlier file at the target is left as it was.
-"""
+"""Files: atomic output (every file and folder this project writes appears whole or not at all, through a temporary
+beside the target and ``os.replace``), whole-folder reads of one version, and the one JSON reader."""
 
 from __future__ import annotations
 
@@ -17,14 +12,19 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from huggingface_hub.utils.sha import sha_fileobj
+
+from gausscse.model.configuration_gausscse import write_bytes_atomic
 
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path`` (same suffix, so writers that infer a format from it work); on a clean
-    exit it replaces ``path``, on an exception it is deleted."""
+    """A temporary path beside ``path`` (same suffix): on a clean exit it replaces ``path``, on an exception it is
+    deleted and an earlier file at ``path`` stays."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f"{path.suffix}.tmp")
@@ -38,16 +38,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 def current_umask() -> int:
-    """The process's umask (read by setting it and restoring it at once)."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
-    with atomic_path(path) as temporary:
-        temporary.write_text(text, encoding="utf-8")
+    """Write ``text`` (UTF-8) to ``path`` atomically (the model layer's [`write_bytes_atomic`])."""
+    write_bytes_atomic(Path(path), text.encode("utf-8"))
 
 
 def json_safe(value: Any) -> Any:
@@ -71,7 +69,7 @@ JSON_KINDS = {dict: "object", str: "string", list: "array"}
 
 def json_value(text: str | bytes, path: str | Path, kind: type = dict, line: int | None = None, error=ValueError):
     """The JSON value of ``text`` (the file ``path``, or its line ``line``) if it is a ``kind``; else ``error`` naming
-    the file and the line: text that is not UTF-8 or not JSON, or a value of another kind."""
+    the file and line (not UTF-8, not JSON, another kind)."""
     try:
         value = json.loads(text)
     except UnicodeDecodeError as decode_error:
@@ -97,7 +95,7 @@ def json_lines(lines: Iterable[str] | bytes, path: str | Path, kind: type = dict
 
 
 def first_line(error: BaseException) -> str:
-    """The first line of an error's message (FAISS puts C++ file positions on later lines, HTTP clients bodies)."""
+    """The first line of an error's message (FAISS and HTTP clients add C++ positions and bodies)."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
@@ -107,14 +105,12 @@ AT_FDCWD = -100
 
 
 def exchange_paths(first: str | Path, second: str | Path) -> bool:
-    """Swap two existing paths in one atomic step (Linux ``renameat2(..., RENAME_EXCHANGE)``). Returns ``False``
-    where the system or file system cannot (no such call, or it refuses the flag); other failures raise ``OSError``."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
+    """Swap two existing paths atomically (Linux ``renameat2(..., RENAME_EXCHANGE)``); ``False`` where the system or
+    file system cannot, ``OSError`` on other failures."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
     if renameat2 is None:
         return False
-    done = renameat2(AT_FDCWD, os.fsencode(first), AT_FDCWD, os.fsencode(second), RENAME_EXCHANGE)
-    if done == 0:
+    if renameat2(AT_FDCWD, os.fsencode(first), AT_FDCWD, os.fsencode(second), RENAME_EXCHANGE) == 0:
         return True
     code = ctypes.get_errno()
     if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
@@ -138,9 +134,8 @@ def link_tree(source: Path, target: Path) -> None:
 
 
 def replace_folder(new: Path, folder: Path) -> bool:
-    """Make ``new`` (a complete folder beside ``folder``) take ``folder``'s place in one atomic step, so that at any
-    moment ``folder`` is the whole old or the whole new content; the old content is deleted afterwards. Returns
-    ``False`` (and changes nothing) where the system cannot swap atomically."""
+    """Make ``new`` (a folder beside ``folder``) take ``folder``'s place in one atomic step and delete the old content;
+    ``False``, and nothing changed, where the system cannot swap atomically."""
     if not folder.exists():
         os.replace(new, folder)
         return True
@@ -151,9 +146,8 @@ def replace_folder(new: Path, folder: Path) -> bool:
 
 
 def check_replaceable(folder: str | Path, marker: str, flag: str = "") -> None:
-    """``FileExistsError`` unless ``folder`` may be replaced by a folder of the kind that always holds ``marker``: it
-    does not exist, is empty, or holds ``marker`` (so a wrong path never wipes someone's data). ``flag`` names the
-    argument that gave the path."""
+    """``FileExistsError`` (naming the argument ``flag``) unless ``folder`` does not exist, is empty or holds ``marker``
+    (the file its kind of folder always has), so that a wrong path never wipes someone's data."""
     folder = Path(folder)
     if folder.exists() and not (folder / marker).is_file() and (not folder.is_dir() or any(folder.iterdir())):
         named = f"{flag} {folder}" if flag else str(folder)
@@ -161,10 +155,9 @@ def check_replaceable(folder: str | Path, marker: str, flag: str = "") -> None:
 
 
 def check_output_location(path: str | Path, flag: str) -> Path:
-    """The absolute path of the output folder ``path`` (given by the argument ``flag``), checked before any long work,
-    with a ``ValueError`` naming ``flag`` when it cannot be written: it is a file; it is the working directory or holds
-    it (an output folder is replaced whole, and a process cannot swap away the folder it stands in); or its nearest
-    existing parent folder takes no new entries (the staging folder and lock are made beside it)."""
+    """The absolute path of the output folder ``path`` (argument ``flag``); ``ValueError`` naming ``flag`` before any
+    long work when it is a file, is or holds the working directory (it is replaced whole), or its nearest existing
+    parent takes no new entries (the staging folder and lock go there)."""
     target = Path(path).expanduser().absolute()
     if target.exists() and not target.is_dir():
         raise ValueError(f"{flag} {path} is a file, not a folder")
@@ -187,8 +180,8 @@ def check_output_location(path: str | Path, flag: str) -> Path:
 
 
 def check_not_nested(first: str | Path, first_flag: str, second: str | Path, second_flag: str, why: str) -> None:
-    """``ValueError`` when the folders ``first`` and ``second`` (relative paths and symbolic links resolved) are one
-    folder or one holds the other, saying ``why`` that matters: writing one would replace or delete the other."""
+    """``ValueError``, saying ``why``, when the folders ``first`` and ``second`` (resolved) are one or one holds the
+    other."""
     one, other = Path(first).resolve(), Path(second).resolve()
     if one == other or one in other.parents or other in one.parents:
         relation = "is" if one == other else "holds" if one in other.parents else "lies inside"
@@ -197,9 +190,8 @@ def check_not_nested(first: str | Path, first_flag: str, second: str | Path, sec
 
 @contextmanager
 def staging_folder(folder: Path, prefix: str) -> Iterator[Path]:
-    """An empty folder of this call's own (``prefix`` + random) beside ``folder``, with the usual permissions, for
-    building what replaces ``folder``; deleted when the block ends, however it ends (after a successful swap it holds
-    nothing)."""
+    """A new empty folder (``prefix`` + random) beside ``folder``, with the usual permissions, deleted when the block
+    ends."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=prefix))
     try:
@@ -217,10 +209,9 @@ def resolved_target(folder: str | Path) -> Path:
 
 @contextmanager
 def atomic_folder(folder: str | Path, marker: str) -> Iterator[Path]:
-    """Yield an empty staging folder beside ``folder``; on a clean exit [`write_manifest`] records its files and it
-    takes ``folder``'s place whole ([`replace_folder`]), on an exception it is deleted and ``folder`` is left as it
-    was. An existing ``folder`` is only replaced when it is empty or holds ``marker`` (a file this kind of folder
-    always has), so a wrong path never wipes someone's data. A symbolic link is kept: its target is replaced."""
+    """An empty staging folder beside ``folder``: on a clean exit [`write_manifest`] records its files and it takes
+    ``folder``'s place whole, on an exception it is deleted. ``folder`` must pass [`check_replaceable`] for
+    ``marker``; a symbolic link stays and its target is replaced."""
     folder = resolved_target(folder)
     check_replaceable(folder, marker)
     with staging_folder(folder, f".{folder.name}.") as staging:
@@ -232,26 +223,16 @@ def atomic_folder(folder: str | Path, marker: str) -> Iterator[Path]:
 
 MANIFEST_FILE = "manifest.json"
 READ_ATTEMPTS = 20  # whole-folder reads retried when the folder is replaced while it is read
-HASH_BLOCK = 1 << 20
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(HASH_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
+BY_HANDLE = os.open in os.supports_dir_fd and os.listdir in os.supports_fd  # a folder read through one handle
 
 
 def write_manifest(folder: Path) -> None:
-    """``manifest.json`` in ``folder``: the size and SHA-256 of each of its files, so that a reader can tell a whole
-    folder from a damaged one ([`read_folder`])."""
-    files = {
-        path.name: {"size": path.stat().st_size, "sha256": file_sha256(path)}
-        for path in sorted(folder.iterdir())
-        if path.is_file() and path.name != MANIFEST_FILE
-    }
+    """``manifest.json`` in ``folder``: the size and SHA-256 of each of its files ([`read_folder`] checks them)."""
+    files = {}
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.name != MANIFEST_FILE:
+            with open(path, "rb") as handle:
+                files[path.name] = {"size": path.stat().st_size, "sha256": sha_fileobj(handle).hex()}
     write_json(folder / MANIFEST_FILE, {"files": files})
 
 
@@ -260,97 +241,70 @@ class FolderReplacedError(OSError):
 
 
 def read_folder(folder: str | Path, kind: str) -> dict[str, bytes]:
-    """Every file of a folder written by [`atomic_folder`], all from one version of it: ``{name: bytes}``.
-
-    The files are opened through one handle on the folder (``openat``), so a save that swaps a new folder in while
-    this runs cannot mix its files with the old ones: a file of the old folder that is already gone means the read
-    starts again on the new one. Each file named in ``manifest.json`` must be there with its recorded size and
-    SHA-256, else ``ValueError`` names the file (folders saved before manifests existed are read as they are).
-    ``kind`` names what the folder should be, for the messages.
-    """
+    """Every file of a folder written by [`atomic_folder`], all from one version of it: ``{name: bytes}``, read through
+    one handle on the folder (a read the swap of a new save overtakes starts again). ``ValueError`` naming the file
+    when one listed in ``manifest.json`` is missing or differs from its size and SHA-256 (a folder without a manifest
+    is read as it is); ``kind`` names the folder in messages."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a saved {kind}: no such folder")
     for _ in range(READ_ATTEMPTS):
+        handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if BY_HANDLE else None
         try:
-            return _read_folder_once(folder, kind)
+            return _read_folder_once(folder, kind, handle)
         except FolderReplacedError:
             continue
+        finally:
+            if handle is not None:
+                os.close(handle)
     raise OSError(f"{folder} was replaced {READ_ATTEMPTS} times while being read; try again")
 
 
-def _read_folder_once(folder: Path, kind: str) -> dict[str, bytes]:
-    """One attempt of [`read_folder`]."""
-    by_handle = os.open in os.supports_dir_fd and os.listdir in os.supports_fd
-    handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if by_handle else None
-
-    def replaced() -> bool:  # the folder this handle opened is no longer the one at its path (a save swapped it)
-        if handle is None:
-            return False
-        opened = os.fstat(handle)
-        try:
-            current = os.stat(folder)
-        except FileNotFoundError:
-            return True
-        return (opened.st_dev, opened.st_ino) != (current.st_dev, current.st_ino)
+def _read_folder_once(folder: Path, kind: str, handle: int | None) -> dict[str, bytes]:
+    """One attempt of [`read_folder`] through ``handle`` (``None``: by path)."""
 
     def read(name: str) -> bytes | None:
         try:
-            descriptor = os.open(name if by_handle else folder / name, os.O_RDONLY, dir_fd=handle)
+            with open(folder / name if handle is None else name, "rb", opener=partial(os.open, dir_fd=handle)) as file:
+                return file.read()
         except FileNotFoundError:
-            if replaced():
-                raise FolderReplacedError(str(folder)) from None
             return None
-        with os.fdopen(descriptor, "rb") as opened:
-            return opened.read()
 
+    manifest = read(MANIFEST_FILE)  # none: an older folder (its files as they are), or one deleted after a swap
+    listed = None if manifest is None else manifest_records(manifest, folder / MANIFEST_FILE, kind)
+    names = listed
+    if names is None:
+        names = [name for name in os.listdir(folder if handle is None else handle) if not name.startswith(".")]
+    files = {name: read(name) for name in names}
+    if (listed is None or None in files.values()) and handle is not None and swapped(folder, handle):
+        raise FolderReplacedError(str(folder))
+    if listed is None:
+        return {name: data for name, data in files.items() if data is not None}
+    for name, (size, sha256) in listed.items():
+        data = files[name]
+        if data is None:
+            raise ValueError(f"{folder / name} is missing (listed in {MANIFEST_FILE}): save the {kind} again")
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:  # files are never rewritten in place
+            raise ValueError(
+                f"{folder / name} changed after it was saved (size or SHA-256 differs from {MANIFEST_FILE}): "
+                f"the {kind} is damaged; save it again"
+            )
+    return files
+
+
+def manifest_records(manifest: bytes, path: Path, kind: str) -> dict[str, tuple[int, str]]:
+    """``{name: (size, SHA-256)}`` of a ``manifest.json``; ``ValueError`` naming it when it is damaged."""
     try:
-        manifest_bytes = read(MANIFEST_FILE)
-        if manifest_bytes is None:  # an older folder (its files as they are), or one being deleted after a swap
-            names = os.listdir(handle if by_handle else folder)
-            files = {name: read(name) for name in names if not name.startswith(".")}
-            if replaced():
-                raise FolderReplacedError(str(folder))
-            return {name: data for name, data in files.items() if data is not None}
-        try:
-            listed = {
-                name: (int(record["size"]), str(record["sha256"]))
-                for name, record in json.loads(manifest_bytes)["files"].items()
-            }
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise ValueError(f"{folder / MANIFEST_FILE} is damaged ({error!r}): save the {kind} again") from None
-        files = {}
-        for name, (size, sha256) in listed.items():
-            data = read(name)
-            if data is None:
-                raise ValueError(f"{folder / name} is missing (listed in {MANIFEST_FILE}): save the {kind} again")
-            if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:  # files are never rewritten in place
-                raise ValueError(
-                    f"{folder / name} changed after it was saved (size or SHA-256 differs from {MANIFEST_FILE}): "
-                    f"the {kind} is damaged; save it again"
-                )
-            files[name] = data
-        return files
-    finally:
-        if handle is not None:
-            os.close(handle)
+        return {
+            name: (int(record["size"]), str(record["sha256"])) for name, record in json.loads(manifest)["files"].items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{path} is damaged ({error!r}): save the {kind} again") from None
 
 
-__all__ = [
-    "atomic_folder",
-    "atomic_path",
-    "check_replaceable",
-    "current_umask",
-    "exchange_paths",
-    "file_sha256",
-    "first_line",
-    "json_safe",
-    "link_tree",
-    "read_folder",
-    "replace_folder",
-    "resolved_target",
-    "staging_folder",
-    "write_atomic",
-    "write_json",
-    "write_manifest",
-]
+def swapped(folder: Path, handle: int) -> bool:
+    """Whether the folder ``handle`` opened is no longer the one at its path (a save swapped it)."""
+    try:
+        return not os.path.samestat(os.fstat(handle), os.stat(folder))
+    except FileNotFoundError:
+        return True

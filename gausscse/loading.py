@@ -1,15 +1,6 @@
-"""The one loader of GaussCSE models: evaluation, search, the demo and continued training all go through it.
-
-    from gausscse.loading import load_model
-
-    model = load_model("outputs/quickstart")                       # a training output
-    model = load_model("outputs/quickstart/checkpoint-300")        # a checkpoint
-    model = load_model("user/gausscse-minilm", revision="a1b2c3d")  # a Hub id, pinned to a commit
-
-Full folders, ``checkpoint-N`` folders, LoRA outputs merged or not (an adapter folder needs peft and fetches its
-backbone) and Hub ids all load the same way, with the installed package's code (no ``trust_remote_code``: the folder's
-own ``*.py`` never run here). The tokenizer saved beside the weights comes with the model, so ``model.encode`` works.
-"""
+"""The one loader of GaussCSE models (evaluation, search, the demo, continued training): ``load_model(path_or_id)``
+takes training outputs, ``checkpoint-N`` folders, LoRA outputs merged or not and Hub ids, with the installed
+package's code (a folder's own ``*.py`` never run) and the tokenizer saved beside the weights."""
 
 from __future__ import annotations
 
@@ -32,12 +23,12 @@ class ModelLoadError(ValueError):
 
 
 def is_complete_checkpoint(folder: str | Path) -> bool:
-    """Whether ``folder`` is a checkpoint whose save finished (see ``CHECKPOINT_COMPLETE``)."""
+    """Whether ``folder`` is a checkpoint whose save finished (it holds ``CHECKPOINT_COMPLETE``)."""
     return (Path(folder) / CHECKPOINT_COMPLETE).is_file()
 
 
 def latest_complete_checkpoint(output_dir: str | Path) -> Path | None:
-    """The ``checkpoint-N`` of ``output_dir`` with the largest N whose save finished; half-written ones are skipped."""
+    """The ``checkpoint-N`` of ``output_dir`` with the largest N whose save finished."""
     found = [
         (int(path.name.removeprefix(CHECKPOINT_PREFIX)), path)
         for path in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*")
@@ -47,7 +38,7 @@ def latest_complete_checkpoint(output_dir: str | Path) -> Path | None:
 
 
 def valid_repo_id(name: str) -> bool:
-    """Whether ``name`` is spelled as a Hub repository id."""
+    """Whether ``name`` is spelled as a Hub repository id (``huggingface_hub``'s ``validate_repo_id``)."""
     try:
         validate_repo_id(name)
     except HFValidationError:
@@ -61,7 +52,7 @@ def is_hub_id(name: str) -> bool:
 
 
 def check_model_reference(name_or_path: str | Path) -> None:
-    """A clear [`ModelLoadError`] for something that is neither a folder nor a possible Hub id."""
+    """A clear [`ModelLoadError`] for something that is neither a model folder nor a possible Hub id."""
     path = Path(name_or_path)
     if path.exists():
         if not path.is_dir():
@@ -70,11 +61,11 @@ def check_model_reference(name_or_path: str | Path) -> None:
             latest = latest_complete_checkpoint(path)  # a run that never finished
             hint = f"; it holds checkpoints: load the latest complete one, {latest}" if latest else ""
             raise ModelLoadError(f"{name_or_path}: no config.json in this folder, so no model{hint}")
-        return
-    try:
-        validate_repo_id(str(name_or_path))
-    except HFValidationError as error:
-        raise ModelLoadError(f"{name_or_path}: no such folder, and not a Hub repo id ({error})") from None
+    else:
+        try:
+            validate_repo_id(str(name_or_path))
+        except HFValidationError as error:
+            raise ModelLoadError(f"{name_or_path}: no such folder, and not a Hub repo id ({error})") from None
 
 
 def load_model(
@@ -85,18 +76,11 @@ def load_model(
     token: str | bool | None = None,
     dtype: torch.dtype | None = None,
 ) -> GaussCSEModel:
-    """A GaussCSE model from a folder or Hub id, in eval mode, with its tokenizer.
+    """A GaussCSE model, in eval mode, with its tokenizer (when one was saved), from a folder or Hub id.
 
-    Args:
-        name_or_path: a training output, a ``checkpoint-N``, a ``save_pretrained`` / ``push_to_hub`` folder, a LoRA
-            output merged or not (adapter folder), or a Hub repo id of any of them.
-        revision: for a Hub id, the branch, tag or commit to load (pin a commit for reproducible results).
-        device: where to put the model (default: where it loads, the CPU).
-        token: Hub token for a private repo (default: the logged-in one).
-        dtype: the weights' dtype (default: as saved).
-
-    Raises:
-        ModelLoadError: nothing loadable there, or a model that is not a GaussCSE model (with what to do instead).
+    ``revision``: a Hub branch, tag or commit (pin one to reproduce); ``device``: where to put it (default: the
+    CPU); ``token``: for a private repo; ``dtype``: of the weights (default: as saved). Raises [`ModelLoadError`]
+    when nothing loads there or the model is not a GaussCSE model (saying what to do instead).
     """
     check_model_reference(name_or_path)
     hub_kwargs = {key: value for key, value in (("revision", revision), ("token", token)) if value is not None}
@@ -124,15 +108,3 @@ def load_model(
     if device is not None:
         model.to(device)
     return model.eval()
-
-
-__all__ = [
-    "CHECKPOINT_COMPLETE",
-    "ModelLoadError",
-    "check_model_reference",
-    "is_complete_checkpoint",
-    "is_hub_id",
-    "latest_complete_checkpoint",
-    "load_model",
-    "valid_repo_id",
-]

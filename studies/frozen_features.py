@@ -6,7 +6,7 @@ the cache (``studies/heads_only.py``) and scores them with the evaluation suite 
 package's [`gausscse.evaluation.encoders.SentenceEncoder`] protocol: :class:`FrozenBackboneEncoder` (only the heads
 run) and :class:`FeaturePointEncoder` (the untouched backbone as a point encoder).
 
-The vectors come from the package's encoding loop, [`gausscse.evaluation.encoding.encode_hidden`] (the one
+The vectors come from the package's encoding loop, [`gausscse.evaluation.encoders.encode_hidden`] (the one
 ``PointEncoder`` runs), so a cached vector is the vector ``gausscse-evaluate --baseline`` would compute.
 """
 
@@ -18,8 +18,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from gausscse.evaluation.encoders import EncodedSentences
-from gausscse.evaluation.encoding import DEFAULT_BATCH_SIZE, encode_hidden, index_of, rows_of, unique_sentences
+from gausscse.evaluation.encoders import (
+    DEFAULT_BATCH_SIZE,
+    EncodedSentences,
+    encode_hidden,
+    index_of,
+    rows_of,
+    unique_sentences,
+)
 from gausscse.model.modeling_gausscse import GaussCSEModel
 
 

@@ -26,8 +26,8 @@ from gausscse.training.losses import GaussCSELoss
 from studies.frozen_features import BackboneFeatures, FeaturePointEncoder, FrozenBackboneEncoder
 from studies.heads_only import HeadsOnlyArguments, batch_embeddings, sentences_of, shuffled_batches, train_heads
 
+from .evaluation.test_evaluation_metrics import brute_force_best_threshold, brute_force_sweep_auprc
 from .helpers import heads_by_hand, reference_similarity
-from .test_evaluation_metrics import brute_force_best_threshold, brute_force_sweep_auprc
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,6 +4,7 @@ gives a working package with its commands."""
 from __future__ import annotations
 
 import ast
+import graphlib
 import json
 import os
 import shutil
@@ -91,6 +92,34 @@ def is_under(module: str, package: str) -> bool:
     return module == package or module.startswith(f"{package}.")
 
 
+def test_the_package_has_no_import_cycle():
+    """Each module's imports (type-checking ones aside) form no cycle: ``from a.b import c`` is an edge to the module
+    ``a.b.c`` where it is one, else to ``a.b``."""
+    files = package_files()
+    graph = {}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for inner in ast.walk(node)
+        }
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        edges = set()
+        for node in ast.walk(tree):
+            if id(node) in typing_only or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(node, ast.Import):
+                edges |= {alias.name for alias in node.names}
+                continue
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            edges |= {f"{module}.{alias.name}" if f"{module}.{alias.name}" in files else module for alias in node.names}
+        graph[name] = {edge for edge in edges if edge in files and edge != name}
+    graphlib.TopologicalSorter(graph).prepare()  # CycleError names the cycle
+
+
 def test_the_package_imports_neither_the_studies_nor_the_benchmarks():
     """``gausscse/`` is what a user of the model runs; ``studies/`` and ``bench/`` build on it, never the reverse."""
     offending = {
@@ -165,8 +194,8 @@ def test_the_model_files_import_only_torch_transformers_and_each_other():
     allowed |= {"huggingface_hub"}  # a transformers dependency: a Hub backbone's sentence-transformers pooling file
     allowed |= {"safetensors"}  # a transformers dependency: the heads file of an adapter folder
     allowed |= {"numpy"}  # a transformers dependency: ONNX Runtime's inputs and outputs, encode's padding
-    allowed |= {"itertools", "functools", "queue", "threading", "contextlib"}  # encode pads ahead of the forward
-    allowed |= {"multiprocessing", "traceback"}  # encode on several devices: worker processes
+    allowed |= {"itertools", "functools", "concurrent", "contextlib"}  # encode pads ahead of the forward (a thread)
+    allowed |= {"multiprocessing", "traceback"}  # encode on several devices: worker processes (concurrent.futures)
     optional = {"peft", "onnxruntime"}  # in try blocks (transformers' import check skips them): adapters, ONNX only
     for path in MODEL_DIR.glob("*.py"):
         for line in path.read_text().splitlines():
@@ -260,6 +289,7 @@ def test_pip_install_gives_the_package_and_its_commands(tmp_path):
         entry_points = archive.read(next(name for name in names if name.endswith("/entry_points.txt"))).decode()
     assert {name.split("/")[0] for name in names if not name.startswith("gausscse-")} == {"gausscse"}
     assert "gausscse/evaluation/evaluate_modules/binary_nli/binary_nli.py" in names
+    assert "gausscse/hub/model_card_template.md" in names  # package data
     for requirement in ("torch", "transformers", "datasets", "evaluate", "accelerate", "peft", "scipy"):
         assert f"Requires-Dist: {requirement}" in metadata
     for command in ("gausscse-train = gausscse.cli.train:run", "gausscse-evaluate = gausscse.cli.evaluate:run"):

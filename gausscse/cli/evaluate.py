@@ -1,14 +1,9 @@
 """Command line: ``gausscse-evaluate --model PATH --tasks nli,direction,sts --output DIR``
 (or ``python -m gausscse.cli.evaluate``).
 
-Writes ``DIR/results.json``, ``DIR/report.md`` and PNG plots (``pr_curves.png``; for Gaussian models
-``generality_gap_<name>.png`` and ``gaussians_2d_<name>.png``). A ``--model`` folder with a GaussCSE model card
-(``README.md`` as gausscse-train writes it) gets the results in its card: every metric in the metadata's
-``model-index`` and in the card's evaluation tables (not with ``--max_examples``: subsets are not the test splits).
-
-Several ``--model`` paths are runs (seeds) of one configuration: the report shows mean ± std and the
-significance tests use the first. ``--baseline`` paths are evaluated by the same code (a GaussCSE folder or any
-encoder, e.g. the packaged all-MiniLM-L6-v2 with its own pooling and cosine).
+Writes ``DIR/results.json``, ``DIR/report.md`` and PNG plots, and merges the results into a ``--model`` folder's
+GaussCSE model card (not with ``--max_examples``). Several ``--model`` paths are seeds of one configuration (mean ± std;
+significance tests use the first); ``--baseline`` paths (GaussCSE folders or any encoder) are scored by the same code.
 """
 
 from __future__ import annotations
@@ -26,24 +21,22 @@ from huggingface_hub import EvalResult
 from tqdm.auto import tqdm
 
 from gausscse.drawing.reports import plot_gaussians_2d, plot_generality_gap, plot_pr_curves
-from gausscse.evaluation.encoders import load_encoder
-from gausscse.evaluation.encoding import DEFAULT_BATCH_SIZE
+from gausscse.evaluation.encoders import DEFAULT_BATCH_SIZE, load_encoder
 from gausscse.evaluation.report import Entry, markdown_report
-from gausscse.evaluation.suite import (
+from gausscse.evaluation.suite import ModelRun, aggregate_seeds, flatten, run_encoder, significance_tests
+from gausscse.evaluation.tasks import (
+    NLI_DEV,
+    NLI_TEST_SETS,
+    RETRIEVAL_SETS,
+    STS_DEV,
+    STS_SETS,
     TASKS,
-    ModelRun,
     TaskData,
-    aggregate_seeds,
-    flatten,
     parse_tasks,
-    run_encoder,
-    significance,
-    significance_against_length,
 )
-from gausscse.evaluation.tasks import NLI_DEV, NLI_TEST_SETS, RETRIEVAL_SETS, STS_DEV, STS_SETS
 from gausscse.hub.model_card import dev_eval_results, eval_result, hub_dataset, update_model_card
 from gausscse.io import write_atomic, write_json
-from gausscse.model.modeling_gausscse import DEFAULT_MAX_LENGTH
+from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,12 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, help="folder for results.json, report.md and the PNGs")
     parser.add_argument("--max_examples", type=int, default=None, help="use the first N rows of every split")
     parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE)
-    parser.add_argument(
-        "--max_length",
-        type=int,
-        default=DEFAULT_MAX_LENGTH,
-        help="truncation length in tokens (default: the encoder's limit)",
-    )
+    length_help = "truncation length in tokens (default: the encoder's limit)"
+    parser.add_argument("--max_length", type=int, default=DEFAULT_MAX_LENGTH, help=length_help)
     parser.add_argument("--bf16", action="store_true", help="encode under bfloat16 autocast (KL stays float32)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no_plots", action="store_true", help="skip the PNGs")
@@ -91,6 +80,8 @@ def _labels(paths: list[str], names: list[str] | None, argument: str, taken: set
 
 
 PLOT_PATTERNS = ("pr_curves.png", "generality_gap_*.png", "gaussians_2d_*.png")
+RUN_SETTINGS = ("data_dir", "max_examples", "batch_size", "max_length", "bf16", "device")  # into results.json's meta
+UNITS = "percent (0-100) except thresholds (0-1), counts and p-values"
 
 
 def check_output_folder(output: Path) -> Path:
@@ -105,8 +96,7 @@ def check_output_folder(output: Path) -> Path:
 
 
 def remove_stale_plots(output: Path, written: list[Path]) -> None:
-    """Delete plots an earlier run left in ``output`` that this run did not write (they would be mistaken for its
-    own)."""
+    """Delete the plots an earlier run left in ``output`` (they would pass for this run's)."""
     keep = {Path(path).resolve() for path in written}
     for pattern in PLOT_PATTERNS:
         for path in output.glob(pattern):
@@ -127,23 +117,19 @@ NOT_CARD_METRICS = {"examples", "positives", "size", "threshold", "length_baseli
 
 
 def card_eval_results(results: dict) -> list[EvalResult]:
-    """One model's ``results`` (``ModelRun.results``) as model-index entries: the SNLI dev block as the dev evaluator's
-    metrics, then every metric of every set of ``CARD_BLOCKS`` (retrieval ones as ``<score>_<metric>``), but
-    ``NOT_CARD_METRICS`` and the STS average (a mean over sets, no dataset)."""
+    """``ModelRun.results`` as model-index entries: the SNLI dev block as the dev evaluator's metrics, then every metric
+    of every set of ``CARD_BLOCKS`` (retrieval: ``<score>_<metric>``) but ``NOT_CARD_METRICS`` and the STS average."""
     entries = dev_eval_results(results["snli_dev"], hub_dataset(*NLI_DEV)) if "snli_dev" in results else []
     for block, (task, sets, prefix) in CARD_BLOCKS.items():
-        for name, values in results.get(block, {}).items():
-            if name not in sets:
-                continue
-            for key, value in flatten(values).items():
-                if key.split("/")[0] not in NOT_CARD_METRICS:
-                    entries.append(eval_result(task, hub_dataset(*sets[name]), prefix + key.replace("/", "_"), value))
+        for key, value in flatten(results.get(block, {})).items():
+            name, metric = key.split("/", 1)
+            if name in sets and metric.split("/")[0] not in NOT_CARD_METRICS:
+                entries.append(eval_result(task, hub_dataset(*sets[name]), prefix + metric.replace("/", "_"), value))
     return entries
 
 
 def update_model_cards(paths: list[str], runs: list[ModelRun], max_examples: int | None) -> None:
-    """Merge each ``--model`` folder's results into its GaussCSE model card (a Hub id, a folder without such a card:
-    untouched); not after ``--max_examples``, whose subsets are not the test splits."""
+    """Merge each ``--model`` folder's results into its GaussCSE model card if any; not after ``--max_examples``."""
     if max_examples is not None:
         print("Model cards left as they were: --max_examples scores subsets, not the test splits", file=sys.stderr)
         return
@@ -157,20 +143,8 @@ def update_model_cards(paths: list[str], runs: list[ModelRun], max_examples: int
             print(f"Wrote the results into the model card {Path(path) / 'README.md'}", file=sys.stderr)
 
 
-def significance_tests(reference: ModelRun, baselines: list[ModelRun], tasks: tuple[str, ...]) -> dict[str, dict]:
-    """McNemar between ``reference`` and each baseline and, with the direction task, between every Gaussian model's
-    similarity rule and the length baseline; comparisons with no shared task left out."""
-    tests = {f"{reference.name} vs. {run.name}": significance(reference, run) for run in baselines}
-    if "direction" in tasks:  # every Gaussian model (the reference first) against counting characters
-        for run in [reference, *baselines]:
-            if run.is_gaussian:
-                tests[f"{run.name} similarity rule vs. length baseline"] = significance_against_length(run)
-    return {comparison: results for comparison, results in tests.items() if results}
-
-
 def task_plots(shown: list[ModelRun], data: TaskData, tasks: tuple[str, ...], output: Path) -> list[Path]:
-    """The figures of the tasks run for the models ``shown``: precision–recall curves (nli) and each Gaussian model's
-    generality gap (direction), written into ``output``."""
+    """Precision–recall curves (nli) and each Gaussian model's generality gap (direction) of the models ``shown``."""
     plots = [plot_pr_curves(shown, data.nli_test, output / "pr_curves.png")] if "nli" in tasks else []
     if "direction" in tasks:
         plots += [
@@ -181,21 +155,9 @@ def task_plots(shown: list[ModelRun], data: TaskData, tasks: tuple[str, ...], ou
     return plots
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run the CLI; returns the ``results.json`` payload."""
-    args = build_parser().parse_args(argv)
-    tasks = parse_tasks(args.tasks)
-    if args.max_examples is not None and args.max_examples < 1:
-        raise ValueError(f"--max_examples must be a positive integer, got {args.max_examples}")
-    output = check_output_folder(Path(args.output))  # before any computing: a bad folder must not lose the run
-    started = time.perf_counter()
-    data = TaskData.load(tasks, data_dir=args.data_dir, max_examples=args.max_examples)
-    taken: set[str] = set()
-    model_labels = _labels(args.model, args.model_names, "--model_names", taken)
-    baseline_labels = _labels(args.baseline, args.baseline_names, "--baseline_names", taken)
-    jobs = list(zip(args.model + args.baseline, model_labels + baseline_labels, strict=True))
-
-    runs, timings, gaussian_plots = {}, {}, []
+def _run_models(args, data: TaskData, jobs: list[tuple[str, str]], output: Path):
+    """Each ``(path, label)`` loaded, encoded and scored: ``(runs, seconds per model, Gaussian pictures written)``."""
+    runs, timings, pictures = {}, {}, []
     for path, label in tqdm(jobs, desc="Models", unit="model"):
         job_started = time.perf_counter()
         encoder = load_encoder(path, args.batch_size, args.max_length, bf16=args.bf16, device=args.device)
@@ -204,64 +166,59 @@ def main(argv: list[str] | None = None) -> dict:
         runs[label].results["path"] = path
         timings[label] = time.perf_counter() - job_started
         if not args.no_plots and runs[label].is_gaussian:
-            gaussian_plots.append(plot_gaussians_2d(encoder, output / f"gaussians_2d_{_file_label(label)}.png"))
+            pictures.append(plot_gaussians_2d(encoder, output / f"gaussians_2d_{_file_label(label)}.png"))
+    return runs, timings, pictures
 
-    tests = significance_tests(runs[model_labels[0]], [runs[label] for label in baseline_labels], tasks)
 
-    group_label = (
-        model_labels[0] if len(model_labels) == 1 else f"{model_labels[0]} (mean ± std, {len(model_labels)} runs)"
-    )
-    entries = [Entry(group_label, [runs[label] for label in model_labels])]
-    entries += [Entry(label, [runs[label]]) for label in baseline_labels]
-    plots = []
-    if not args.no_plots:
-        shown = [runs[model_labels[0]], *(runs[label] for label in baseline_labels)]
-        plots = [*task_plots(shown, data, tasks, output), *gaussian_plots]
-
+def main(argv: list[str] | None = None) -> dict:
+    """Run the CLI; returns the ``results.json`` payload."""
+    args = build_parser().parse_args(argv)
+    command = argv if argv is not None else sys.argv[1:]
+    tasks = parse_tasks(args.tasks)
+    if args.max_examples is not None and args.max_examples < 1:
+        raise ValueError(f"--max_examples must be a positive integer, got {args.max_examples}")
+    output = check_output_folder(Path(args.output))  # before any computing: a bad folder must not lose the run
+    started = time.perf_counter()
+    data = TaskData.load(tasks, data_dir=args.data_dir, max_examples=args.max_examples)
+    taken: set[str] = set()
+    models = _labels(args.model, args.model_names, "--model_names", taken)
+    baselines = _labels(args.baseline, args.baseline_names, "--baseline_names", taken)
+    jobs = list(zip(args.model + args.baseline, models + baselines, strict=True))
+    runs, timings, pictures = _run_models(args, data, jobs, output)
+    tests = significance_tests(runs[models[0]], [runs[label] for label in baselines], tasks)
+    shown = [runs[models[0]], *(runs[label] for label in baselines)]
+    plots = [] if args.no_plots else [*task_plots(shown, data, tasks, output), *pictures]
+    meta = {"command": ["gausscse-evaluate", *command], "tasks": list(tasks)}
+    meta |= {key: getattr(args, key) for key in RUN_SETTINGS}
+    meta |= {"torch_threads": torch.get_num_threads(), "platform": platform.platform()}
+    meta |= {"seconds_per_model": timings, "seconds_total": time.perf_counter() - started, "units": UNITS}
     payload = {
-        "meta": {
-            "command": ["gausscse-evaluate", *(argv if argv is not None else sys.argv[1:])],
-            "tasks": list(tasks),
-            "data_dir": args.data_dir,
-            "max_examples": args.max_examples,
-            "batch_size": args.batch_size,
-            "max_length": args.max_length,
-            "bf16": args.bf16,
-            "device": args.device,
-            "torch_threads": torch.get_num_threads(),
-            "platform": platform.platform(),
-            "seconds_per_model": timings,
-            "seconds_total": time.perf_counter() - started,
-            "units": "percent (0-100) except thresholds (0-1), counts and p-values",
-        },
-        "models": {label: runs[label].results for label in model_labels},
-        "baselines": {label: runs[label].results for label in baseline_labels},
+        "meta": meta,
+        "models": {label: runs[label].results for label in models},
+        "baselines": {label: runs[label].results for label in baselines},
         "significance": tests,
         "plots": [path.name for path in plots],
     }
-    if len(model_labels) > 1:
-        payload["seed_aggregate"] = aggregate_seeds([runs[label] for label in model_labels])
-    notes = [
-        f"Command: `gausscse-evaluate {' '.join(argv if argv is not None else sys.argv[1:])}`",
-        (
-            f"Sentences truncated to {args.max_length} tokens"
-            if args.max_length
-            else "Sentences truncated at each encoder's limit"
-        )
-        + (f"; first {args.max_examples} rows of every split only" if args.max_examples else "")
-        + f". Wall-clock: {payload['meta']['seconds_total']:.0f} s on {args.device}.",
-    ]
+    if len(models) > 1:
+        payload["seed_aggregate"] = aggregate_seeds([runs[label] for label in models])
+    group = models[0] if len(models) == 1 else f"{models[0]} (mean ± std, {len(models)} runs)"
+    entries = [Entry(group, [runs[label] for label in models]), *(Entry(label, [runs[label]]) for label in baselines)]
     write_json(output / "results.json", payload)
     remove_stale_plots(output, plots)
+    truncation = f"truncated to {args.max_length} tokens" if args.max_length else "truncated at each encoder's limit"
+    rows = f"; first {args.max_examples} rows of every split only" if args.max_examples else ""
+    notes = [
+        f"Command: `gausscse-evaluate {' '.join(command)}`",
+        f"Sentences {truncation}{rows}. Wall-clock: {meta['seconds_total']:.0f} s on {args.device}.",
+    ]
     write_atomic(output / "report.md", markdown_report(entries, tests, notes))
-    update_model_cards(args.model, [runs[label] for label in model_labels], args.max_examples)
+    update_model_cards(args.model, [runs[label] for label in models], args.max_examples)
     print(f"Wrote {output / 'results.json'} and {output / 'report.md'}", file=sys.stderr)
     return payload
 
 
 def run() -> None:
-    """Console-script entry point (``gausscse-evaluate``): errors in the input (a missing file or model, an unknown
-    task) are printed as one line with exit status 2, without a traceback."""
+    """Console-script entry point: an input error (a missing file or model, an unknown task) is one line, exit 2."""
     try:
         main()
     except (ValueError, FileNotFoundError, FileExistsError) as error:  # DataError and ModelLoadError are ValueErrors

@@ -4,12 +4,9 @@
     gausscse-search query --index DIR --entailing "A man is playing music." -k 5
     gausscse-search query --index DIR --entailed_by "A man plays a guitar on stage." -k 5
 
-``build`` encodes every distinct sentence of the corpus (a ``.txt`` file, one sentence per line, or ``.jsonl`` /
-``.csv`` / ``.tsv`` / ``.parquet`` with ``--column``; gzip accepted) with a progress bar and saves a
-``SentenceIndex`` folder. ``query`` loads it with the model it was built with (or ``--model``) and prints, for each
-query, the stored sentences that entail it (``--entailing``: highest sim(query‖sentence)) or that it entails
-(``--entailed_by``: highest sim(sentence‖query)); ``--json`` prints the hits as JSON. A model that states a search
-score (``search_kl_weight``) is indexed by it: cos(μ_q, μ_x) − λ·KL/d, relevance plus direction (``--score``).
+``build`` saves a ``SentenceIndex`` of the corpus's distinct sentences; ``query`` prints, for each query, the stored
+sentences that entail it (``--entailing``) or that it entails (``--entailed_by``), with the model the index was built
+with unless ``--model`` is given.
 """
 
 from __future__ import annotations
@@ -27,15 +24,15 @@ from gausscse.data.sources import read_table
 from gausscse.io import check_not_nested, check_output_location, check_replaceable
 from gausscse.loading import ModelLoadError, load_model
 from gausscse.model import GaussCSEModel
-from gausscse.search.backends import BACKENDS
+from gausscse.search.backends import BACKENDS, database_groups
 from gausscse.search.corpus import SCORES
 from gausscse.search.index import SETTINGS_FILE
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The two subcommands and their arguments."""
     parser = argparse.ArgumentParser(prog="gausscse-search", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     build = commands.add_parser("build", help="encode a corpus and save its index")
     build.add_argument("--model", required=True, help="GaussCSE model folder or Hub id")
     build.add_argument("--corpus", required=True, help=".txt (one sentence per line) or a table file with --column")
@@ -44,30 +41,25 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--backend", choices=BACKENDS, default="torch")
     build.add_argument(
         "--uri",
-        default=None,
-        help="the database of a database backend: a LanceDB folder (lancedb, lancedb-ann; default INDEX.lancedb beside"
-        " --index), a Qdrant folder or http(s) server URL (qdrant, qdrant-hnsw; default INDEX.qdrant), a Milvus Lite"
-        " file ending in .db or a server URL (milvus, milvus-hnsw; default INDEX.milvus.db); '#name' after a Qdrant"
-        " or Milvus one picks the collection. A new one: a database that already holds the index is refused",
+        help="a database backend's new database (default INDEX.lancedb, INDEX.qdrant or INDEX.milvus.db): a LanceDB "
+        "folder, a Qdrant folder or server URL, a Milvus Lite .db file or server URL ('#name': the collection)",
     )
     build.add_argument(
         "--score",
         choices=SCORES,
         default="auto",
-        help="what the index ranks by: the model's search score cos − λ·KL/d ('search', its config's "
-        "search_kl_weight), its similarity ('similarity'), or the search score when the model states λ ('auto')",
+        help="rank by the model's search score cos − λ·KL/d ('search'), its similarity, or the search score when its "
+        "config states λ ('auto')",
     )
     build.add_argument("--batch_size", type=int, default=64)
     build.add_argument("--max_length", type=int, default=None, help="truncation in tokens (default: the encoder's)")
-    build.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    build.add_argument("--device", default=device)
     build.add_argument(
         "--ray",
         nargs="?",
         const="local",
-        default=None,
         metavar="ADDRESS",
-        help="encode the corpus on a Ray cluster (Ray Data; pip install 'gausscse[ray]'): the cluster at ADDRESS "
-        "('auto': the one this machine belongs to), or a local Ray with --ray_workers CPUs when no ADDRESS is given",
+        help="encode on the Ray cluster at ADDRESS ('auto': this machine's), or a local Ray of --ray_workers CPUs",
     )
     build.add_argument("--ray_workers", type=int, default=2, help="Ray workers, one model each (with --ray)")
     query = commands.add_parser("query", help="search a saved index")
@@ -83,13 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="search with a --model other than the one the index was built with (its scores are not comparable)",
     )
-    query.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    query.add_argument("--device", default=device)
     return parser
 
 
 def read_corpus(path: Path, column: str | None) -> list[str]:
-    """The distinct non-empty sentences of ``path`` in first-seen order: a ``.txt`` (optionally ``.gz``) file holds one
-    sentence per line, any other file is a table read like training data (``read_table``) with its ``column``."""
+    """The distinct non-empty sentences of ``path`` in first-seen order: a ``.txt`` (or ``.txt.gz``) file holds one
+    per line, any other file is a table (``read_table``) with the text in ``column``."""
     if path.name.removesuffix(".gz").endswith(".txt"):
         if column is not None:
             raise ValueError(f"--column needs a table corpus (.jsonl/.csv/.tsv/.parquet), got {path}")
@@ -118,19 +110,9 @@ def read_corpus(path: Path, column: str | None) -> list[str]:
     return distinct
 
 
-def uri_misplaced(backend: str) -> str:
-    """The error of a ``--uri`` given to ``backend``, which keeps no database."""
-    groups: dict[str, list[str]] = {}
-    for name, engine in BACKENDS.items():
-        if engine.database:
-            groups.setdefault(engine.store_class.kind, []).append(name)
-    first, *others = (" / ".join(names) for names in groups.values())
-    return f"--uri is the database of --backend {first}, not of {backend}; {' and '.join(others)} take one too"
-
-
 def database_uri(args: argparse.Namespace) -> str:
-    """The ``--uri`` of a database backend (default: INDEX + the engine's suffix beside ``--index``), checked before
-    the corpus is encoded: a local place outside the index folder, and no index there yet."""
+    """The ``--uri`` of a database backend (default: ``--index`` + the engine's suffix), checked before encoding:
+    a local place outside the index folder, and no index there yet."""
     backend = BACKENDS[args.backend]
     uri = args.uri or str(Path(args.index).with_name(Path(args.index).name + backend.store_class.default_suffix))
     if uri.partition("#")[0] == ":memory:":
@@ -153,7 +135,7 @@ def database_uri(args: argparse.Namespace) -> str:
 
 
 def load_search_model(name_or_path: str, device: str) -> GaussCSEModel:
-    """The model of ``--model`` ([`gausscse.loading.load_model`]), its errors naming the flag."""
+    """The model of ``--model``, its errors naming the flag."""
     try:
         return load_model(name_or_path, device=device)
     except ModelLoadError as error:
@@ -164,14 +146,16 @@ def build_index(args: argparse.Namespace) -> None:
     """``build``: check the output places, read the corpus, encode it (here or on Ray), index it, save the index."""
     from gausscse.search.corpus import SentenceIndex
 
-    # the output places, before the corpus is encoded, not after
     check_output_location(args.index, "--index")
     check_replaceable(args.index, SETTINGS_FILE, "--index")
     index_kwargs = {}
     if BACKENDS[args.backend].database:
         index_kwargs["uri"] = database_uri(args)
-    elif args.uri:
-        raise ValueError(uri_misplaced(args.backend))
+    elif args.uri:  # a backend that keeps no database
+        first, *others = (" / ".join(names) for names in database_groups("kind").values())
+        raise ValueError(
+            f"--uri is the database of --backend {first}, not of {args.backend}; {' and '.join(others)} take one too"
+        )
     sentences = read_corpus(Path(args.corpus), args.column)
     model = load_search_model(args.model, args.device)
     embeddings = None
@@ -179,10 +163,10 @@ def build_index(args: argparse.Namespace) -> None:
         from gausscse.search.ray_encode import encode_on_ray
 
         address = None if args.ray == "local" else args.ray
+        workers, batch_size, max_length = args.ray_workers, args.batch_size, args.max_length
         embeddings = encode_on_ray(
-            args.model, sentences, address=address, num_workers=args.ray_workers, batch_size=args.batch_size,
-            max_length=args.max_length,
-        )  # fmt: skip
+            args.model, sentences, address=address, num_workers=workers, batch_size=batch_size, max_length=max_length
+        )
     corpus = SentenceIndex.build(
         model,
         sentences,
@@ -197,14 +181,10 @@ def build_index(args: argparse.Namespace) -> None:
     print(f"indexed {len(corpus)} distinct sentences of {args.corpus} into {args.index} ({corpus.index})")
 
 
-def main(argv: list[str] | None = None) -> list[list[dict]] | None:
-    """Run a subcommand; ``query`` returns the hits (a list per query of ``{"id", "sentence", "score"}``)."""
+def query_index(args: argparse.Namespace) -> list[list[dict]]:
+    """``query``: check the queries, load the index and its model, search, print the hits and return them."""
     from gausscse.search.corpus import ModelMismatchError, SentenceIndex
 
-    args = build_parser().parse_args(argv)
-    if args.command == "build":
-        build_index(args)
-        return None
     if args.k < 1:
         raise ValueError(f"-k must be a positive integer, got {args.k}")
     queries = args.entailing or args.entailed_by
@@ -237,6 +217,12 @@ def main(argv: list[str] | None = None) -> list[list[dict]] | None:
             for rank, hit in enumerate(row, start=1):
                 print(f"{rank:3d}. {hit['score']:.4f}  {hit['sentence']}")
     return hits
+
+
+def main(argv: list[str] | None = None) -> list[list[dict]] | None:
+    """Run a subcommand; ``query`` returns the hits (a list per query of ``{"id", "sentence", "score"}``)."""
+    args = build_parser().parse_args(argv)
+    return build_index(args) if args.command == "build" else query_index(args)
 
 
 def run() -> None:

@@ -1,16 +1,8 @@
-"""Fine-tune an encoder into a GaussCSE model on NLI data.
+"""``gausscse-train`` / ``train_gausscse.py``: fine-tune an encoder into a GaussCSE model on NLI data.
 
-    accelerate launch train_gausscse.py [CONFIG.yaml|.json] [--model_name_or_path ...] [--loss ent+con+rev] ...
-    python train_gausscse.py configs/quickstart.yaml
-
-    python train_gausscse.py --model_name_or_path bert-base-uncased --train_file triplets.csv --output_dir out
-
-Training data: ``--train_datasets`` (built-in, offline), ``--train_file`` (CSV/TSV/JSON/JSON Lines/Parquet, NLI rows,
-triplets or pairs) and ``--dataset_name`` (Hub), see ``gausscse.data.sources``. Flags after a config file override its
-values. As in every Hugging Face example script, the final (best) model goes into ``--output_dir`` itself: weights,
-config with ``auto_map`` and the code files, tokenizer, model card ``README.md``, ``train_results.json``; it loads
-with ``AutoModel.from_pretrained(output_dir, trust_remote_code=True)`` and ``--push_to_hub --hub_model_id ...``
-uploads exactly those files. Checkpoints are ``<output_dir>/checkpoint-N`` (``--resume_from_checkpoint``).
+As in Hugging Face's example scripts the final (best) model goes into ``--output_dir`` itself (weights, config with
+``auto_map`` and code, tokenizer, card, ``train_results.json``), checkpoints into ``<output_dir>/checkpoint-N``;
+``--push_to_hub --hub_model_id ...`` uploads the model files. Data: ``gausscse.data.sources``.
 """
 
 from __future__ import annotations
@@ -52,11 +44,7 @@ from gausscse.training.save import check_hub_push, push_model_folder, save_model
 from gausscse.training.trainer import RUN_ARGUMENTS_FILE, GaussCSETrainer
 
 logger = logging.getLogger(__name__)
-
-
-def model_overrides(model_args: ModelArguments) -> dict[str, str]:
-    """The GaussCSEConfig fields given on the command line (``None`` = not given: the config's default)."""
-    return {name: getattr(model_args, name) for name in MODEL_FIELDS if getattr(model_args, name) is not None}
+RUN_FIXED_FLAGS = run_fixed_flags()
 
 
 def load_backbone_config(model_args: ModelArguments):
@@ -73,42 +61,38 @@ def load_backbone_config(model_args: ModelArguments):
 
 
 def build_model(model_args: ModelArguments) -> GaussCSEModel:
-    """A GaussCSE folder (full or LoRA adapter) continues training with its own config (a flag that contradicts it is
-    an error); any other encoder gets fresh heads as ``--start`` sets them up, single fields overridden by the flags
-    given. Then LoRA or a frozen backbone."""
+    """A GaussCSE folder (full or adapter) continues with its own config (a flag contradicting it is an error); any
+    other encoder gets fresh heads as ``--start`` and the model flags given set them up. Then LoRA or a frozen
+    backbone."""
     config = load_backbone_config(model_args)
-    overrides = model_overrides(model_args)
+    name = model_args.model_name_or_path
+    overrides = {key: getattr(model_args, key) for key in MODEL_FIELDS if getattr(model_args, key) is not None}
     if config.model_type == "gausscse":
         conflicts = [
-            f"--{name} {value} (the model has {getattr(config, name)!r})"
-            for name, value in overrides.items()
-            if getattr(config, name) != value
+            f"--{key} {value} (the model has {getattr(config, key)!r})"
+            for key, value in overrides.items()
+            if getattr(config, key) != value
         ]
         if conflicts:
             raise ValueError(
-                f"--model_name_or_path {model_args.model_name_or_path} is a GaussCSE model being continued; its "
-                f"config fixes these, drop the flags or start from its encoder: {', '.join(conflicts)}"
+                f"--model_name_or_path {name} is a GaussCSE model being continued; its config fixes these, drop the "
+                f"flags or start from its encoder: {', '.join(conflicts)}"
             )
-        model = load_model(model_args.model_name_or_path).train()
+        model = load_model(name).train()
         if has_lora(model):
             if model_args.lora_r > 0:
                 raise ValueError(
-                    f"--model_name_or_path {model_args.model_name_or_path} carries LoRA adapters already: they "
-                    "continue training; drop --lora_r"
+                    f"--model_name_or_path {name} carries LoRA adapters already: they continue training; drop --lora_r"
                 )
             make_adapters_trainable(model)
         elif model_args.lora_r > 0 and not model_args.merge_lora:
             raise ValueError(
-                f"--lora_r on the GaussCSE model {model_args.model_name_or_path} needs --merge_lora: an unmerged "
-                "adapter names its backbone, and this model's fine-tuned encoder is not one anyone can fetch"
+                f"--lora_r on the GaussCSE model {name} needs --merge_lora: an unmerged adapter names its backbone, "
+                "and this model's fine-tuned encoder is not one anyone can fetch"
             )
     else:
-        model = GaussCSEModel.from_backbone(
-            model_args.model_name_or_path,
-            start=model_args.start,
-            encoder_kwargs={"trust_remote_code": model_args.trust_remote_code},
-            **overrides,
-        )
+        encoder_kwargs = {"trust_remote_code": model_args.trust_remote_code}
+        model = GaussCSEModel.from_backbone(name, start=model_args.start, encoder_kwargs=encoder_kwargs, **overrides)
     if model_args.freeze_backbone:
         model.encoder.requires_grad_(False)
         if model.variance_layers is not None:
@@ -119,47 +103,43 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
             "copied top layers already; drop --lora_r (or train two paths: --variance_layers 0)"
         )
     if model_args.lora_r > 0:
-        apply_lora(
-            model, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout, model_args.lora_target_modules
-        )
+        args = model_args
+        apply_lora(model, args.lora_r, args.lora_alpha, args.lora_dropout, args.lora_target_modules)
     return model
 
 
+def validation_pairs(data_args: DataArguments):
+    """The labelled rows of ``--validation_file`` as ``NLIPairs`` named ``validation``; ``DataError`` without rows of
+    both classes."""
+    from gausscse.evaluation.tasks import NLIPairs
+
+    path = data_args.validation_file
+    source = load_file_source(path, "nli", data_args.column_overrides)
+    rows = list(source_rows(source, data_args.drop_bad_rows, DataStats()))[: data_args.eval_max_examples]
+    if not rows:
+        raise DataError(f"{path}: no labelled row to evaluate on")
+    premises, hypotheses, labels = (list(column) for column in zip(*rows, strict=True))
+    is_entailment = np.array([label == "entailment" for label in labels])
+    if is_entailment.all() or not is_entailment.any():
+        raise DataError(
+            f"--validation_file {path}: all {len(rows)} labelled rows are "
+            f"{'entailment' if is_entailment.all() else 'neutral or contradiction'}; the binary NLI evaluation needs "
+            "entailment rows and others (or pass --eval_strategy no)"
+        )
+    both_ways = np.zeros(len(rows), dtype=bool)
+    return NLIPairs("validation", premises, hypotheses, is_entailment, entails_both_ways=both_ways)
+
+
 def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArguments):
-    """The dev evaluator of ``gausscse.evaluation.dev_evaluator`` on SNLI dev or ``--validation_file`` (``None``
-    when evaluation is off). With ``--validation_file`` the metrics are ``validation_*`` and a ``snli_dev_*``
-    best-model metric follows."""
+    """The dev evaluator on SNLI dev, or on ``--validation_file`` (metrics ``validation_*``; a ``snli_dev_*``
+    best-model metric follows); ``None`` when evaluation is off."""
     if training_args.eval_strategy == "no":
         return None
     from gausscse.evaluation.dev_evaluator import SNLIDevEvaluator
-    from gausscse.evaluation.tasks import NLIPairs
 
     pairs, name = None, "snli_dev"
     if data_args.validation_file is not None:
-        source = load_file_source(data_args.validation_file, "nli", data_args.column_overrides)
-        rows = list(source_rows(source, data_args.drop_bad_rows, DataStats()))
-        if data_args.eval_max_examples is not None:
-            rows = rows[: data_args.eval_max_examples]
-        if not rows:
-            raise DataError(f"{data_args.validation_file}: no labelled row to evaluate on")
-        entailment = sum(label == "entailment" for _, _, label in rows)
-        if entailment in (0, len(rows)):
-            raise DataError(
-                f"--validation_file {data_args.validation_file}: all {len(rows)} labelled rows are "
-                f"{'entailment' if entailment else 'neutral or contradiction'}; the binary NLI evaluation needs "
-                "entailment rows and others (or pass --eval_strategy no)"
-            )
-        premises, hypotheses, labels = (list(column) for column in zip(*rows, strict=True))
-        pairs, name = (
-            NLIPairs(
-                name="validation",
-                premises=premises,
-                hypotheses=hypotheses,
-                is_entailment=np.array([label == "entailment" for label in labels]),
-                entails_both_ways=np.zeros(len(rows), dtype=bool),
-            ),
-            "validation",
-        )
+        pairs, name = validation_pairs(data_args), "validation"
         metric = training_args.metric_for_best_model
         if metric and metric.startswith("snli_dev_"):
             training_args.metric_for_best_model = "validation_" + metric.removeprefix("snli_dev_")
@@ -175,21 +155,20 @@ def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArg
 
 
 def resolve_resume(training_args: GaussCSETrainingArguments) -> str | None:
-    """``--resume_from_checkpoint``: ``true`` → the latest complete ``checkpoint-N`` of ``--output_dir``; a path → that
-    checkpoint, which must be complete; unset/``false`` → ``None``. Half-written checkpoints are never picked."""
+    """``--resume_from_checkpoint``: ``true`` → the latest complete ``checkpoint-N`` of ``--output_dir``; a path →
+    that checkpoint, which must be complete; unset/``false`` → ``None``."""
     value = training_args.resume_from_checkpoint
     if value is None or str(value).lower() in ("", "false"):
         return None
     if str(value).lower() == "true":
-        latest = latest_complete_checkpoint(training_args.output_dir)
-        if latest is None:
+        value = latest_complete_checkpoint(training_args.output_dir)
+        if value is None:
             raise ValueError(
                 f"--resume_from_checkpoint true: no complete checkpoint-N in --output_dir {training_args.output_dir}"
             )
-        return str(latest)
-    if not Path(value).is_dir():
+    elif not Path(value).is_dir():
         raise ValueError(f"--resume_from_checkpoint {value}: no such checkpoint folder")
-    if not is_complete_checkpoint(value):
+    elif not is_complete_checkpoint(value):
         raise ValueError(
             f"--resume_from_checkpoint {value}: the checkpoint is incomplete (its save was cut short); use "
             "--resume_from_checkpoint true for the latest complete one"
@@ -197,22 +176,19 @@ def resolve_resume(training_args: GaussCSETrainingArguments) -> str | None:
     return str(value)
 
 
-RUN_FIXED_FLAGS = run_fixed_flags()  # the flags a resumed run must keep (fields marked FIXES_RUN, ...)
-
-
 def run_arguments(*arguments) -> dict:
-    """The ``RUN_FIXED_FLAGS`` values of the parsed argument dataclasses, as JSON values (what a checkpoint records)."""
-    values = {}
-    for group in arguments:
-        for name in RUN_FIXED_FLAGS:
-            if hasattr(group, name):
-                values[name] = json.loads(json.dumps(getattr(group, name), default=str))
-    return values
+    """The ``RUN_FIXED_FLAGS`` values of the parsed argument dataclasses as JSON values (what a checkpoint records)."""
+    return {
+        name: json.loads(json.dumps(getattr(group, name), default=str))
+        for group in arguments
+        for name in RUN_FIXED_FLAGS
+        if hasattr(group, name)
+    }
 
 
 def check_resume_arguments(checkpoint: str, current: dict) -> None:
-    """Refuse to resume ``checkpoint`` with flags that differ from those its run was trained with, naming each; a
-    checkpoint written before runs recorded them is resumed with a warning."""
+    """Refuse to resume ``checkpoint`` with run-fixing flags that differ from its run's, naming each; a checkpoint
+    that records none is resumed with a warning."""
     recorded_file = Path(checkpoint) / RUN_ARGUMENTS_FILE
     if not recorded_file.is_file():
         logger.warning("%s records no run arguments: the resumed run is not checked against them", checkpoint)
@@ -231,8 +207,8 @@ def check_resume_arguments(checkpoint: str, current: dict) -> None:
 
 
 def check_output_dir(training_args: GaussCSETrainingArguments) -> None:
-    """A non-empty ``--output_dir`` holds an earlier run: refuse it unless ``--overwrite_output_dir`` or a resume from
-    one of its own checkpoints (a checkpoint of another run does not make this folder's model replaceable)."""
+    """Refuse a non-empty ``--output_dir`` (an earlier run) unless ``--overwrite_output_dir`` or a resume from one of
+    its own checkpoints."""
     output_dir = Path(training_args.output_dir)
     resume = training_args.resume_from_checkpoint
     if training_args.overwrite_output_dir or (resume and Path(resume).resolve().parent == output_dir.resolve()):
@@ -248,9 +224,8 @@ def check_output_dir(training_args: GaussCSETrainingArguments) -> None:
 
 
 def check_output_dir_apart(model_args: ModelArguments, training_args: GaussCSETrainingArguments) -> None:
-    """Refuse an ``--output_dir`` that is, holds or lies inside a local folder the run starts from (relative paths and
-    symbolic links resolved): ``--model_name_or_path``, and for an adapter folder the backbone its adapter names. The
-    final save would overwrite that model, and a LoRA run's adapter would name its own folder as its backbone."""
+    """Refuse an ``--output_dir`` that is, holds or lies in the local folder the run starts from or, for an adapter
+    folder, the backbone its adapter names: the final save would overwrite that model."""
     model_path = Path(model_args.model_name_or_path)
     if not model_path.exists():  # a Hub id
         return
@@ -262,24 +237,10 @@ def check_output_dir_apart(model_args: ModelArguments, training_args: GaussCSETr
         check_not_nested(training_args.output_dir, "--output_dir", backbone, flag, why)
 
 
-def final_evaluation_figure(evaluator, model_name: str, folder: Path) -> Path | None:
-    """The model card's figure (precision–recall and generality gap) from the final evaluation's encoded sentences,
-    written into ``folder``; ``None`` when no evaluation ran."""
-    if evaluator is None or evaluator.last_encoded is None:
-        return None
-    from gausscse.drawing.reports import plot_dev_summary
-
-    title = f"{model_name}: final evaluation on {evaluator.name} ({len(evaluator.pairs)} pairs)"
-    return plot_dev_summary(evaluator.last_encoded, evaluator.pairs, title, folder / "evaluation.png")
-
-
 @contextmanager
 def hold_output_dir(training_args: GaussCSETrainingArguments) -> Iterator[None]:
-    """Hold ``--output_dir``'s run lock ([`gausscse.training.run_lock.RunLock`], a file beside the folder) until the
-    block ends, exception or not: a second run into a folder a running one holds is refused with
-    [`OutputDirLockedError`], ``--overwrite_output_dir`` or not. With several processes (``accelerate launch``,
-    ``torchrun``) only the main process (``process_index`` 0) takes the lock, and it tells the others in one collective
-    call whether it got it, so every process of a refused run stops before touching the folder."""
+    """Hold ``--output_dir``'s [`RunLock`] for the block. Only process 0 takes it and tells the others in one
+    collective call whether it did, so every process of a refused run stops ([`OutputDirLockedError`])."""
     lock = RunLock(training_args.output_dir) if training_args.process_index == 0 else None
     refusal: Exception | None = None
     if lock is not None:
@@ -302,8 +263,7 @@ def hold_output_dir(training_args: GaussCSETrainingArguments) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    """Parse → lock ``--output_dir`` → build → train → evaluate → save (+ card) → optional push → unlock. Returns the
-    final model folder."""
+    """Parse, check the push and ``--output_dir``, lock it, train, save (+ card), push; returns the model folder."""
     model_args, data_args, training_args = parse_arguments(argv)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -316,17 +276,15 @@ def main(argv: list[str] | None = None) -> Path:
             training_args.hub_model_id, training_args.hub_token, model_args.model_name_or_path if adapter else None
         )
     training_args.push_to_hub = False  # push the final folder only, not every checkpoint
-    check_output_location(training_args.output_dir, "--output_dir")  # a file, the working directory, unwritable
+    check_output_location(training_args.output_dir, "--output_dir")
     check_output_dir_apart(model_args, training_args)
-    with hold_output_dir(training_args):  # before the folder is looked at; held until its model is saved and pushed
+    with hold_output_dir(training_args):
         return train_and_save(model_args, data_args, training_args, push)
 
 
 def dev_curve(log_history: list[dict]) -> list[dict]:
-    """The dev evaluations during training, in order: ``{"step", "elapsed_seconds", <metric>: value}`` for each log
-    entry with ``eval_`` metrics before the training's summary (``train_runtime``), so not the evaluation of the final
-    (best) weights after it. ``elapsed_seconds``: wall-clock since training began in that process
-    (``GaussCSETrainer.log``)."""
+    """The dev evaluations during training (before ``train_runtime``'s summary entry, so not the final one):
+    ``{"step", "elapsed_seconds", <metric>: value}`` each."""
     curve = []
     for entry in log_history:
         if "train_runtime" in entry:
@@ -340,8 +298,7 @@ def dev_curve(log_history: list[dict]) -> list[dict]:
 def train_and_save(
     model_args: ModelArguments, data_args: DataArguments, training_args: GaussCSETrainingArguments, push: bool
 ) -> Path:
-    """The body of [`main`], run while it holds ``--output_dir``: check the folder and the resume, train, evaluate,
-    save the final model (+ card) and push it when ``push``. Returns the final model folder."""
+    """The body of [`main`] while it holds ``--output_dir``: resume checks, training, evaluation, save, push."""
     training_args.resume_from_checkpoint = resolve_resume(training_args)
     check_output_dir(training_args)
     fixed = run_arguments(model_args, data_args, training_args)
@@ -349,82 +306,79 @@ def train_and_save(
         check_resume_arguments(training_args.resume_from_checkpoint, fixed)
     set_seed(training_args.seed)
     trainer, data_stats = build_trainer(model_args, data_args, training_args, fixed)
-    model, evaluator = trainer.model, trainer.evaluator
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     metrics = trainer.evaluate()
-    search = set_search_kl_weight(model, evaluator, data_args) if evaluator and trainer.is_world_process_zero() else {}
+    model_dir = Path(training_args.output_dir)
+    if not trainer.is_world_process_zero():
+        return model_dir
     results = {
         **train_output.metrics,
         **metrics,
-        # The checkpoint whose weights the final model has; None: the last step's weights.
-        "best_model_checkpoint": (
-            trainer.state.best_model_checkpoint if training_args.load_best_model_at_end else None
-        ),
+        # the checkpoint whose weights the final model has; None: the last step's
+        "best_model_checkpoint": trainer.state.best_model_checkpoint if training_args.load_best_model_at_end else None,
         "loss": training_args.loss,
         "train_examples": len(trainer.train_dataset),
         "eval_max_examples": data_args.eval_max_examples,  # SNLI-dev pairs behind the eval_* metrics (None: all)
         "dev_curve": dev_curve(trainer.state.log_history),
         "data": data_stats.as_dict(),
-        **search,
+        **set_search_kl_weight(trainer, data_args),
     }
-    model_dir = Path(training_args.output_dir)
-    if trainer.is_world_process_zero():
-        card = model_card_fields(model_args, data_args, training_args, trainer, metrics, data_stats)
-        with tempfile.TemporaryDirectory() as scratch:
-            figure = final_evaluation_figure(evaluator, card["model_name"], Path(scratch))
-            tokenizer = trainer.processing_class
-            save_model_folder(model, tokenizer, model_dir, card, results, merge=model_args.merge_lora, figure=figure)
-        logger.info("Final model saved to %s", model_dir)
-        if push:
-            url = push_model_folder(
-                model_dir, training_args.hub_model_id, training_args.hub_token, training_args.hub_private_repo
-            )
-            logger.info("Pushed %s: %s", model_dir, url)
+    card = model_card_fields(model_args, data_args, trainer, metrics, data_stats)
+    with tempfile.TemporaryDirectory() as scratch:
+        figure = evaluation_figure(trainer.evaluator, card["model_name"], Path(scratch) / "evaluation.png")
+        tokenizer, merge = trainer.processing_class, model_args.merge_lora
+        save_model_folder(trainer.model, tokenizer, model_dir, card, results, merge=merge, figure=figure)
+    logger.info("Final model saved to %s", model_dir)
+    if push:
+        args = training_args
+        url = push_model_folder(model_dir, args.hub_model_id, args.hub_token, args.hub_private_repo)
+        logger.info("Pushed %s: %s", model_dir, url)
     return model_dir
+
+
+def evaluation_figure(evaluator, model_name: str, path: Path) -> Path | None:
+    """The final evaluation's summary figure at ``path`` for the card (``None`` without an evaluation)."""
+    if evaluator is None or evaluator.last_encoded is None:
+        return None
+    from gausscse.drawing.reports import plot_dev_summary
+
+    title = f"{model_name}: final evaluation on {evaluator.name} ({len(evaluator.pairs)} pairs)"
+    return plot_dev_summary(evaluator.last_encoded, evaluator.pairs, title, path)
 
 
 def build_trainer(
     model_args: ModelArguments, data_args: DataArguments, training_args: GaussCSETrainingArguments, fixed: dict
 ) -> tuple[GaussCSETrainer, DataStats]:
-    """The training data (read, cut to ``--max_train_examples``, tokenised), the dev evaluator (its data read now: a
-    bad file stops before training), the tokenizer and the model, in a [`GaussCSETrainer`]; and the data's stats.
-    ``fixed``: the run's [`run_arguments`], recorded with each checkpoint."""
+    """The [`GaussCSETrainer`] of the run (data read, cut and tokenised; evaluator, tokenizer and model built) and the
+    data's stats; ``fixed``: the [`run_arguments`] recorded with each checkpoint."""
     examples, data_stats = load_training_examples(data_args.data_spec(), drop_bad_rows=data_args.drop_bad_rows)
     if data_args.max_train_examples is not None:
         examples = examples.select(range(min(data_args.max_train_examples, len(examples))))
-    evaluator = build_evaluator(data_args, training_args)
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code
-    )
+    evaluator = build_evaluator(data_args, training_args)  # its data read now: a bad file stops before training
+    name = model_args.model_name_or_path
+    tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=model_args.trust_remote_code)
     model = build_model(model_args)
     if training_args.loss == "simcse" and model.config.frozen_mean:
         raise ValueError(
             "--loss simcse trains μ alone, and this model takes μ from a frozen copy of its backbone (frozen_mean, "
-            f"what --start {model_args.start} sets up for {model_args.model_name_or_path}): nothing would train; "
-            "pass --frozen_mean false"
+            f"what --start {model_args.start} sets up for {name}): nothing would train; pass --frozen_mean false"
         )
     model.config.point_embeddings = training_args.loss == "simcse"
     model.get_tokenizer(tokenizer)  # its saves (checkpoints, the final folder) write this one, not a reloaded copy
-    max_length = resolve_max_length(tokenizer, model.config.encoder_config, data_args.max_seq_length)
+    encoder_config = model.config.encoder_config
+    max_length = resolve_max_length(tokenizer, encoder_config, data_args.max_seq_length)
     if max_length < data_args.max_seq_length:
         logger.warning("--max_seq_length %d is above the encoder's limit: %d", data_args.max_seq_length, max_length)
     with training_args.main_process_first(desc="tokenizing the training examples"):
-        train_dataset = tokenize_examples(
-            examples,
-            tokenizer,
-            max_length,
-            cache_dir=data_args.data_cache_dir or Path(datasets.config.HF_DATASETS_CACHE) / "gausscse",
-            num_proc=data_args.preprocessing_num_workers,
-        )
+        cache_dir = data_args.data_cache_dir or Path(datasets.config.HF_DATASETS_CACHE) / "gausscse"
+        num_proc = data_args.preprocessing_num_workers
+        train_dataset = tokenize_examples(examples, tokenizer, max_length, cache_dir=cache_dir, num_proc=num_proc)
+    pack = data_args.pack_sequences
     collator = TripletCollator.for_tokenizer(
         tokenizer,
-        model.config.encoder_config,
+        encoder_config,
         with_contradictions=uses_contradictions(training_args.loss),
-        pack=(
-            packs_by_default(training_args.device, model.config.encoder_config)
-            if data_args.pack_sequences is None
-            else data_args.pack_sequences
-        ),
+        pack=packs_by_default(training_args.device, encoder_config) if pack is None else pack,
         pack_length=data_args.pack_length or 2 * max_length,
     )
     trainer = GaussCSETrainer(
@@ -439,15 +393,9 @@ def build_trainer(
     return trainer, data_stats
 
 
-def model_card_fields(
-    model_args: ModelArguments,
-    data_args: DataArguments,
-    training_args: GaussCSETrainingArguments,
-    trainer: GaussCSETrainer,
-    metrics: dict,
-    data_stats: DataStats,
-) -> dict:
+def model_card_fields(model_args, data_args, trainer: GaussCSETrainer, metrics: dict, data_stats: DataStats) -> dict:
     """The keyword arguments of the final model's card (``render_model_card``) for this run."""
+    training_args = trainer.args
     return {
         "model_name": training_args.hub_model_id or Path(training_args.output_dir).name,
         "base_model": model_args.model_name_or_path,
@@ -466,27 +414,25 @@ def model_card_fields(
     }
 
 
-def set_search_kl_weight(model: GaussCSEModel, evaluator, data_args: DataArguments) -> dict:
-    """Choose the λ of the model's search score on the dev data's entailment retrieval (all of SNLI dev, or
-    ``--validation_file``) and set ``config.search_kl_weight`` (``gausscse.evaluation.search_weight``); returns the
-    metrics to report (``{}`` for a model of no KL reduction, whose similarity is no inner product)."""
+def set_search_kl_weight(trainer: GaussCSETrainer, data_args: DataArguments) -> dict:
+    """Choose λ of the model's search score on the dev data's entailment retrieval, set
+    ``config.search_kl_weight`` and return the metrics to report (``{}`` without evaluation, without a KL reduction
+    or for a point encoder)."""
     from gausscse.evaluation.search_weight import choose_kl_weight
     from gausscse.evaluation.tasks import NLI_DEV, load_nli, retrieval_set
     from gausscse.model.gaussian import KL_REDUCTIONS
 
-    if model.config.similarity_reduction not in KL_REDUCTIONS or evaluator.point:
+    model, evaluator = trainer.model, trainer.evaluator
+    if evaluator is None or model.config.similarity_reduction not in KL_REDUCTIONS or evaluator.point:
         return {}
-    pairs = (
-        evaluator.pairs if evaluator.name != "snli_dev" else load_nli("snli_dev", *NLI_DEV, data_dir=data_args.data_dir)
-    )
+    pairs = evaluator.pairs
+    if evaluator.name == "snli_dev":
+        pairs = load_nli("snli_dev", *NLI_DEV, data_dir=data_args.data_dir)
     weight, curve = choose_kl_weight(model, retrieval_set(pairs), max_length=data_args.eval_max_seq_length)
     model.config.search_kl_weight = weight
     logger.info(
         "search score cos − λ·KL/d: λ = %g (%s retrieval nDCG@10 %.2f; cosine %.2f)",
-        weight,
-        evaluator.name,
-        curve[weight],
-        curve[0.0],
+        *(weight, evaluator.name, curve[weight], curve[0.0]),
     )
     return {
         "search_kl_weight": weight,
@@ -496,9 +442,8 @@ def set_search_kl_weight(model: GaussCSEModel, evaluator, data_args: DataArgumen
 
 
 def run() -> None:
-    """Console-script entry point (``gausscse-train``): errors in the input (bad flags, data, a backbone that needs
-    --trust_remote_code, a push to the Hub that cannot work, an --output_dir another run holds — checked before
-    anything is written) end it with one line and exit status 2, without a traceback."""
+    """``gausscse-train``: an error in the input (flags, data, a backbone needing --trust_remote_code, an impossible
+    push, a held --output_dir) ends it with one line and exit status 2, without a traceback."""
     try:
         main(sys.argv[1:])
     # HubPushError and DataError are ValueErrors, OutputDirLockedError (a held --output_dir) a FileExistsError

@@ -1,9 +1,5 @@
-"""Token ids of the training examples: each example is tokenised once, by a cached ``datasets.map``.
-
-[`tokenize_examples`] turns the examples of [`gausscse.data.sources.build_examples`] into token-id columns (and
-[`text_id`]s that mark equal sentences across a batch); the collator of ``gausscse.training.batch`` only pads or packs
-them.
-"""
+"""Token ids of the training examples ([`gausscse.data.sources.build_examples`]), each tokenised once by a cached
+``datasets.map``, with [`text_id`]s that mark equal sentences across a batch."""
 
 from __future__ import annotations
 
@@ -20,9 +16,8 @@ from datasets.fingerprint import Hasher
 from gausscse.data.sources import EXAMPLE_COLUMNS
 
 TOKENIZED_COLUMNS = tuple(f"{column}_input_ids" for column in EXAMPLE_COLUMNS)
-# The training truncation default (gausscse-train --max_seq_length, the precision probe, the collator's pack length):
-# 32 tokens, as the paper's released code (and SimCSE's supervised recipe). Encoding and evaluation default to all
-# the encoder takes instead (gausscse.model.encoding_gausscse.DEFAULT_MAX_LENGTH).
+# The training truncation default (--max_seq_length, the precision probe, the pack length), as the paper's code and
+# SimCSE's; encoding and evaluation take all the encoder takes (gausscse.model.encoding_gausscse.DEFAULT_MAX_LENGTH).
 TRAIN_MAX_LENGTH = 32
 
 _SPACES = re.compile(r"\s+")
@@ -35,12 +30,8 @@ def text_id(text: str) -> int:
 
 
 def tokenize_batch(tokenizer: Any, batch: Mapping[str, Sequence[str | None]], max_length: int) -> dict[str, list]:
-    """Token ids and [`text_id`]s of a batch of examples (columns of [`EXAMPLE_COLUMNS`]): one tokenizer call per
-    column over the present sentences. A missing contradiction gets ``[]`` and text id −1.
-
-    Returns ``premise_input_ids``, ``entailment_input_ids``, ``contradiction_input_ids`` and ``text_ids``
-    (``[id(premise), id(entailment), id(contradiction)]`` per example).
-    """
+    """``<column>_input_ids`` per column of ``EXAMPLE_COLUMNS`` (one tokenizer call per column) and ``text_ids``
+    (``[id(premise), id(entailment), id(contradiction)]``) of a batch; a missing contradiction gets ``[]`` and −1."""
     size = len(batch["premise"])
     output: dict[str, list] = {}
     for column in EXAMPLE_COLUMNS:
@@ -55,25 +46,17 @@ def tokenize_batch(tokenizer: Any, batch: Mapping[str, Sequence[str | None]], ma
     return output
 
 
-# Attributes of a transformers tokenizer its fingerprint leaves out: the backend (hashed on its own), what a fast
-# tokenizer built its backend from (the backend holds the live vocabulary and merges) and what using it changes (a
-# BPE ``cache``, the warnings given, the switch to target texts).
+# Tokenizer attributes the fingerprint leaves out: the backend (hashed on its own) and what a fast tokenizer built it
+# from, and what using a tokenizer changes (a BPE cache, the warnings given, the switch to target texts).
 _BACKEND_SOURCES = frozenset({"_tokenizer", "_vocab", "_merges"})
 _USE_STATE = frozenset({"cache", "deprecation_warnings", "_in_target_context_manager"})
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """A hash of what decides the token ids ``tokenizer`` gives: equal for the same tokenizer loaded twice (in one
-    process or two), different once it is changed in place (its normaliser, vocabulary, special tokens, truncation
-    side, ...).
-
-    For a transformers tokenizer: its class, the serialised backend of a fast tokenizer (``backend_tokenizer.to_str()``:
-    normaliser, pre-tokenizer, vocabulary, post-processor, added tokens) without the truncation and padding that every
-    call sets from its own arguments, and its Python-side state (``truncation_side``, ``split_special_tokens``, special
-    tokens, ``init_kwargs``, and for a slow tokenizer its vocabulary and settings such as
-    ``basic_tokenizer.do_lower_case``) hashed by ``datasets.fingerprint.Hasher`` (sets in a fixed order). Any other
-    tokenizer is hashed whole by ``Hasher``. About 20 ms for a 30k-word fast tokenizer, 0.15 s for a slow one.
-    """
+    """A hash of what decides the token ids ``tokenizer`` gives: equal for the same tokenizer loaded twice, different
+    once it is changed in place (normaliser, vocabulary, special tokens, truncation side, ...). A transformers
+    tokenizer: its class, a fast one's serialised backend without the per-call truncation and padding, and its
+    Python-side state by ``datasets.fingerprint.Hasher``; any other tokenizer is hashed whole by ``Hasher``."""
     from transformers import PreTrainedTokenizerBase
 
     digest = hashlib.blake2b(digest_size=16)
@@ -86,8 +69,8 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     left_out = _USE_STATE | (_BACKEND_SOURCES if backend is not None else frozenset())
     if backend is not None:
         serialised = json.loads(backend.to_str())
-        serialised.pop("truncation", None)  # each call sets these from its arguments (max_length, padding) and the
-        serialised.pop("padding", None)  # Python-side truncation_side and padding_side, hashed below
+        serialised.pop("truncation", None)  # set by each call from its arguments and the Python-side state
+        serialised.pop("padding", None)
         digest.update(json.dumps(serialised, ensure_ascii=False).encode())
     python_state = {name: value for name, value in state.items() if name not in left_out}
     digest.update(b"\x00" + Hasher.hash(python_state).encode())
@@ -95,8 +78,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 
 
 def examples_fingerprint(examples: datasets.Dataset, tokenizer: Any, max_length: int) -> str:
-    """A hash of the example texts, the tokenizer ([`tokenizer_fingerprint`]) and ``max_length``: the cache key of
-    [`tokenize_examples`]."""
+    """The cache key of [`tokenize_examples`]: a hash of the texts, the tokenizer and ``max_length``."""
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"{tokenizer_fingerprint(tokenizer)}|{max_length}".encode())
     for column in EXAMPLE_COLUMNS:
@@ -112,12 +94,8 @@ def tokenize_examples(
     cache_dir: str | Path | None = None,
     num_proc: int | None = None,
 ) -> datasets.Dataset:
-    """Tokenise every example once (``datasets.map``, batched) into the columns of [`tokenize_batch`].
-
-    With ``cache_dir`` the result is an Arrow file there, keyed by [`examples_fingerprint`]: memory-mapped rather
-    than held in RAM, and a rerun on the same data, tokenizer and ``max_length`` loads it instead of tokenising; a
-    tokenizer changed in place (e.g. lower-casing switched off) is another key, never the stale ids.
-    """
+    """Every example tokenised once into the columns of [`tokenize_batch`]; with ``cache_dir``, a memory-mapped Arrow
+    file there keyed by [`examples_fingerprint`], which a rerun on the same data, tokenizer and ``max_length`` loads."""
     features = datasets.Features(
         {
             **{name: datasets.Sequence(datasets.Value("int32")) for name in TOKENIZED_COLUMNS},

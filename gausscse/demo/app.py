@@ -13,21 +13,8 @@ from matplotlib.figure import Figure
 from gausscse.model.gaussian import similarity_formula
 from gausscse.model.modeling_gausscse import GaussCSEModel
 
-from .core import (
-    DEFAULT_MODEL,
-    DIRECTION_EXAMPLES,
-    MAX_RESULTS,
-    MAX_SENTENCES,
-    SEARCH_EXAMPLES,
-    SIMILARITY_EXAMPLE,
-    Corpus,
-    DemoError,
-    direction,
-    load_model,
-    rounded,
-    search_rule,
-    similarity_figure,
-)
+from . import core
+from .core import DemoError, rounded
 
 LOGGER = logging.getLogger(__name__)
 
@@ -40,44 +27,42 @@ the larger variance: its *generality* Σ log σ² is larger.
 
 Model: `{model}`"""
 
-SEARCH_HELP = """Type a claim: the app ranks the sentences of its corpus that entail it, by {rule}. Corpus: {corpus}."""
+SEARCH_HELP = "Type a claim: the app ranks the sentences of its corpus that entail it, by {rule}. {corpus}"
 
 
 def error_message(error: Exception) -> str:
-    """What the page and the API say about a failure: a [`DemoError`]'s message (bad input, missing model); for
-    anything else its type and message, never a stack trace (that goes to the server's log)."""
+    """What the page and the API say of a failure: a [`DemoError`]'s message, else its type and message (the stack
+    trace goes to the server's log)."""
     if isinstance(error, DemoError):
         return str(error)
     LOGGER.error("the demo failed", exc_info=error)
     return f"{type(error).__name__}: {error}"
 
 
-def error_box(elem_id: str) -> gr.Markdown:
-    """A tab's error message: hidden until an answer fails, hidden and emptied again by the next good answer."""
-    return gr.Markdown(visible=False, elem_id=elem_id, elem_classes=["demo-error"])
+def answer_button(label: str, tab: str, answer: Callable[..., tuple], cleared: tuple) -> Callable[[list, list], None]:
+    """A tab's button and, below it, its error box (``<tab>-error``: hidden until an answer fails, hidden and emptied
+    again by the next good answer); returns the function that, given the tab's inputs and outputs, makes the button
+    show [`in_page`] ``answer``."""
+    button = gr.Button(label, variant="primary")
+    error = gr.Markdown(visible=False, elem_id=f"{tab}-error", elem_classes=["demo-error"])
 
+    def wire(inputs: list, outputs: list) -> None:
+        button.click(in_page(answer, cleared), inputs, [error, *outputs], api_visibility="private")
 
-def shown_error(error: Exception) -> dict:
-    """The update that shows ``error`` in an [`error_box`]."""
-    return gr.update(value=f"**Error:** {error_message(error)}", visible=True)
-
-
-def hidden_error() -> dict:
-    """The update that empties and hides an [`error_box`]."""
-    return gr.update(value="", visible=False)
+    return wire
 
 
 def in_page(answer: Callable[..., tuple], cleared: tuple) -> Callable[..., tuple]:
-    """``answer`` for a button: its outputs after the tab's [`error_box`], hidden on success; on failure the box shows
-    the message and the outputs become ``cleared`` (no answer to other input stays beside the message)."""
+    """``answer`` for a button: the tab's error box update, then its outputs; on failure the box shows the message
+    and the outputs become ``cleared``."""
 
     @functools.wraps(answer)
     def shown(*inputs):
         try:
             outputs = answer(*inputs)
         except Exception as error:
-            return shown_error(error), *cleared
-        return hidden_error(), *outputs
+            return gr.update(value=f"**Error:** {error_message(error)}", visible=True), *cleared
+        return gr.update(value="", visible=False), *outputs
 
     return shown
 
@@ -92,64 +77,62 @@ def api_errors() -> Iterator[None]:
 
 
 class Answers:
-    """What the app answers on one model: for the page (numbers rounded to ``core.DISPLAY_DIGITS`` decimals, with
-    figures) and for the API (data at full precision; failures raised by [`api_errors`]). A model that cannot be
-    loaded makes every answer fail with the reason."""
+    """The app's answers on one model: for the page (numbers rounded to ``DISPLAY_DIGITS`` decimals, with figures) and
+    for the API (full precision; failures raised by [`api_errors`]). Without a model every answer fails with the
+    reason (``problem``)."""
 
     def __init__(self, model: GaussCSEModel | None, problem: str | None = None):
         self.model, self.problem = model, problem
-        self.corpus = Corpus(model) if model is not None else None
+        self.corpus = core.Corpus(model) if model is not None else None
 
     @classmethod
     def load(cls, model_name: str) -> "Answers":
-        """The answers on the model of a folder or Hub id; where it cannot be loaded, the reason as the problem."""
         try:
-            return cls(load_model(model_name))
+            return cls(core.load_model(model_name))
         except DemoError as error:
             return cls(None, str(error))
 
-    def require_model(self) -> None:
+    def require_model(self) -> GaussCSEModel:
         if self.problem is not None:
             raise DemoError(self.problem)
+        return self.model
 
     def direction_page(self, sentence_a: str, sentence_b: str) -> tuple[str, dict[str, float], Figure]:
-        self.require_model()
-        result = direction(self.model, sentence_a, sentence_b)
+        result = core.direction(self.require_model(), sentence_a, sentence_b)
         return result.verdict(), rounded(result.scores()), result.figure
 
     def similarity_page(self, text: str) -> tuple[dict[str, list], Figure]:
-        self.require_model()
-        sentences, matrix, figure = similarity_figure(self.model, text)
+        sentences, matrix, figure = core.similarity_figure(self.require_model(), text)
         return {"sentences": sentences, "similarity": rounded(matrix)}, figure
 
-    def search_page(self, claim: str, k: float) -> tuple[str, list[list]]:
+    def ranked(self, claim: str, k: float) -> list[tuple[int, float, str]]:
+        """``(rank, score, sentence)`` of the ``k`` corpus sentences that best entail ``claim``, rank 1 first."""
         self.require_model()
-        hits = self.corpus.search(claim, k)
-        rows = [[rank + 1, rounded(score), sentence] for rank, (score, sentence) in enumerate(hits)]
-        return SEARCH_HELP.format(rule=search_rule(self.model), corpus=self.corpus.description), rows
+        return [(rank + 1, score, sentence) for rank, (score, sentence) in enumerate(self.corpus.search(claim, k))]
+
+    def search_page(self, claim: str, k: float) -> tuple[str, list[list]]:
+        rows = [[rank, rounded(score), sentence] for rank, score, sentence in self.ranked(claim, k)]
+        corpus = f"Corpus: {self.corpus.description}."
+        return SEARCH_HELP.format(rule=core.search_rule(self.model), corpus=corpus), rows
 
     def direction(self, sentence_a: str, sentence_b: str) -> tuple[str, dict[str, float]]:
         """Which of two sentences entails the other: the verdict (Markdown) and sim(a||b), sim(b||a) and both
         generalities."""
         with api_errors():
-            self.require_model()
-            result = direction(self.model, sentence_a, sentence_b)
+            result = core.direction(self.require_model(), sentence_a, sentence_b)
             return result.verdict(), result.scores()
 
     def similarity(self, sentences: str) -> dict[str, list]:
         """The sentences (one per line) and the matrix S_ij = sim(s_i||s_j)."""
         with api_errors():
-            self.require_model()
-            lines, matrix, _figure = similarity_figure(self.model, sentences)
+            lines, matrix, _figure = core.similarity_figure(self.require_model(), sentences)
             return {"sentences": lines, "similarity": matrix}
 
     def search(self, claim: str, k: int = 5) -> list[dict[str, int | float | str]]:
         """The k corpus sentences that best entail the claim, highest score first (the model's search score, or
         sim(claim||sentence): `search_rule`)."""
         with api_errors():
-            self.require_model()
-            hits = self.corpus.search(claim, k)
-            return [{"rank": rank + 1, "score": score, "sentence": text} for rank, (score, text) in enumerate(hits)]
+            return [{"rank": rank, "score": score, "sentence": text} for rank, score, text in self.ranked(claim, k)]
 
 
 def direction_tab(answers: Answers) -> None:
@@ -160,10 +143,9 @@ def direction_tab(answers: Answers) -> None:
             "Variance rule: A entails B iff A is the broader Gaussian (larger Σ log σ²)."
         )
         with gr.Row():
-            sentence_a = gr.Textbox(label="Sentence A", lines=2, value=DIRECTION_EXAMPLES[0][0])
-            sentence_b = gr.Textbox(label="Sentence B", lines=2, value=DIRECTION_EXAMPLES[0][1])
-        direction_button = gr.Button("Which entails which?", variant="primary")
-        direction_error = error_box("direction-error")
+            sentence_a = gr.Textbox(label="Sentence A", lines=2, value=core.DIRECTION_EXAMPLES[0][0])
+            sentence_b = gr.Textbox(label="Sentence B", lines=2, value=core.DIRECTION_EXAMPLES[0][1])
+        show = answer_button("Which entails which?", "direction", answers.direction_page, cleared=("", None, None))
         with gr.Row():
             with gr.Column():
                 verdict = gr.Markdown(elem_id="direction-verdict")
@@ -174,33 +156,22 @@ def direction_tab(answers: Answers) -> None:
                 format="png",
                 elem_id="direction-plot",
             )
-        gr.Examples([list(pair) for pair in DIRECTION_EXAMPLES], inputs=[sentence_a, sentence_b])
-        direction_button.click(
-            in_page(answers.direction_page, cleared=("", None, None)),
-            [sentence_a, sentence_b],
-            [direction_error, verdict, scores, picture],
-            api_visibility="private",
-        )
+        gr.Examples([list(pair) for pair in core.DIRECTION_EXAMPLES], inputs=[sentence_a, sentence_b])
+        show([sentence_a, sentence_b], [verdict, scores, picture])
 
 
 def similarity_tab(answers: Answers) -> None:
     """The Similarity tab: the asymmetric matrix S_ij = sim(s_i‖s_j) of a list of sentences, as a heatmap."""
     with gr.Tab("Similarity"):
         gr.Markdown(
-            f"Up to {MAX_SENTENCES} sentences, one per line → the matrix S_ij = sim(s_i‖s_j). It is not symmetric: "
-            "S_ij is high when sentence j (column) entails sentence i (row)."
+            f"Up to {core.MAX_SENTENCES} sentences, one per line → the matrix S_ij = sim(s_i‖s_j). It is not "
+            "symmetric: S_ij is high when sentence j (column) entails sentence i (row)."
         )
-        sentences = gr.Textbox(label="Sentences, one per line", lines=6, value="\n".join(SIMILARITY_EXAMPLE))
-        similarity_button = gr.Button("Similarity matrix", variant="primary")
-        similarity_error = error_box("similarity-error")
+        sentences = gr.Textbox(label="Sentences, one per line", lines=6, value="\n".join(core.SIMILARITY_EXAMPLE))
+        show = answer_button("Similarity matrix", "similarity", answers.similarity_page, cleared=(None, None))
         heatmap = gr.Plot(label="sim(row‖column)", format="png", elem_id="similarity-plot")
         matrix = gr.JSON(label="matrix", visible=True)
-        similarity_button.click(
-            in_page(answers.similarity_page, cleared=(None, None)),
-            [sentences],
-            [similarity_error, matrix, heatmap],
-            api_visibility="private",
-        )
+        show([sentences], [matrix, heatmap])
 
 
 def search_tab(answers: Answers) -> None:
@@ -208,32 +179,24 @@ def search_tab(answers: Answers) -> None:
     with gr.Tab("Search"):
         search_help = gr.Markdown(
             elem_id="search-help",
-            value="Type a claim: the app ranks the sentences of its corpus that entail it, by "
-            f"{search_rule(answers.model)}. The corpus is encoded on the first search.",
+            value=SEARCH_HELP.format(
+                rule=core.search_rule(answers.model), corpus="The corpus is encoded on the first search."
+            ),
         )
         with gr.Row():
-            claim = gr.Textbox(label="Claim", value=SEARCH_EXAMPLES[0], scale=4)
-            k = gr.Slider(1, MAX_RESULTS, value=5, step=1, label="results", scale=1)
-        search_button = gr.Button("Find sentences that entail it", variant="primary")
-        search_error = error_box("search-error")
+            claim = gr.Textbox(label="Claim", value=core.SEARCH_EXAMPLES[0], scale=4)
+            k = gr.Slider(1, core.MAX_RESULTS, value=5, step=1, label="results", scale=1)
+        show = answer_button("Find sentences that entail it", "search", answers.search_page, cleared=(gr.skip(), None))
         hits = gr.Dataframe(headers=["rank", "score", "sentence"], label="entailing sentences", elem_id="search-hits")
-        gr.Examples([[example] for example in SEARCH_EXAMPLES], inputs=[claim])
-        search_button.click(
-            in_page(answers.search_page, cleared=(gr.skip(), None)),
-            [claim, k],
-            [search_error, search_help, hits],
-            api_visibility="private",
-        )
+        gr.Examples([[example] for example in core.SEARCH_EXAMPLES], inputs=[claim])
+        show([claim, k], [search_help, hits])
 
 
 def build_app(model_name: str | None = None, answers: Answers | None = None) -> gr.Blocks:
     """The app on the model ``model_name`` (default ``$GAUSSCSE_MODEL``, else ``outputs/quickstart``), or on
-    ``answers`` where given (``model_name`` is then only shown). A model that cannot be loaded gives a page that says
-    so, in its header and in each tab's error box.
-
-    Each tab's button shows its answer, or what went wrong in the tab's error box, emptied by the next good answer;
-    the API endpoints ``/direction``, ``/similarity`` and ``/search`` answer with data ([`Answers`])."""
-    model_name = model_name or os.environ.get("GAUSSCSE_MODEL") or DEFAULT_MODEL
+    ``answers`` where given (``model_name`` is then only shown); a model that cannot be loaded is named in the header
+    and each tab's error box. The API endpoints ``/direction``, ``/similarity`` and ``/search`` answer with data."""
+    model_name = model_name or os.environ.get("GAUSSCSE_MODEL") or core.DEFAULT_MODEL
     answers = answers if answers is not None else Answers.load(model_name)
     model, problem = answers.model, answers.problem
 
@@ -254,6 +217,3 @@ def build_app(model_name: str | None = None, answers: Answers | None = None) -> 
         gr.api(answers.similarity, api_name="similarity")
         gr.api(answers.search, api_name="search")
     return app
-
-
-__all__ = ["Answers", "build_app", "error_message", "in_page"]

@@ -27,7 +27,7 @@ CORPUS_SIZE = 1000  # SNLI-test premises in the search corpus
 MAX_RESULTS = 20
 DISPLAY_DIGITS = 4  # decimals of every number the page shows
 
-# The search corpus where no data folder is at hand (a Space): sentences written for this demo.
+# The search corpus where no data folder is at hand (a Space): sentences written for this demo, one a line.
 EXAMPLE_CORPUS = (
     "A man is playing an electric guitar on a stage in front of a large crowd.",
     "A woman is playing the violin in a small orchestra.",
@@ -81,8 +81,7 @@ class DemoError(ValueError):
 
 
 def rounded(value: Any, digits: int = DISPLAY_DIGITS) -> Any:
-    """``value`` with every float in it (also inside lists, tuples and dicts) rounded to ``digits`` decimals, for
-    the page; everything else as it is."""
+    """``value`` with every float in it (also in lists, tuples and dicts) rounded to ``digits`` decimals."""
     if isinstance(value, float):
         return round(value, digits)
     if isinstance(value, dict):
@@ -93,8 +92,7 @@ def rounded(value: Any, digits: int = DISPLAY_DIGITS) -> Any:
 
 
 def load_model(name_or_path: str) -> GaussCSEModel:
-    """The GaussCSE model of a folder or Hub id ([`gausscse.loading.load_model`]), in eval mode; a clear
-    [`DemoError`] when there is none."""
+    """The GaussCSE model of a folder or Hub id ([`gausscse.loading.load_model`]); [`DemoError`] where there is none."""
     try:
         return load_gausscse_model(name_or_path)
     except ModelLoadError as error:
@@ -104,18 +102,13 @@ def load_model(name_or_path: str) -> GaussCSEModel:
         ) from error
 
 
-def visible_text(text: str) -> str:
-    """``text`` without Unicode format characters (category Cf: zero-width spaces and joiners, BOM, ...)."""
-    return "".join(character for character in text if unicodedata.category(character) != "Cf").strip()
-
-
 def check_sentence(argument: str, text: str | None) -> str:
-    """``text`` stripped; [`DemoError`] naming ``argument`` when it is empty (blank or only invisible format characters
-    such as zero-width spaces) or too long."""
+    """``text`` stripped; [`DemoError`] naming ``argument`` when it is no text, empty (also when only invisible format
+    characters such as zero-width spaces) or longer than ``MAX_CHARACTERS``."""
     if text is not None and not isinstance(text, str):
         raise DemoError(f"{argument} must be text (a sentence), got {type(text).__name__}")
     text = (text or "").strip()
-    if not text or not visible_text(text):
+    if not "".join(character for character in text if unicodedata.category(character) != "Cf").strip():
         raise DemoError(f"{argument} is empty: type a sentence")
     if len(text) > MAX_CHARACTERS:
         raise DemoError(f"{argument} has {len(text)} characters; at most {MAX_CHARACTERS}")
@@ -124,7 +117,7 @@ def check_sentence(argument: str, text: str | None) -> str:
 
 def result_count(k: object) -> int:
     """``k`` as a whole number of results from 1 to ``MAX_RESULTS`` (a whole float such as the slider's 3.0 too);
-    [`DemoError`] naming ``k`` otherwise (2.7, "five", True are not counts)."""
+    [`DemoError`] naming ``k`` otherwise."""
     whole = isinstance(k, int) or (isinstance(k, float) and k.is_integer())
     if isinstance(k, bool) or not whole:
         raise DemoError(f"k must be a whole number of results from 1 to {MAX_RESULTS}, got {k!r}")
@@ -169,17 +162,13 @@ class Direction:
         return self.generality_a > self.generality_b
 
     def scores(self) -> dict[str, float]:
-        """Both similarities and both generalities, at full precision (the page shows them [`rounded`])."""
-        return {
-            "sim(a||b)": self.sim_ab,
-            "sim(b||a)": self.sim_ba,
-            "generality(a)": self.generality_a,
-            "generality(b)": self.generality_b,
-        }
+        """Both similarities and both generalities, at full precision."""
+        names = ("sim(a||b)", "sim(b||a)", "generality(a)", "generality(b)")
+        return dict(zip(names, (self.sim_ab, self.sim_ba, self.generality_a, self.generality_b), strict=True))
 
     def verdict(self) -> str:
-        """Markdown: the similarity rule's answer, the variance rule's, and whether they agree; for two sentences with
-        the same scores (e.g. the same sentence twice) that neither rule can tell a direction."""
+        """Markdown: the similarity rule's answer and whether the variance rule agrees, or that neither rule can tell
+        a direction (the same scores both ways, e.g. the same sentence twice)."""
         if self.sim_ab == self.sim_ba and self.generality_a == self.generality_b:
             return (
                 f"**No direction**: sim(A‖B) = sim(B‖A) = {self.sim_ab:.{DISPLAY_DIGITS}f} and both Gaussians are "
@@ -199,34 +188,24 @@ class Direction:
 
 
 def direction(model: GaussCSEModel, sentence_a: str | None, sentence_b: str | None) -> Direction:
-    """Encode both sentences once; sim(a‖b), sim(b‖a), both generalities and the picture of the two Gaussians on
-    the two dimensions where the broader one covers the narrower one with the widest margin ([`draw_direction`])."""
+    """Both sentences encoded once: sim(a‖b), sim(b‖a), both generalities and the picture of the two Gaussians on the
+    two dimensions where the broader one covers the narrower one most ([`draw_direction`])."""
     sentence_a, sentence_b = check_sentence("sentence A", sentence_a), check_sentence("sentence B", sentence_b)
     gaussians = model.encode([sentence_a, sentence_b])
     result = model.entailment_direction(gaussians[0:1], gaussians[1:2])
     figure, axis = plt.subplots(figsize=(6.4, 7), layout="constrained")
     dimensions = draw_direction(axis, gaussians.mu, gaussians.logvar, [sentence_a, sentence_b])
     plt.close(figure)  # gradio renders the figure itself; pyplot keeps no reference
-    return Direction(
-        sentence_a=sentence_a,
-        sentence_b=sentence_b,
-        sim_ab=float(result.sim_ab[0]),
-        sim_ba=float(result.sim_ba[0]),
-        generality_a=float(gaussians.generality[0]),
-        generality_b=float(gaussians.generality[1]),
-        figure=figure,
-        dimensions=dimensions,
-    )
+    similarities = float(result.sim_ab[0]), float(result.sim_ba[0])
+    generalities = float(gaussians.generality[0]), float(gaussians.generality[1])
+    return Direction(sentence_a, sentence_b, *similarities, *generalities, figure=figure, dimensions=dimensions)
 
 
 def similarity_figure(model: GaussCSEModel, text: str | None) -> tuple[list[str], list[list[float]], Figure]:
     """The sentences (one per line), S_ij = sim(s_i‖s_j) and its heatmap."""
     sentences = split_sentences(text)
     matrix = model.similarity(sentences, sentences)
-    labels = [
-        f"{row + 1}. {sentence if len(sentence) <= 40 else sentence[:39] + '…'}"
-        for row, sentence in enumerate(sentences)
-    ]
+    labels = [f"{row + 1}. {line if len(line) <= 40 else line[:39] + '…'}" for row, line in enumerate(sentences)]
     size = 2.5 + 0.75 * len(sentences)
     figure, axis = plt.subplots(figsize=(size + 2.5, size + 1), layout="constrained")
     draw_similarity_matrix(axis, matrix.numpy(), labels)
@@ -237,8 +216,8 @@ def similarity_figure(model: GaussCSEModel, text: str | None) -> tuple[list[str]
 
 
 def corpus_sentences(data_dir: str | Path | None = None) -> tuple[list[str], str]:
-    """The search corpus and where it comes from: the first ``CORPUS_SIZE`` distinct SNLI-test premises when a data
-    folder is at hand (``data_dir``, else the registry's default), else [`EXAMPLE_CORPUS`]."""
+    """The search corpus and where it comes from: the first ``CORPUS_SIZE`` distinct SNLI-test premises of the data
+    folder (``data_dir``, else the registry's default) where there is one, else ``EXAMPLE_CORPUS``."""
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
     if data_dir is None or not (data_dir / "snli" / "test.jsonl.gz").is_file():
         return list(EXAMPLE_CORPUS), f"{len(EXAMPLE_CORPUS)} example sentences written for this demo"
@@ -247,8 +226,7 @@ def corpus_sentences(data_dir: str | Path | None = None) -> tuple[list[str], str
 
 
 def search_rule(model: GaussCSEModel | None) -> str:
-    """What the search tab ranks by, in words: the model's search score when its config states λ (what
-    [`SentenceIndex.build`] then indexes by), else its similarity."""
+    """What the search ranks by, in words: the model's search score where its config states λ, else its similarity."""
     weight = None if model is None else getattr(model.config, "search_kl_weight", None)
     if weight is None:
         return "sim(claim‖sentence) (the claim's Gaussian should fit inside the sentence's)"
@@ -262,11 +240,9 @@ class Corpus:
     """The search corpus, encoded into a [`SentenceIndex`] on first use (once, also under concurrent requests)."""
 
     def __init__(self, model: GaussCSEModel, data_dir: str | Path | None = None):
-        self.model = model
-        self.data_dir = data_dir
+        self.model, self.data_dir, self.description = model, data_dir, ""
         self._lock = threading.Lock()
         self._index: SentenceIndex | None = None
-        self.description = ""
 
     def index(self) -> SentenceIndex:
         with self._lock:
@@ -281,32 +257,7 @@ class Corpus:
         return self._index.sentences if self._index is not None else []
 
     def search(self, claim: str | None, k: int) -> list[tuple[float, str]]:
-        """The ``k`` corpus sentences that best entail ``claim``, highest score first ([`search_rule`])."""
-        claim = check_sentence("claim", claim)
-        k = result_count(k)
+        """The ``(score, sentence)`` of the ``k`` corpus sentences that best entail ``claim``, best first."""
+        claim, k = check_sentence("claim", claim), result_count(k)
         index = self.index()
-        hits = index.entailing(self.model, [claim], k=min(int(k), len(index)))[0]
-        return [(hit.score, hit.sentence) for hit in hits]
-
-
-__all__ = [
-    "DEFAULT_MODEL",
-    "DIRECTION_EXAMPLES",
-    "DISPLAY_DIGITS",
-    "EXAMPLE_CORPUS",
-    "MAX_SENTENCES",
-    "SEARCH_EXAMPLES",
-    "SIMILARITY_EXAMPLE",
-    "Corpus",
-    "DemoError",
-    "Direction",
-    "check_sentence",
-    "corpus_sentences",
-    "direction",
-    "load_model",
-    "result_count",
-    "rounded",
-    "search_rule",
-    "similarity_figure",
-    "split_sentences",
-]
+        return [(hit.score, hit.sentence) for hit in index.entailing(self.model, [claim], k=min(k, len(index)))[0]]

@@ -1,7 +1,4 @@
-"""PNG figures (matplotlib, Agg backend): PR curves, the generality gap, and a 2-D picture of Gaussians.
-
-Every function writes one PNG atomically (``gausscse.io.atomic_path``) and returns its path.
-"""
+"""The evaluation's PNG figures; each function writes one PNG atomically and returns its path."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ from gausscse.evaluation.report import NLI_COLUMNS
 from gausscse.evaluation.suite import ModelRun
 from gausscse.evaluation.tasks import NLIPairs, entailment_direction
 
-# A premise, sentences it entails (ever more general), and an unrelated one — as in the paper's Figure 1.
+# A premise, sentences it entails (ever more general) and an unrelated one, as in the paper's Figure 1
 FIGURE1_SENTENCES = (
     "A man is playing a guitar on stage in front of a crowd.",
     "A man is playing a guitar.",
@@ -38,13 +35,11 @@ def plot_pr_curves(runs: Sequence[ModelRun], test_sets: dict[str, NLIPairs], pat
     names = [name for name in NLI_COLUMNS if name in test_sets]
     figure, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4), squeeze=False)
     for axis, name in zip(axes[0], names, strict=True):
-        positive_rate = float(test_sets[name].is_entailment.mean())
         for run in runs:
             if name in run.nli:
-                auprc = run.nli[name].metrics["auprc"]
-                label = f"{run.name} (AUPRC {auprc:.1f})"
+                label = f"{run.name} (AUPRC {run.nli[name].metrics['auprc']:.1f})"
                 _draw_pr_curve(axis, run.nli[name].scores, test_sets[name].is_entailment, label)
-        finish_pr_axis(axis, positive_rate, NLI_COLUMNS[name])
+        finish_pr_axis(axis, float(test_sets[name].is_entailment.mean()), NLI_COLUMNS[name])
     figure.suptitle("Binary NLI: precision–recall of the entailment score (Gaussian: sim(hyp‖pre); point: (cos+1)/2)")
     return save_png(figure, path)
 
@@ -62,26 +57,21 @@ def plot_generality_gap(run: ModelRun, path: str | Path) -> Path:
 
 
 def plot_gaussians_2d(encoder: SentenceEncoder, path: str | Path, sentences: Sequence[str] = FIGURE1_SENTENCES) -> Path:
-    """A few sentences' Gaussians projected onto the top-2 principal directions of their means (cf. Figure 1).
-
-    With P the 2×d matrix of principal directions of the centred μ, a sentence's projection is the 2-D
-    Gaussian N(P μ, P diag(σ²) Pᵀ) — an exact linear projection; drawn as its 1σ ellipse.
-    """
+    """A few sentences' Gaussians projected onto the top-2 principal directions of their means (cf. Figure 1)."""
     encoded = encoder.encode_unique(sentences)
     if not encoded.is_gaussian:
         raise ValueError(f"{encoder.name} is a point encoder: it has no Gaussians to draw")
-    mu, logvar = encoded.mu[encoded.rows(sentences)], encoded.logvar[encoded.rows(sentences)]
+    rows = encoded.rows(sentences)
     figure, axis = plt.subplots(figsize=(6, 6))
-    draw_gaussians_2d(axis, mu, logvar, sentences)
+    draw_gaussians_2d(axis, encoded.mu[rows], encoded.logvar[rows], sentences)
     axis.set(xlabel="PC 1 of μ", ylabel="PC 2 of μ")
     axis.set_title(f"{encoder.name}: sentence Gaussians (1σ ellipses, 2-D projection)")
     return save_png(figure, path)
 
 
 def plot_dev_summary(encoded: EncodedSentences, pairs: NLIPairs, title: str, path: str | Path) -> Path:
-    """The model card's figure from already encoded dev sentences: the precision–recall curve of the entailment score
-    sim(hyp‖pre) (binary NLI) and, for a Gaussian encoder, the generality gap on the entailment pairs, titled with the
-    accuracy of each direction rule, named."""
+    """The model card's figure from encoded dev sentences: the precision–recall curve of sim(hyp‖pre) and, Gaussian
+    encoders, the generality gap titled with each direction rule's accuracy."""
     direction = entailment_direction(encoded, pairs) if encoded.is_gaussian else None
     panels = 1 if direction is None else 2
     figure, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.8), squeeze=False, layout="constrained")
@@ -91,7 +81,7 @@ def plot_dev_summary(encoded: EncodedSentences, pairs: NLIPairs, title: str, pat
     if direction is not None:
         draw_generality_gap(axes[0, 1], direction.generality_gap, "direction")
         rules = direction.metrics
-        axes[0, 1].set_title(  # in place of the bare "% > 0": which rule each accuracy is
+        axes[0, 1].set_title(
             f"direction, {rules['examples']} entailment pairs\n"
             f"variance rule Σlogσ²(pre) > Σlogσ²(hyp): {rules['variance_rule']:.2f}%\n"
             f"similarity rule sim(hyp‖pre) > sim(pre‖hyp): {rules['similarity_rule']:.2f}%",

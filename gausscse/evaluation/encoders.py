@@ -1,14 +1,9 @@
-"""Sentence encoders behind one small protocol, and the per-run cache of unique-sentence embeddings.
+"""Sentence encoders behind one protocol: each task encodes its distinct sentences once
+(:meth:`SentenceEncoder.encode_unique`) and looks pairs up in the returned :class:`EncodedSentences`.
 
-* :class:`GaussianEncoder` wraps a :class:`gausscse.GaussCSEModel`: each sentence is N(μ, diag σ²); the
-  asymmetric score is sim(a‖b) = 1/(1 + KL(N_a‖N_b)) with the model's ``similarity_reduction``.
-* :class:`PointEncoder` wraps any ``AutoModel`` (e.g. the packaged all-MiniLM-L6-v2, a SimCSE checkpoint): the
-  pooling and normalisation of a sentence-transformers folder are honoured (``1_Pooling/config.json``,
-  a ``Normalize`` module in ``modules.json``), otherwise mean pooling. Its only score is the cosine, mapped to
-  the NLI threshold grid [0, 1] as (cos + 1) / 2; it has no variance, so direction rules do not apply.
-
-Every task asks an encoder once for the set of all its sentences (:meth:`SentenceEncoder.encode_unique`)
-and then looks pairs up in the returned :class:`EncodedSentences`.
+:class:`GaussianEncoder`: a GaussCSE model, sentences as N(μ, diag σ²) scored by sim(a‖b) = 1/(1 + KL(N_a‖N_b)) with
+its ``similarity_reduction``. :class:`PointEncoder`: any ``AutoModel`` with a sentence-transformers folder's pooling
+and ``Normalize`` (else mean pooling), scored by the cosine, mapped to [0, 1] as (cos + 1) / 2 for NLI.
 """
 
 from __future__ import annotations
@@ -17,35 +12,88 @@ from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from gausscse.evaluation.encoding import DEFAULT_BATCH_SIZE, encode_hidden, index_of, rows_of, unique_sentences
 from gausscse.loading import ModelLoadError, check_model_reference, load_model
 from gausscse.model.backbone_gausscse import sentence_transformers_pooling
 from gausscse.model.configuration_gausscse import TOKEN_POOLINGS
-from gausscse.model.encoding_gausscse import resolve_max_length
-from gausscse.model.gaussian import similarity
-from gausscse.model.modeling_gausscse import GaussCSEModel
+from gausscse.model.encoding_gausscse import length_sorted_batches, padded_batches, pool_tokens, resolve_max_length
+from gausscse.model.gaussian import GaussianEmbeddings, similarity
 from gausscse.model.onnx_gausscse import ONNX_FILE
+
+DEFAULT_BATCH_SIZE = 128
+ENCODER_OPTIONS = ("batch_size", "max_length", "bf16")  # what every encoder here takes, as encode_hidden does
+MODEL_ENCODE_OPTIONS = ("batch_size", "tokenizer", "max_length", "backend", "onnx_file")  # to GaussCSEModel.encode
+
+
+def unique_sentences(sentences: Iterable[str]) -> list[str]:
+    """The distinct sentences in first-seen order."""
+    return list(dict.fromkeys(sentences))
+
+
+def index_of(distinct: Sequence[str]) -> dict[str, int]:
+    """sentence → row of a list of distinct sentences."""
+    return {sentence: row for row, sentence in enumerate(distinct)}
+
+
+def rows_of(index: dict[str, int], sentences: Sequence[str]) -> torch.Tensor:
+    """Row indices of ``sentences`` in ``index``; ``KeyError`` names the first sentence that is not there."""
+    try:
+        return torch.tensor([index[sentence] for sentence in sentences], dtype=torch.long)
+    except KeyError as error:
+        raise KeyError(f"sentence was not encoded in this run: {error.args[0]!r}") from None
+
+
+def _check_pooling(pooling: str) -> None:
+    if pooling not in TOKEN_POOLINGS:
+        raise ValueError(f"pooling must be one of {TOKEN_POOLINGS}, got {pooling!r}")
+
+
+@torch.inference_mode()
+def encode_hidden(
+    backbone: torch.nn.Module,
+    tokenizer,
+    sentences: Sequence[str],
+    poolings: Sequence[str] = ("cls",),
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_length: int | None = None,
+    bf16: bool = False,
+    show_progress_bar: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Pooled last hidden states of an ``AutoModel`` encoder, ``{pooling: (N, h) float32}`` in the order of
+    ``sentences``: each sentence tokenised once, batches sorted by token count, every pooling from one forward."""
+    for pooling in poolings:
+        _check_pooling(pooling)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+    max_length = resolve_max_length(tokenizer, backbone.config, max_length)
+    device = next(backbone.parameters()).device
+    pooled = {pooling: torch.empty(len(sentences), backbone.config.hidden_size) for pooling in poolings}
+    if not sentences:
+        return pooled
+    token_ids = tokenizer(list(sentences), truncation=True, max_length=max_length)["input_ids"]
+    batches = length_sorted_batches(token_ids, batch_size)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+    inputs = padded_batches(token_ids, batches, tokenizer)
+    for rows, features in tqdm(inputs, total=len(batches), desc="Encoding", disable=not show_progress_bar):
+        features = {name: tensor.to(device) for name, tensor in features.items()}
+        with autocast:
+            hidden = backbone(**features).last_hidden_state
+        for pooling, embeddings in pooled.items():
+            embeddings[rows] = pool_tokens(hidden.float(), features["attention_mask"], pooling).cpu()
+    return pooled
 
 
 @dataclass
 class EncodedSentences:
-    """Embeddings of a set of unique sentences, looked up by text.
-
-    Attributes:
-        index: sentence → row.
-        mu: ``(N, d)`` float32: the Gaussian means, or the point embeddings.
-        logvar: ``(N, d)`` float32 log σ², or ``None`` for a point encoder.
-        reduction: the Gaussian similarity reduction (``"sum"``/``"mean_kl"``/``"mean_dim"``), ``None`` for a point
-            encoder.
-        search_kl_weight: the model's λ of its search score (``GaussCSEConfig.search_kl_weight``), ``None`` if it
-            states none.
-    """
+    """Embeddings of distinct sentences, looked up by text: ``index`` (sentence → row), ``mu`` ``(N, d)`` (the means
+    or point embeddings), ``logvar`` (log σ², ``None`` for a point encoder), the model's similarity ``reduction`` and
+    search λ ``search_kl_weight`` (``None`` where it has none)."""
 
     index: dict[str, int]
     mu: torch.Tensor
@@ -55,22 +103,18 @@ class EncodedSentences:
 
     @property
     def is_gaussian(self) -> bool:
-        """Whether the embeddings carry a variance (asymmetric similarity, direction rules)."""
+        """Whether there are variances (asymmetric similarity, direction rules)."""
         return self.logvar is not None
 
     def rows(self, sentences: Sequence[str]) -> torch.Tensor:
-        """Row indices of ``sentences``; ``KeyError`` names the first sentence that was not encoded."""
         return rows_of(self.index, sentences)
 
     def entailment_score(self, premises: Sequence[str], hypotheses: Sequence[str]) -> torch.Tensor:
-        """Score in [0, 1] that premise_i entails hypothesis_i.
-
-        Gaussian: sim(hyp‖pre) = 1/(1 + KL(N_hyp‖N_pre)). Point: (cos(hyp, pre) + 1) / 2.
-        """
+        """Score in [0, 1] that premise_i entails hypothesis_i: sim(hyp‖pre), or (cos + 1) / 2 for a point encoder."""
         return self.asymmetric_similarity(hypotheses, premises)
 
     def asymmetric_similarity(self, a: Sequence[str], b: Sequence[str]) -> torch.Tensor:
-        """Row-wise sim(a_i‖b_i) (Gaussian) or (cos(a_i, b_i) + 1)/2 (point, symmetric)."""
+        """Row-wise sim(a_i‖b_i), or (cos(a_i, b_i) + 1) / 2 for a point encoder."""
         rows_a, rows_b = self.rows(a), self.rows(b)
         if not self.is_gaussian:
             return (F.cosine_similarity(self.mu[rows_a], self.mu[rows_b], dim=-1) + 1.0) / 2.0
@@ -79,85 +123,53 @@ class EncodedSentences:
         )
 
     def symmetric_similarities(self, a: Sequence[str], b: Sequence[str]) -> dict[str, torch.Tensor]:
-        """Symmetric scores for STS, by name.
-
-        ``cosine``: cos(μ_a, μ_b) (for a point encoder: of the embeddings).
-        ``symmetric_kl`` (Gaussian only): ½ [sim(a‖b) + sim(b‖a)] with the model's reduction.
-        """
-        rows_a, rows_b = self.rows(a), self.rows(b)
-        scores = {"cosine": F.cosine_similarity(self.mu[rows_a], self.mu[rows_b], dim=-1)}
+        """STS scores: ``cosine`` cos(μ_a, μ_b) and, Gaussian only, ``symmetric_kl`` ½ [sim(a‖b) + sim(b‖a)]."""
+        scores = {"cosine": F.cosine_similarity(self.mu[self.rows(a)], self.mu[self.rows(b)], dim=-1)}
         if self.is_gaussian:
             scores["symmetric_kl"] = 0.5 * (self.asymmetric_similarity(a, b) + self.asymmetric_similarity(b, a))
         return scores
 
-    def generality(self, sentences: Sequence[str]) -> torch.Tensor:
-        """Σ_k log σ_k² of each sentence (Gaussian only): larger for more general sentences."""
+    def gaussians(self, sentences: Sequence[str]) -> GaussianEmbeddings:
+        """The Gaussians of ``sentences``, in order; ``ValueError`` for a point encoder."""
         if not self.is_gaussian:
-            raise ValueError("a point encoder has no variance: generality is undefined")
-        return self.logvar[self.rows(sentences)].sum(dim=-1)
+            raise ValueError("a point encoder has no variance: it has no Gaussians")
+        rows = self.rows(sentences)
+        return GaussianEmbeddings(self.mu[rows], self.logvar[rows])
 
 
 class SentenceEncoder(Protocol):
-    """Anything that turns a list of sentences into :class:`EncodedSentences`."""
+    """Anything that turns sentences into :class:`EncodedSentences`, encoding each distinct one once."""
 
     name: str
 
-    def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
-        """Encode each distinct sentence of ``sentences`` once."""
-        ...
+    def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences: ...
 
 
+@dataclass(eq=False)
 class GaussianEncoder:
-    """A :class:`GaussCSEModel` (training or loaded) as a :class:`SentenceEncoder`.
+    """A GaussCSE model (or a ``DistributedDataParallel`` around one; its train/eval mode is kept) as a
+    :class:`SentenceEncoder`. ``batch_size``, ``max_length``, ``tokenizer``, ``backend`` and ``onnx_file`` go to
+    ``model.encode``; ``bf16`` runs it under bfloat16 autocast (the KL stays float32); ``point`` scores by the cosine
+    of μ alone (a model trained with the supervised SimCSE loss, which never trains σ²)."""
 
-    Args:
-        model: the model; it is left in the train/eval mode it had.
-        tokenizer: defaults to the tokenizer saved with the model.
-        batch_size, max_length: passed to ``model.encode``.
-        bf16: run the encoder under CPU/GPU bfloat16 autocast (the KL is always computed in float32).
-        name: label in reports.
-        point: score by the cosine of μ, without the variance (a model trained with the supervised SimCSE loss,
-            which never trains the σ² head).
-        backend, onnx_file: passed to ``model.encode``: ``"onnx"`` runs the forward pass in ONNX Runtime on the
-            model folder's graph ``onnx_file`` (``"onnx/model.onnx"``, or ``"onnx/model_qint8.onnx"`` for int8).
-    """
+    model: Any
+    tokenizer: Any = None
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_length: int | None = None
+    bf16: bool = False
+    name: str = "gausscse"
+    point: bool = False
+    backend: str = "torch"
+    onnx_file: str = ONNX_FILE
 
-    def __init__(
-        self,
-        model: GaussCSEModel,
-        tokenizer=None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        max_length: int | None = None,
-        bf16: bool = False,
-        name: str = "gausscse",
-        point: bool = False,
-        backend: str = "torch",
-        onnx_file: str = ONNX_FILE,
-    ):
-        self.model = getattr(model, "module", model)  # unwrap DistributedDataParallel
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.max_length = max_length
-        self.bf16 = bf16
-        self.name = name
-        self.point = point
-        self.backend = backend
-        self.onnx_file = onnx_file
+    def __post_init__(self) -> None:
+        self.model = getattr(self.model, "module", self.model)  # unwrap DistributedDataParallel
 
     def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
-        """Encode each distinct sentence once with ``model.encode`` (token-sorted batches, no grad, mode restored)."""
         distinct = unique_sentences(sentences)
-        autocast = torch.autocast(self.model.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
-        with autocast:
-            embeddings = self.model.encode(
-                distinct,
-                batch_size=self.batch_size,
-                tokenizer=self.tokenizer,
-                show_progress_bar=show_progress_bar,
-                max_length=self.max_length,
-                backend=self.backend,
-                onnx_file=self.onnx_file,
-            )
+        options = {name: getattr(self, name) for name in MODEL_ENCODE_OPTIONS}
+        with torch.autocast(self.model.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
+            embeddings = self.model.encode(distinct, show_progress_bar=show_progress_bar, **options)
         return EncodedSentences(
             index=index_of(distinct),
             mu=embeddings.mu,
@@ -167,57 +179,37 @@ class GaussianEncoder:
         )
 
 
+@dataclass(eq=False)
 class PointEncoder:
-    """Any ``AutoModel`` encoder with ``cls``/``mean``/``max`` pooling as a point-embedding :class:`SentenceEncoder`.
+    """Any ``AutoModel`` (local folder or Hub id) as a point-embedding :class:`SentenceEncoder`; ``pooling`` and
+    ``normalize`` override a sentence-transformers folder's own (default: mean pooling, no normalisation)."""
 
-    Args:
-        name_or_path: a local folder or Hub id; a sentence-transformers folder's pooling and ``Normalize``
-            are used, else mean pooling without normalisation (``pooling``/``normalize`` override both).
-        batch_size, max_length: encoding batch size and truncation length in tokens.
-        bf16: run under bfloat16 autocast.
-        device: where to run (default CPU).
-    """
+    name_or_path: str
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_length: int | None = None
+    bf16: bool = False
+    device: str = "cpu"
+    pooling: str | None = None
+    normalize: bool | None = None
 
-    def __init__(
-        self,
-        name_or_path: str,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        max_length: int | None = None,
-        bf16: bool = False,
-        device: str = "cpu",
-        pooling: str | None = None,
-        normalize: bool | None = None,
-    ):
-        # a sentence-transformers model's own pooling and Normalize, else mean pooling without normalisation
-        folder_pooling, folder_normalize = sentence_transformers_pooling(name_or_path) or ("mean", False)
-        self.pooling = pooling or folder_pooling
-        if self.pooling not in TOKEN_POOLINGS:
-            raise ValueError(f"pooling must be one of {TOKEN_POOLINGS}, got {self.pooling!r}")
-        self.normalize = folder_normalize if normalize is None else normalize
-        self.model = AutoModel.from_pretrained(name_or_path, trust_remote_code=False).to(device).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
-        self.batch_size = batch_size
-        self.max_length = resolve_max_length(self.tokenizer, self.model.config, max_length)
-        self.bf16 = bf16
-        self.name = Path(name_or_path).name or str(name_or_path)
+    def __post_init__(self) -> None:
+        folder_pooling, folder_normalize = sentence_transformers_pooling(self.name_or_path) or ("mean", False)
+        self.pooling = self.pooling or folder_pooling
+        _check_pooling(self.pooling)
+        self.normalize = folder_normalize if self.normalize is None else self.normalize
+        self.model = AutoModel.from_pretrained(self.name_or_path, trust_remote_code=False).to(self.device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=False)
+        self.max_length = resolve_max_length(self.tokenizer, self.model.config, self.max_length)
+        self.name = Path(self.name_or_path).name or str(self.name_or_path)
 
     @torch.inference_mode()
     def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
-        """Encode each distinct sentence once, in token-sorted batches."""
         distinct = unique_sentences(sentences)
+        options = {name: getattr(self, name) for name in ENCODER_OPTIONS}
         pooled = encode_hidden(
-            self.model,
-            self.tokenizer,
-            distinct,
-            poolings=(self.pooling,),
-            batch_size=self.batch_size,
-            max_length=self.max_length,
-            bf16=self.bf16,
-            show_progress_bar=show_progress_bar,
+            self.model, self.tokenizer, distinct, (self.pooling,), **options, show_progress_bar=show_progress_bar
         )[self.pooling]
-        return EncodedSentences(
-            index=index_of(distinct), mu=F.normalize(pooled, dim=-1) if self.normalize else pooled, logvar=None
-        )
+        return EncodedSentences(index_of(distinct), F.normalize(pooled, dim=-1) if self.normalize else pooled, None)
 
 
 def load_encoder(
@@ -227,10 +219,8 @@ def load_encoder(
     bf16: bool = False,
     device: str = "cpu",
 ) -> SentenceEncoder:
-    """A :class:`GaussianEncoder` for a saved GaussCSE model (``model_type == "gausscse"``; scored by the cosine of μ
-    when its config says it is a point encoder, ``point_embeddings``), else a :class:`PointEncoder`.
-    ``name_or_path``: a local folder or Hub id."""
-    name = Path(name_or_path).name or str(name_or_path)
+    """A :class:`GaussianEncoder` for a saved GaussCSE model (``point`` from its config's ``point_embeddings``), else a
+    :class:`PointEncoder`; ``name_or_path``: a local folder or Hub id."""
     try:
         check_model_reference(name_or_path)
     except ModelLoadError as error:
@@ -239,8 +229,9 @@ def load_encoder(
         config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)  # never a folder's own code
     except (OSError, ValueError) as error:
         raise ValueError(f"--model/--baseline {name_or_path!r}: no loadable model config there ({error})") from error
-    if config.model_type == "gausscse":
-        model = load_model(name_or_path, device=device)
-        point = model.config.point_embeddings
-        return GaussianEncoder(model, batch_size=batch_size, max_length=max_length, bf16=bf16, name=name, point=point)
-    return PointEncoder(name_or_path, batch_size=batch_size, max_length=max_length, bf16=bf16, device=device)
+    options = {"batch_size": batch_size, "max_length": max_length, "bf16": bf16}
+    if config.model_type != "gausscse":
+        return PointEncoder(name_or_path, device=device, **options)
+    model = load_model(name_or_path, device=device)
+    name = Path(name_or_path).name or str(name_or_path)
+    return GaussianEncoder(model, name=name, point=model.config.point_embeddings, **options)

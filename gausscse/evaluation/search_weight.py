@@ -1,9 +1,7 @@
 """The λ of a model's search score cos(μ_q, μ_x) − λ · KL(q‖x) / d, chosen on dev data.
 
-The score adds the model's direction (the KL term) to relevance (the cosine of the means); λ = 0 is the cosine. It
-is chosen where search is judged: entailment retrieval on SNLI dev (each entailment hypothesis is a query, the
-premises the corpus), by nDCG@10 over a fixed grid, the smallest λ among equally good ones (closest to the cosine).
-Training does this at its end; ``python -m gausscse.evaluation.search_weight --model DIR`` does it for a saved model.
+λ = 0 is the cosine; λ is chosen by nDCG@10 of entailment retrieval on SNLI dev over a fixed grid, the smallest among
+equally good ones, by training at its end or by ``python -m gausscse.evaluation.search_weight --model DIR``.
 """
 
 from __future__ import annotations
@@ -15,17 +13,10 @@ import torch
 
 from gausscse.model.gaussian import KL_REDUCTIONS, cosine_matrix, kl_divergence_matrix, search_score_from
 
-from .metrics import load_metric
-from .tasks import NLI_DEV, RetrievalSet, load_nli, rank_corpus, retrieval_set
+from .tasks import NLI_DEV, RetrievalSet, load_nli, ranking_metrics, retrieval_set
 
 # 0 (the cosine) and 10⁻⁴ … 10 in quarter decades
 KL_WEIGHT_GRID = (0.0, *(round(10 ** (exponent / 4), 6) for exponent in range(-16, 5)))
-
-
-def retrieval_ndcg(scores: torch.Tensor, relevant: list[list[int]]) -> float:
-    """nDCG@10 (percent) of ranking each query's corpus by ``scores`` ``(queries, corpus)``."""
-    ranked = rank_corpus(scores)
-    return 100.0 * load_metric("retrieval").compute(predictions=ranked, references=relevant)["ndcg@10"]
 
 
 def kl_weight_curve(
@@ -36,9 +27,10 @@ def kl_weight_curve(
     relevant: list[list[int]],
     grid: tuple[float, ...] = KL_WEIGHT_GRID,
 ) -> dict[float, float]:
-    """nDCG@10 of cos(μ_q, μ_x) − λ · KL(q‖x) / d for every λ of ``grid`` (the cosine and KL computed once)."""
+    """nDCG@10 (percent) of cos(μ_q, μ_x) − λ · KL(q‖x) / d for every λ of ``grid``."""
     cosine, kl = cosine_matrix(mu_q, mu_x), kl_divergence_matrix(mu_q, logvar_q, mu_x, logvar_x)
-    return {weight: retrieval_ndcg(search_score_from(cosine, kl, weight, mu_q.shape[-1]), relevant) for weight in grid}
+    dim = mu_q.shape[-1]
+    return {weight: ranking_metrics(search_score_from(cosine, kl, weight, dim), relevant)["ndcg@10"] for weight in grid}
 
 
 def best_kl_weight(curve: dict[float, float]) -> float:
@@ -48,8 +40,7 @@ def best_kl_weight(curve: dict[float, float]) -> float:
 
 
 def choose_kl_weight(model, retrieval: RetrievalSet, batch_size: int = 128, max_length: int | None = 64):
-    """``(λ, curve)`` for ``model`` (a GaussCSE model of a KL reduction) on ``retrieval``: its sentences encoded
-    once, nDCG@10 per λ of the grid."""
+    """``(λ, curve)`` for a GaussCSE model of a KL reduction on ``retrieval``."""
     if model.config.similarity_reduction not in KL_REDUCTIONS:
         raise ValueError(
             f"the search score needs a KL reduction {KL_REDUCTIONS}; this model's is "

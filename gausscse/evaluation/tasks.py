@@ -1,28 +1,23 @@
-"""The paper's tasks and STS on top of :class:`~evaluation.encoders.EncodedSentences`.
+"""The paper's tasks, STS and entailment retrieval on top of :class:`~evaluation.encoders.EncodedSentences`.
 
-* Binary NLI (paper §3.1): entailment vs. neutral + contradiction, score sim(hyp‖pre); accuracy at the SNLI-dev
-  best threshold (grid 0, 0.001, …, 1), the threshold-sweep AUPRC and the average precision.
-* Entailment direction (paper §3.2), entailment pairs only (for SICK without the pairs that entail both ways):
-  similarity rule sim(hyp‖pre) > sim(pre‖hyp), variance rule Σlogσ²(pre) > Σlogσ²(hyp), and the length
-  baseline (the longer sentence is the premise; length in characters as the paper, also in words; ties wrong).
-* STS: Spearman ρ × 100 with symmetric scores, "all" aggregation as SimCSE.
-* Entailment retrieval: an NLI split's entailment hypotheses (claims) as queries, all its premises as the corpus,
-  relevant = the premises that entail the claim; ranked by the model's own similarity sim(claim‖premise) (for
-  ``sum``/``mean_kl``: −KL, what the sentence-transformers routes and the search index rank by) and by the cosine of
-  μ; nDCG@10, recall@10, MRR@10, accuracy@1, MAP@100 (the ``retrieval`` module, sentence-transformers' definitions).
-
-Every number reported here is a percentage (0–100) except thresholds (0–1) and counts.
+Binary NLI (§3.1): entailment vs. rest by s = sim(hyp‖pre). Direction (§3.2): on entailment pairs (SICK without those
+that entail both ways), the similarity, variance and length rules. STS: Spearman ρ of symmetric scores, "all"
+aggregation as SimCSE. Retrieval: an NLI split's entailment hypotheses (claims) as queries, its premises as the corpus.
+Every number is a percentage (0–100) except thresholds (0–1) and counts. :class:`TaskData`: the requested tasks' data.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from gausscse.data.registry import load_split
+from gausscse.model import gaussian
 from gausscse.model.gaussian import (
     KL_REDUCTIONS,
     cosine_matrix,
@@ -38,44 +33,24 @@ from .metrics import load_metric
 
 # task name -> (dataset, split)
 NLI_DEV = ("snli", "validation")
-NLI_TEST_SETS: dict[str, tuple[str, str]] = {
+NLI_TEST_SETS = {
     "snli": ("snli", "test"),
     "mnli_mismatched": ("mnli", "validation_mismatched"),
     "mnli_matched": ("mnli", "validation_matched"),
     "sick": ("sick", "test"),
 }
-# entailment retrieval: the test sets (file order, the first MAX_RETRIEVAL_QUERIES claims) and SNLI dev for selection
-RETRIEVAL_SETS: dict[str, tuple[str, str]] = {
-    "snli": ("snli", "test"),
-    "mnli_mismatched": ("mnli", "validation_mismatched"),
-    "sick": ("sick", "test"),
-}
+# entailment retrieval (the first MAX_RETRIEVAL_QUERIES claims of each; SNLI dev is added for selection)
+RETRIEVAL_SETS = {name: NLI_TEST_SETS[name] for name in ("snli", "mnli_mismatched", "sick")}
 MAX_RETRIEVAL_QUERIES = 2000
 RETRIEVAL_DEPTH = 100  # the deepest cut-off scored (MAP@100)
-# STS-B dev: scored with the STS sets for model selection, not part of their average
-STS_DEV = ("stsb_dev", ("stsb", "validation"))
-STS_SETS: dict[str, tuple[str, str]] = {
-    "sts12": ("sts12", "test"),
-    "sts13": ("sts13", "test"),
-    "sts14": ("sts14", "test"),
-    "sts15": ("sts15", "test"),
-    "sts16": ("sts16", "test"),
-    "stsb": ("stsb", "test"),
-    "sickr": ("sickr", "test"),
-}
+STS_DEV = ("stsb_dev", ("stsb", "validation"))  # for model selection, not part of the STS average
+STS_SETS = {name: (name, "test") for name in ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")}
 
 
 @dataclass
 class NLIPairs:
-    """Premise/hypothesis pairs of one NLI split.
-
-    Attributes:
-        name: e.g. ``"snli"``.
-        premises, hypotheses: the sentences.
-        is_entailment: gold label == entailment.
-        entails_both_ways: SICK pairs with ``entailment_AB == A_entails_B`` and ``entailment_BA == B_entails_A``
-            (all ``False`` for other datasets); left out of the direction task.
-    """
+    """Premise/hypothesis pairs of one NLI split; ``entails_both_ways`` marks the SICK pairs with A_entails_B and
+    B_entails_A (left out of the direction task; all ``False`` elsewhere)."""
 
     name: str
     premises: list[str]
@@ -88,36 +63,27 @@ class NLIPairs:
 
     @property
     def sentences(self) -> list[str]:
-        """All premises and hypotheses (with repeats)."""
         return self.premises + self.hypotheses
 
     @property
     def direction_mask(self) -> np.ndarray:
-        """Pairs of the direction task: entailment, and not entailment both ways."""
+        """The pairs of the direction task: entailment, not both ways."""
         return self.is_entailment & ~self.entails_both_ways
 
     def select(self, mask: np.ndarray) -> NLIPairs:
-        """The pairs where ``mask`` is true."""
         rows = np.flatnonzero(mask)
         return NLIPairs(
-            name=self.name,
-            premises=[self.premises[row] for row in rows],
-            hypotheses=[self.hypotheses[row] for row in rows],
-            is_entailment=self.is_entailment[rows],
-            entails_both_ways=self.entails_both_ways[rows],
+            self.name,
+            [self.premises[row] for row in rows],
+            [self.hypotheses[row] for row in rows],
+            self.is_entailment[rows],
+            self.entails_both_ways[rows],
         )
 
 
 @dataclass
 class STSPairs:
-    """Sentence pairs with gold similarity scores of one STS file.
-
-    Attributes:
-        name: e.g. ``"sts12"``.
-        sentence1, sentence2: the sentences.
-        gold: gold scores.
-        subsets: the ``subset`` field (STS12–16), or ``None``.
-    """
+    """Sentence pairs and gold scores of one STS file; ``subsets``: its ``subset`` field (STS12–16) or ``None``."""
 
     name: str
     sentence1: list[str]
@@ -127,125 +93,85 @@ class STSPairs:
 
     @property
     def sentences(self) -> list[str]:
-        """All sentences (with repeats)."""
         return self.sentence1 + self.sentence2
 
 
-def _truncated(dataset, max_examples: int | None):
+def _load_rows(dataset: str, split: str, data_dir, max_examples: int | None, columns: Sequence[str]):
+    rows = load_split(dataset, split, data_dir)
     if max_examples is not None:
         if max_examples < 1:
             raise ValueError(f"max_examples must be a positive integer or None, got {max_examples}")
-        dataset = dataset.select(range(min(max_examples, len(dataset))))
-    return dataset
+        rows = rows.select(range(min(max_examples, len(rows))))
+    for column in columns:
+        if column not in rows.column_names:
+            raise ValueError(f"{dataset}/{split} has no column {column!r} (columns: {rows.column_names})")
+    return rows
 
 
 def load_nli(
     name: str, dataset: str, split: str, data_dir: str | None = None, max_examples: int | None = None
 ) -> NLIPairs:
-    """Load an NLI split as :class:`NLIPairs` (the first ``max_examples`` rows if given)."""
-    rows = _truncated(load_split(dataset, split, data_dir), max_examples)
-    columns = rows.column_names
-    for column in ("premise", "hypothesis", "label"):
-        if column not in columns:
-            raise ValueError(f"{dataset}/{split} has no column {column!r} (columns: {columns})")
-    if "entailment_AB" in columns:
-        both_ways = (np.asarray(rows["entailment_AB"]) == "A_entails_B") & (
-            np.asarray(rows["entailment_BA"]) == "B_entails_A"
-        )
-    else:
-        both_ways = np.zeros(len(rows), dtype=bool)
-    return NLIPairs(
-        name=name,
-        premises=list(rows["premise"]),
-        hypotheses=list(rows["hypothesis"]),
-        is_entailment=np.array([label == "entailment" for label in rows["label"]], dtype=bool),
-        entails_both_ways=both_ways,
-    )
+    """An NLI split as :class:`NLIPairs` (its first ``max_examples`` rows if given)."""
+    rows = _load_rows(dataset, split, data_dir, max_examples, ("premise", "hypothesis", "label"))
+    both_ways = np.zeros(len(rows), dtype=bool)
+    if "entailment_AB" in rows.column_names:
+        a_entails_b, b_entails_a = np.asarray(rows["entailment_AB"]), np.asarray(rows["entailment_BA"])
+        both_ways = (a_entails_b == "A_entails_B") & (b_entails_a == "B_entails_A")
+    is_entailment = np.array([label == "entailment" for label in rows["label"]], dtype=bool)
+    return NLIPairs(name, list(rows["premise"]), list(rows["hypothesis"]), is_entailment, both_ways)
 
 
 def load_sts(name: str, dataset: str, split: str, data_dir: str | None = None, max_examples: int | None = None):
-    """Load an STS split as :class:`STSPairs` (the first ``max_examples`` rows if given)."""
-    rows = _truncated(load_split(dataset, split, data_dir), max_examples)
-    for column in ("sentence1", "sentence2", "score"):
-        if column not in rows.column_names:
-            raise ValueError(f"{dataset}/{split} has no column {column!r} (columns: {rows.column_names})")
+    """An STS split as :class:`STSPairs` (its first ``max_examples`` rows if given)."""
+    rows = _load_rows(dataset, split, data_dir, max_examples, ("sentence1", "sentence2", "score"))
     return STSPairs(
-        name=name,
-        sentence1=list(rows["sentence1"]),
-        sentence2=list(rows["sentence2"]),
-        gold=np.asarray(rows["score"], dtype=np.float64),
-        subsets=list(rows["subset"]) if "subset" in rows.column_names else None,
+        name,
+        list(rows["sentence1"]),
+        list(rows["sentence2"]),
+        np.asarray(rows["score"], dtype=np.float64),
+        list(rows["subset"]) if "subset" in rows.column_names else None,
     )
 
 
 @dataclass
 class NLIResult:
-    """Binary NLI on one test set: metrics (percent) and the per-pair arrays behind them."""
+    """Binary NLI on one test set: metrics (percent) and the per-pair scores and correctness."""
 
     metrics: dict[str, float]
     scores: np.ndarray
     correct: np.ndarray = field(repr=False)
 
 
-def binary_nli(encoded: EncodedSentences, pairs: NLIPairs, threshold: float) -> NLIResult:
-    """Entailment vs. rest with score s = sim(hyp‖pre), predicted entailment iff s >= ``threshold``.
-
-    Metrics: ``accuracy`` at the given threshold, ``best_accuracy`` (oracle threshold on this set, for
-    reference), ``auprc`` (the paper's threshold sweep), ``average_precision`` — all × 100.
-    """
+def binary_nli(encoded: EncodedSentences, pairs: NLIPairs, threshold: float | None = None) -> NLIResult:
+    """Entailment iff s = sim(hyp‖pre) >= ``threshold`` (default: this set's best grid threshold, the smallest among
+    ties): ``accuracy`` at it, ``best_accuracy`` (the set's own best, for reference), ``auprc`` (the paper's sweep)
+    and ``average_precision``, × 100."""
     scores = encoded.entailment_score(pairs.premises, pairs.hypotheses).numpy().astype(np.float64)
-    correct = (scores >= threshold) == pairs.is_entailment
-    measured = load_metric("binary_nli").compute(
-        predictions=scores, references=pairs.is_entailment, threshold=threshold
-    )
-    return NLIResult(
-        metrics={
-            "accuracy": 100.0 * measured["accuracy"],
-            "threshold": measured["threshold"],
-            "best_accuracy": 100.0 * measured["best_accuracy"],
-            "best_threshold": measured["best_threshold"],
-            "auprc": 100.0 * measured["auprc"],
-            "average_precision": 100.0 * measured["average_precision"],
-            "examples": len(pairs),
-            "positives": int(pairs.is_entailment.sum()),
-        },
-        scores=scores,
-        correct=correct,
-    )
+    labels = pairs.is_entailment
+    measured = load_metric("binary_nli").compute(predictions=scores, references=labels, threshold=threshold)
+    metrics = {key: value if key.endswith("threshold") else 100.0 * value for key, value in measured.items()}
+    metrics.update(examples=len(pairs), positives=int(labels.sum()))
+    return NLIResult(metrics, scores, (scores >= metrics["threshold"]) == labels)
 
 
-def dev_threshold(encoded: EncodedSentences, dev: NLIPairs) -> tuple[float, float]:
-    """``(accuracy, threshold)``: the grid threshold that is most accurate on ``dev`` (smallest among ties)."""
-    scores = encoded.entailment_score(dev.premises, dev.hypotheses).numpy()
-    measured = load_metric("binary_nli").compute(predictions=scores, references=dev.is_entailment)
-    return measured["best_accuracy"], measured["best_threshold"]
-
-
-LENGTH_UNITS = ("characters", "words")
+LENGTHS = {"characters": len, "words": lambda sentence: len(sentence.split())}
 
 
 def length_rule_correct(premises: Sequence[str], hypotheses: Sequence[str], unit: str = "characters") -> np.ndarray:
-    """Length baseline per pair: correct iff the premise is strictly longer than the hypothesis.
-
-    ``unit="characters"``: ``len(sentence)`` (Python characters, spaces and punctuation included, text as
-    stored); this reproduces the paper's 92.63 / 82.64 / 69.14 on SNLI / MNLI-mismatched / SICK.
-    ``unit="words"``: ``len(sentence.split())`` (whitespace tokens; punctuation attached to a word is part of it).
-    A tie counts as wrong (the rule cannot pick a side).
-    """
-    if unit not in LENGTH_UNITS:
-        raise ValueError(f"unit must be one of {LENGTH_UNITS}, got {unit!r}")
+    """Length baseline per pair: correct iff the premise is strictly longer (a tie is wrong). ``characters``:
+    ``len(sentence)`` as stored, which reproduces the paper's 92.63 / 82.64 / 69.14 on SNLI / MNLI-mm / SICK;
+    ``words``: ``len(sentence.split())``."""
+    if unit not in LENGTHS:
+        raise ValueError(f"unit must be one of {tuple(LENGTHS)}, got {unit!r}")
     if len(premises) != len(hypotheses):
         raise ValueError(f"premises and hypotheses must have the same length, got {len(premises)}, {len(hypotheses)}")
-
-    def length(sentence: str) -> int:
-        return len(sentence) if unit == "characters" else len(sentence.split())
-
+    length = LENGTHS[unit]
     return np.array([length(pre) > length(hyp) for pre, hyp in zip(premises, hypotheses, strict=True)], dtype=bool)
 
 
 @dataclass
 class DirectionResult:
-    """Entailment direction on one test set: metrics (percent) and per-pair arrays (empty rules are ``None``)."""
+    """Entailment direction on one test set: metrics (percent) and per-pair arrays (``None`` for a point encoder)."""
 
     metrics: dict[str, float | None]
     similarity_correct: np.ndarray | None
@@ -254,61 +180,47 @@ class DirectionResult:
     generality_gap: np.ndarray | None
 
 
-def entailment_direction(encoded: EncodedSentences, pairs: NLIPairs) -> DirectionResult:
-    """Direction accuracies on the entailment pairs of ``pairs`` (both-way SICK pairs left out).
+def _percent(correct: np.ndarray | None) -> float | None:
+    return None if correct is None else 100.0 * float(correct.mean())
 
-    similarity rule: correct iff sim(hyp‖pre) > sim(pre‖hyp); variance rule: correct iff
-    Σlogσ²(pre) > Σlogσ²(hyp); ties are wrong. For a point encoder (symmetric) both are ``None``.
-    The length baseline (:func:`length_rule_correct`, characters; also words) is always reported.
-    """
+
+def entailment_direction(encoded: EncodedSentences, pairs: NLIPairs) -> DirectionResult:
+    """Direction on the entailment pairs (both-way SICK pairs left out), ties wrong: similarity rule
+    sim(hyp‖pre) > sim(pre‖hyp), variance rule Σlogσ²(pre) > Σlogσ²(hyp) (both ``None`` for a point encoder), and
+    the length baselines (:func:`length_rule_correct`, characters and words)."""
     selected = pairs.select(pairs.direction_mask)
     if len(selected) == 0:
         raise ValueError(f"{pairs.name}: no entailment pairs for the direction task")
-    length_correct = length_rule_correct(selected.premises, selected.hypotheses, unit="characters")
-    length_words_correct = length_rule_correct(selected.premises, selected.hypotheses, unit="words")
-    result = DirectionResult(
-        metrics={
-            "similarity_rule": None,
-            "variance_rule": None,
-            "length_baseline": 100.0 * float(length_correct.mean()),
-            "length_baseline_words": 100.0 * float(length_words_correct.mean()),
-            "examples": len(selected),
-        },
-        similarity_correct=None,
-        variance_correct=None,
-        length_correct=length_correct,
-        generality_gap=None,
-    )
-    if encoded.is_gaussian:
-        forward = encoded.asymmetric_similarity(selected.hypotheses, selected.premises)
-        backward = encoded.asymmetric_similarity(selected.premises, selected.hypotheses)
-        gap = (encoded.generality(selected.premises) - encoded.generality(selected.hypotheses)).numpy()
-        result.similarity_correct = (forward > backward).numpy()
-        result.variance_correct = gap > 0
-        result.generality_gap = gap
-        result.metrics["similarity_rule"] = 100.0 * float(result.similarity_correct.mean())
-        result.metrics["variance_rule"] = 100.0 * float(result.variance_correct.mean())
-    return result
+    premises, hypotheses = selected.premises, selected.hypotheses
+    length_correct = length_rule_correct(premises, hypotheses)
+    similarity_correct = variance_correct = gap = None
+    if encoded.is_gaussian:  # the model's rules (gaussian.entailment_direction), premise a, hypothesis b
+        premise, hypothesis = encoded.gaussians(premises), encoded.gaussians(hypotheses)
+        rules = gaussian.entailment_direction(premise, hypothesis, encoded.reduction)
+        similarity_correct, variance_correct = rules.by_similarity.numpy(), rules.by_variance.numpy()
+        gap = (premise.generality - hypothesis.generality).numpy()
+    metrics = {
+        "similarity_rule": _percent(similarity_correct),
+        "variance_rule": _percent(variance_correct),
+        "length_baseline": _percent(length_correct),
+        "length_baseline_words": _percent(length_rule_correct(premises, hypotheses, unit="words")),
+        "examples": len(selected),
+    }
+    return DirectionResult(metrics, similarity_correct, variance_correct, length_correct, gap)
 
 
 def sts_spearman(encoded: EncodedSentences, pairs: STSPairs) -> dict[str, float]:
-    """Spearman ρ × 100 of each symmetric score against the gold scores.
-
-    "all" aggregation (SimCSE): one ρ over the concatenation of all subsets of the file — not the mean of
-    per-subset ρ. STS-B and SICK-R have a single test set, so it is just their ρ.
-    """
-    scores = encoded.symmetric_similarities(pairs.sentence1, pairs.sentence2)
+    """Spearman ρ × 100 of each symmetric score against the gold scores, one ρ over all subsets of the file."""
     spearman = load_metric("spearman")
     return {
         name: 100.0 * spearman.compute(predictions=values.numpy(), references=pairs.gold)["spearman"]
-        for name, values in scores.items()
+        for name, values in encoded.symmetric_similarities(pairs.sentence1, pairs.sentence2).items()
     }
 
 
 @dataclass
 class RetrievalSet:
-    """An entailment-retrieval set: claims (queries), premises (corpus) and, per claim, the corpus rows of the
-    premises that entail it."""
+    """Claims (queries), premises (corpus) and, per claim, the corpus rows of the premises that entail it."""
 
     name: str
     queries: list[str]
@@ -317,14 +229,12 @@ class RetrievalSet:
 
     @property
     def sentences(self) -> list[str]:
-        """Queries and corpus."""
         return self.queries + self.corpus
 
 
 def retrieval_set(pairs: NLIPairs, max_queries: int = MAX_RETRIEVAL_QUERIES) -> RetrievalSet:
-    """From an NLI split: the first ``max_queries`` distinct entailment hypotheses (file order) as queries, every
-    distinct premise as the corpus, relevant = the premises labelled as entailing the query (SICK pairs that entail
-    both ways included: the premise does entail the claim)."""
+    """The first ``max_queries`` distinct entailment hypotheses (file order) as queries, every distinct premise as the
+    corpus, relevant = the premises labelled as entailing the query (both-way SICK pairs included)."""
     corpus_rows: dict[str, int] = {}
     for premise in pairs.premises:
         corpus_rows.setdefault(premise, len(corpus_rows))
@@ -346,9 +256,9 @@ def rank_corpus(scores: torch.Tensor, depth: int = RETRIEVAL_DEPTH) -> list[list
 
 
 def retrieval_scores(encoded: EncodedSentences, retrieval: RetrievalSet) -> dict[str, torch.Tensor]:
-    """``(queries, corpus)`` score matrices by name: ``similarity`` = sim(query‖premise) with the model's reduction
-    (Gaussian models), ``cosine`` = cos of μ (or of the point embeddings), ``search`` = the model's search score
-    cos − λ·KL(query‖premise)/d (models that state λ, ``search_kl_weight``)."""
+    """``(queries, corpus)`` score matrices: ``cosine`` of μ (or of the point embeddings); for Gaussian models
+    ``similarity`` = sim(query‖premise) with the model's reduction (−KL order for ``sum``/``mean_kl``) and, where the
+    model states λ (``search_kl_weight``), ``search`` = cos − λ·KL(query‖premise)/d."""
     queries, corpus = encoded.rows(retrieval.queries), encoded.rows(retrieval.corpus)
     scores = {"cosine": cosine_matrix(encoded.mu[queries], encoded.mu[corpus])}
     if not encoded.is_gaussian:
@@ -365,16 +275,69 @@ def retrieval_scores(encoded: EncodedSentences, retrieval: RetrievalSet) -> dict
     return scores
 
 
+def ranking_metrics(scores: torch.Tensor, relevant: list[list[int]]) -> dict[str, float]:
+    """accuracy@1, MRR@10, nDCG@10, recall@10 and MAP@100 (percent) of ranking by ``(queries, corpus)`` scores."""
+    measured = load_metric("retrieval").compute(predictions=rank_corpus(scores), references=relevant)
+    return {key: 100.0 * value for key, value in measured.items()}
+
+
 def entailment_retrieval(encoded: EncodedSentences, retrieval: RetrievalSet) -> dict[str, dict[str, float]]:
-    """Per score (see :func:`retrieval_scores`): accuracy@1, MRR@10, nDCG@10, recall@10, MAP@100, in percent, plus
-    the set's size."""
-    metric = load_metric("retrieval")
-    results = {
-        name: {
-            key: 100.0 * value
-            for key, value in metric.compute(predictions=rank_corpus(scores), references=retrieval.relevant).items()
-        }
-        for name, scores in retrieval_scores(encoded, retrieval).items()
-    }
+    """Per score of :func:`retrieval_scores`: its :func:`ranking_metrics`; and the size of the set."""
+    scores = retrieval_scores(encoded, retrieval)
+    results = {name: ranking_metrics(matrix, retrieval.relevant) for name, matrix in scores.items()}
     results["size"] = {"queries": len(retrieval.queries), "corpus": len(retrieval.corpus)}
     return results
+
+
+TASKS = ("nli", "direction", "sts", "retrieval")
+
+
+def parse_tasks(tasks: str | Sequence[str]) -> tuple[str, ...]:
+    """``"nli,direction,sts"`` (or a list) → a tuple of known task names; ``ValueError`` names an unknown one."""
+    names = [name.strip() for name in (tasks.split(",") if isinstance(tasks, str) else tasks) if name.strip()]
+    for name in names:
+        if name not in TASKS:
+            raise ValueError(f"--tasks: unknown task {name!r}; choose from {', '.join(TASKS)}")
+    if not names:
+        raise ValueError(f"--tasks is empty; choose from {', '.join(TASKS)}")
+    return tuple(dict.fromkeys(names))
+
+
+@dataclass
+class TaskData:
+    """The pairs of every requested task, loaded once for all encoders."""
+
+    tasks: tuple[str, ...]
+    nli_dev: NLIPairs | None = None
+    nli_test: dict[str, NLIPairs] = field(default_factory=dict)
+    sts: dict[str, STSPairs] = field(default_factory=dict)
+    sts_dev: STSPairs | None = None
+    retrieval: dict[str, RetrievalSet] = field(default_factory=dict)
+
+    @classmethod
+    def load(
+        cls, tasks: Sequence[str], data_dir: str | Path | None = None, max_examples: int | None = None
+    ) -> TaskData:
+        """SNLI dev (threshold) for ``nli``/``retrieval``, the NLI test sets for ``nli``/``direction``, the STS files
+        and STS-B dev for ``sts``, the retrieval sets of SNLI dev and ``RETRIEVAL_SETS``; each file cut to its first
+        ``max_examples`` rows if given."""
+        data = cls(tasks=parse_tasks(tasks))
+        nli = functools.partial(load_nli, data_dir=data_dir, max_examples=max_examples)
+        sts = functools.partial(load_sts, data_dir=data_dir, max_examples=max_examples)
+        if "nli" in data.tasks or "retrieval" in data.tasks:
+            data.nli_dev = nli("snli_dev", *NLI_DEV)
+        if "nli" in data.tasks or "direction" in data.tasks:
+            data.nli_test = {name: nli(name, *where) for name, where in NLI_TEST_SETS.items()}
+        if "sts" in data.tasks:
+            data.sts = {name: sts(name, *where) for name, where in STS_SETS.items()}
+            data.sts_dev = sts(STS_DEV[0], *STS_DEV[1])
+        if "retrieval" in data.tasks:
+            splits = {"snli_dev": data.nli_dev}
+            splits |= {name: data.nli_test.get(name) or nli(name, *where) for name, where in RETRIEVAL_SETS.items()}
+            data.retrieval = {name: retrieval_set(pairs) for name, pairs in splits.items()}
+        return data
+
+    def sentences(self) -> list[str]:
+        """Every sentence of every loaded split, with repeats (the encoder keeps each distinct one once)."""
+        splits = [self.nli_dev, *self.nli_test.values(), *self.sts.values(), self.sts_dev, *self.retrieval.values()]
+        return [sentence for pairs in splits if pairs is not None for sentence in pairs.sentences]

@@ -1,11 +1,6 @@
-"""The model: ``GaussCSEConfig``, ``GaussCSEModel`` and the Gaussian math.
-
-The files of ``shipped_gausscse.SHIPPED_FILES`` (the config, the model, the Gaussian math, the encode loop, the
-backbone, the adapter-folder layout, ONNX, the sentence-transformers module and that list) ship with the weights as Hub
-custom code: they import only torch, transformers and their dependencies, and each other; the sentence-transformers
-module also imports sentence-transformers (and nothing here imports it); ONNX Runtime is imported where it is present
-(``backend="onnx"``).
-"""
+"""The model: ``GaussCSEConfig``, ``GaussCSEModel`` and the Gaussian math. The files of ``SHIPPED_FILES``
+(``shipped_gausscse.py``) ship with the weights as Hub custom code: they import only torch, transformers (optional
+libraries lazily) and each other."""
 
 from transformers import AutoConfig, AutoModel
 
@@ -25,7 +20,7 @@ from .gaussian import (
 )
 from .modeling_gausscse import EntailmentDirection, GaussCSEModel, GaussCSEOutput
 
-# The installed package (not a folder's remote code) registers the model type with the Auto classes.
+# the installed package, not a folder's remote code, registers the model type with the Auto classes
 AutoConfig.register(GaussCSEConfig.model_type, GaussCSEConfig, exist_ok=True)
 AutoModel.register(GaussCSEConfig, GaussCSEModel, exist_ok=True)
 

@@ -1,13 +1,6 @@
-"""A GaussCSE folder's two layouts (ships with the weights as Hub custom code): full weights, or an adapter folder —
-a model whose encoder carries LoRA adapters, saved unmerged — and the checks on the weight files of either.
-
-An adapter folder holds the two heads in ``HEADS_FILE``, the GaussCSE config + code, and peft's
-``adapter_config.json`` and ``adapter_model.safetensors`` in ``ADAPTER_FOLDER`` — not at the top, where transformers'
-AutoModel would take the folder for a bare peft adapter and load only its backbone. The backbone itself is named by
-adapter_config.json's base_model_name_or_path (a Hub id, or a local folder's absolute path), and identified by
-``BACKBONE_FILE`` beside it: its name and the SHA-256 of its config and weight files
-(``backbone_gausscse.backbone_record``), checked when the folder loads. A folder holds one layout: each save removes
-what a save of the other layout left ([`remove_other_layout`]).
+"""A GaussCSE folder's two layouts (ships with the weights as Hub custom code): full weights, or an adapter folder (LoRA
+saved unmerged): the heads in ``HEADS_FILE``, config and code, and in ``ADAPTER_FOLDER`` peft's files and
+``BACKBONE_FILE``, the identity of the backbone the adapter was trained on (checked on loading).
 """
 
 from __future__ import annotations
@@ -48,7 +41,7 @@ def has_adapter(encoder: nn.Module) -> bool:
 
 
 def adapter_heads_file(name_or_path: str | Path, hub_kwargs: dict | None = None) -> str | None:
-    """The local path of ``HEADS_FILE`` when ``name_or_path`` (folder or Hub id) is an adapter folder, else ``None``."""
+    """The local path of ``HEADS_FILE`` if ``name_or_path`` (folder or Hub id) is an adapter folder, else ``None``."""
     hub_kwargs = {key: value for key, value in (hub_kwargs or {}).items() if key in HUB_KWARGS}
     return cached_file(
         str(name_or_path),
@@ -60,8 +53,7 @@ def adapter_heads_file(name_or_path: str | Path, hub_kwargs: dict | None = None)
 
 
 def recorded_backbone(folder: str | Path) -> str | None:
-    """The backbone the adapter of a local adapter folder names (``base_model_name_or_path`` of its
-    ``adapter/adapter_config.json``); ``None`` for any other folder or an unreadable config."""
+    """``base_model_name_or_path`` of a local adapter folder's adapter config; ``None`` for other folders."""
     config_path = Path(folder) / ADAPTER_FOLDER / ADAPTER_CONFIG_FILE
     if not (Path(folder) / HEADS_FILE).is_file() or not config_path.is_file():
         return None
@@ -73,9 +65,8 @@ def recorded_backbone(folder: str | Path) -> str | None:
 
 
 def adapter_file(name_or_path: str | Path, name: str, hub_kwargs: dict, required: bool = True) -> Path | None:
-    """The local path of the file ``name`` in the ``ADAPTER_FOLDER`` of an adapter folder or Hub repo (fetched into the
-    Hub cache), ``None`` where there is none and it is not ``required``. A local folder without a required file is a
-    ``FileNotFoundError`` naming the file (transformers would point at a Hub URL made of the local path)."""
+    """The local path of ``ADAPTER_FOLDER/name`` in an adapter folder or Hub repo; ``None`` where there is none and it
+    is not ``required``; a local folder lacking a required file is a ``FileNotFoundError`` naming it."""
     subfolder = "/".join(part for part in (hub_kwargs.get("subfolder", ""), ADAPTER_FOLDER) if part)
     if Path(name_or_path).is_dir():
         path = Path(name_or_path) / subfolder / name
@@ -91,8 +82,7 @@ def adapter_file(name_or_path: str | Path, name: str, hub_kwargs: dict, required
 
 
 def check_backbone(adapter_folder: str | Path, recorded: dict, found: dict) -> None:
-    """Refuse a backbone whose [`backbone_record`] ``found`` differs from the one the adapter folder recorded (its
-    ``BACKBONE_FILE``): the adapter would sit on weights it was not trained with."""
+    """Refuse a backbone whose [`backbone_record`] ``found`` differs from the ``recorded`` one."""
     differing = sorted(
         name
         for name in {*recorded["sha256"], *found["sha256"]}
@@ -108,9 +98,8 @@ def check_backbone(adapter_folder: str | Path, recorded: dict, found: dict) -> N
 
 
 def check_adapter_base(adapter_folder: str | Path, base: str | None, hub_kwargs: dict) -> None:
-    """Refuse an adapter whose backbone ``base`` is a GaussCSE model — the adapter folder itself (a LoRA run saved into
-    its own backbone), another adapter folder, a full model — rather than an encoder: loading it would load this
-    folder again, endlessly, or a cycle of adapter folders."""
+    """Refuse an adapter whose backbone ``base`` is a GaussCSE model (the folder itself, another adapter folder, a full
+    model) rather than an encoder: loading it could recurse endlessly."""
     base_config = read_backbone_file(base, CONFIG_NAME, hub_kwargs) if base else None
     if isinstance(base_config, dict) and base_config.get("model_type") == GaussCSEConfig.model_type:
         itself = Path(base).is_dir() and Path(base).resolve() == Path(adapter_folder).resolve()
@@ -123,9 +112,7 @@ def check_adapter_base(adapter_folder: str | Path, base: str | None, hub_kwargs:
 
 def remove_other_layout(folder: Path, adapter: bool) -> None:
     """Clear ``folder`` of the other layout before a save writes its own (``adapter``: an adapter folder, else full
-    weights), so that it holds one model: the full weights (``model*.safetensors``, the sharded index) before an adapter
-    folder; ``HEADS_FILE`` and ``ADAPTER_FOLDER`` before full weights (loading takes a folder with heads for an adapter
-    folder)."""
+    weights), so that it holds one model."""
     if adapter:
         for path in [*folder.glob("model*.safetensors"), folder / SAFE_WEIGHTS_INDEX_NAME]:
             path.unlink(missing_ok=True)
@@ -135,8 +122,8 @@ def remove_other_layout(folder: Path, adapter: bool) -> None:
 
 
 def check_loading_info(name_or_path: str | Path, info: dict) -> None:
-    """Refuse a checkpoint whose weights do not fit the model: ``transformers`` would only log the missing or
-    unexpected names and start those weights at random, which scores as a different model (silent corruption)."""
+    """Refuse a checkpoint whose weights do not fit the model (transformers would only log it and start them at
+    random)."""
     problems = {
         kind: sorted(str(name) for name in info.get(kind) or ())
         for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")
@@ -153,26 +140,23 @@ def check_loading_info(name_or_path: str | Path, info: dict) -> None:
 
 
 def share_weight_files(weight_files: Sequence[Path], like: Path) -> None:
-    """Give ``weight_files`` the mode of ``like`` (a file the same save wrote with ``open``: 0644 under the usual umask
-    022): safetensors writes its files 0600, readable by their owner only."""
+    """Give ``weight_files`` (which safetensors writes 0600) the mode of ``like``, a file the same save wrote."""
     mode = like.stat().st_mode & 0o777
     for path in weight_files:
         path.chmod(mode)
 
 
 def load_adapter_folder(model_class, name_or_path: str | Path, heads_file: str, config=None, **kwargs):
-    """An adapter folder as a ``model_class`` (``GaussCSEModel``) model: the backbone its ``adapter_config.json`` names,
-    the LoRA adapters that config describes, their weights ([`load_adapter_weights`], checked) and the heads of
-    ``HEADS_FILE``; a ``frozen_mean`` model's μ path is a copy of the backbone (it is never trained). The backbone must
-    be an encoder, not a GaussCSE folder ([`check_adapter_base`]), loads without running its own code, and must be the
-    one the folder's ``BACKBONE_FILE`` recorded, where it has one ([`check_backbone`]). ``kwargs``: the Hub arguments
-    (``revision``, ``token``, ...), ``dtype``."""
+    """An adapter folder as a ``model_class`` model: the backbone its adapter config names (an encoder,
+    [`check_adapter_base`]; the one ``BACKBONE_FILE`` recorded, [`check_backbone`]; its own code never runs), the
+    LoRA adapters and their weights, and the heads. ``kwargs``: the Hub arguments (``revision``, ``token``, ...),
+    ``dtype``."""
     if PeftModel is None:
         raise ImportError(f"{name_or_path} holds a LoRA adapter (not merged): loading it needs `pip install peft`")
     hub_kwargs = {key: value for key, value in kwargs.items() if key in HUB_KWARGS and value is not None}
     if config is None:
         config = GaussCSEConfig.from_pretrained(name_or_path, **hub_kwargs)
-    # peft's files, fetched (or found in the cache) beside each other: peft then reads a local folder
+    # peft's files, fetched beside each other: peft then reads a local folder
     adapter_files = [
         adapter_file(name_or_path, name, hub_kwargs) for name in (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE)
     ]
@@ -207,8 +191,7 @@ def load_adapter_folder(model_class, name_or_path: str | Path, heads_file: str, 
 
 
 def load_adapter_weights(model: nn.Module, adapter_weights_file: str | Path) -> None:
-    """Put the LoRA weights of an ``ADAPTER_WEIGHTS_FILE`` into ``model``'s encoder (which carries the same
-    adapters); every LoRA weight of the encoder must be in the file and every tensor of the file must fit."""
+    """Load an ``ADAPTER_WEIGHTS_FILE`` into ``model``'s encoder: every LoRA weight in it, every tensor fitting."""
     result = set_peft_model_state_dict(model.encoder, load_file(str(adapter_weights_file)))
     missing = [name for name in result.missing_keys if "lora_" in name]
     if result.unexpected_keys or missing:
@@ -218,14 +201,15 @@ def load_adapter_weights(model: nn.Module, adapter_weights_file: str | Path) -> 
         )
 
 
+def head_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The μ and log σ² heads' tensors by their ``HEADS_FILE`` keys (``mean_head.weight``, ...)."""
+    return {f"{name}.{key}": value for name in HEAD_NAMES for key, value in getattr(model, name).state_dict().items()}
+
+
 def load_head_weights(model: nn.Module, heads_file: str | Path) -> None:
     """Copy the μ and log σ² heads of a ``HEADS_FILE`` (keys ``mean_head.weight``, ...) into ``model``."""
     heads = load_file(str(heads_file))
-    expected = {
-        f"{name}.{key}": tuple(value.shape)
-        for name in HEAD_NAMES
-        for key, value in getattr(model, name).state_dict().items()
-    }
+    expected = {key: tuple(value.shape) for key, value in head_tensors(model).items()}
     found = {key: tuple(value.shape) for key, value in heads.items()}
     if found != expected:
         raise ValueError(f"{heads_file}: expected the tensors (name: shape) {expected}, found {found}")
@@ -236,13 +220,10 @@ def load_head_weights(model: nn.Module, heads_file: str | Path) -> None:
 
 
 def save_adapter_folder(model: nn.Module, folder: Path) -> list[Path]:
-    """The adapter folder of ``GaussCSEModel.save_pretrained``; returns the weight files written. peft's files are
-    written in a scratch folder first: its ``save_pretrained`` also rewrites the folder's ``README.md`` (as a peft
-    card). The backbone's identity goes into ``BACKBONE_FILE`` ([`backbone_record`]); a folder that is the backbone
-    itself is refused before anything in it changes."""
+    """Save ``model`` as an adapter folder (refusing its own backbone's folder); returns the weight files written."""
     folder.mkdir(parents=True, exist_ok=True)
     adapter_folder = folder / ADAPTER_FOLDER
-    with tempfile.TemporaryDirectory(dir=folder) as scratch:
+    with tempfile.TemporaryDirectory(dir=folder) as scratch:  # peft's save_pretrained also rewrites README.md
         model.encoder.save_pretrained(scratch)
         written = json.loads((Path(scratch) / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"))
         base = written["base_model_name_or_path"]
@@ -259,30 +240,8 @@ def save_adapter_folder(model: nn.Module, folder: Path) -> list[Path]:
         (adapter_folder / BACKBONE_FILE).unlink(missing_ok=True)  # an earlier save's record names another backbone
     else:
         (adapter_folder / BACKBONE_FILE).write_text(json.dumps(model.backbone_record, indent=2), encoding="utf-8")
-    heads = {
-        f"{name}.{key}": value.detach().cpu().contiguous()
-        for name in HEAD_NAMES
-        for key, value in getattr(model, name).state_dict().items()
-    }
+    heads = {key: value.detach().cpu().contiguous() for key, value in head_tensors(model).items()}
     save_file(heads, folder / HEADS_FILE, metadata={"format": "pt"})
     custom_object_save(model, folder, config=model.config)  # the code files, and auto_map in the config
     model.config.save_pretrained(folder)
     return [folder / HEADS_FILE, adapter_folder / ADAPTER_WEIGHTS_FILE]
-
-
-__all__ = [
-    "ADAPTER_CONFIG_FILE",
-    "ADAPTER_FOLDER",
-    "ADAPTER_WEIGHTS_FILE",
-    "BACKBONE_FILE",
-    "HEADS_FILE",
-    "adapter_heads_file",
-    "check_loading_info",
-    "has_adapter",
-    "load_adapter_folder",
-    "load_adapter_weights",
-    "load_head_weights",
-    "remove_other_layout",
-    "save_adapter_folder",
-    "share_weight_files",
-]

@@ -16,16 +16,9 @@ from transformers.configuration_utils import SubConfigSpec
 
 from .gaussian import LOGVAR_BOUND, check_reduction
 
-# The sentence vector of a GaussCSE model (``pooling``): the one list of poolings; TOKEN_POOLINGS adds the max over
-# tokens that only point-encoder baselines use.
-POOLINGS = ("cls", "mean")
-# The poolings of token states into one vector (encoding_gausscse.pool_tokens): a GaussCSE model's own (POOLINGS) and
-# the max over tokens, which only the point-encoder baselines use (gausscse-evaluate --baseline pools as the
-# sentence-transformers model does). A GaussCSE model never max-pools: the paper pools [CLS], and pool_packed pools cls
-# and mean only.
-TOKEN_POOLINGS = (*POOLINGS, "max")
-# The files that make a GaussCSE folder a sentence-transformers model, written beside config.json: one module, the
-# whole model (sentence_transformer_gausscse.py ships with the code), scored by dot product (its routes give −KL).
+POOLINGS = ("cls", "mean")  # a GaussCSE model's sentence vector
+TOKEN_POOLINGS = (*POOLINGS, "max")  # pool_tokens's; max only for the point-encoder baselines
+# written beside config.json: the folder is a sentence-transformers model of one module, scored by dot product
 SENTENCE_TRANSFORMERS_FILES = {
     "modules.json": [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformer_gausscse.GaussCSETransformer"},
@@ -46,9 +39,8 @@ HEAD_INITS = ("random", "identity")
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """``data`` at ``path``, appearing whole: a temporary file of this call's own beside it (two writers never share
-    one), then ``os.replace``; on an error the temporary file is removed and ``path`` is left as it was. (The shipped
-    files' own copy of ``gausscse.io``'s atomic write: Hub custom code cannot import the library.)"""
+    """Write ``data`` to ``path`` through a temporary file of this call's own and ``os.replace``, so it appears whole;
+    on an error ``path`` is left as it was. (The shipped code's copy of ``gausscse.io``'s atomic write.)"""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -69,19 +61,10 @@ def write_json_atomic(path: Path, content: Any) -> None:
     write_bytes_atomic(path, (json.dumps(content, indent=2) + "\n").encode("utf-8"))
 
 
-# Config fields that change with where and how a model is loaded, not with what it computes: left out of its
-# fingerprint ([`model_fingerprint`]), as are the private ones (``_name_or_path``, ``_attn_implementation``, ...).
+# config fields that say where and how a model was loaded, not what it computes: left out of its fingerprint
 VOLATILE_CONFIG_KEYS = frozenset(
-    {
-        "transformers_version",
-        "dtype",
-        "torch_dtype",
-        "architectures",
-        "auto_map",
-        "output_attentions",
-        "output_hidden_states",
-        "return_dict",
-    }
+    {"transformers_version", "dtype", "torch_dtype", "architectures", "auto_map"}
+    | {"output_attentions", "output_hidden_states", "return_dict"}
 )
 
 
@@ -101,113 +84,61 @@ def stable_config(config: Any) -> Any:
     return config
 
 
-# model → (the state its fingerprint was computed from, the fingerprint): see weights_state
+# model → (its weights_state when fingerprinted, the tensors it names, the fingerprint)
 _FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def weights_state(model: torch.nn.Module) -> tuple:
-    """What says a model's weights are unchanged since a fingerprint: each weight tensor itself (held, so no new
-    tensor can take its identity), its in-place version counter and its data pointer, and the config."""
-    tensors = tuple(
-        (name, tensor, tensor._version, tensor.data_ptr()) for name, tensor in model.state_dict(keep_vars=True).items()
-    )
-    return tensors, json.dumps(stable_config(model.config.to_dict()), sort_keys=True, default=str)
-
-
-def same_weights_state(first: tuple, second: tuple) -> bool:
-    """Whether two [`weights_state`]s are of the same, unchanged weights and config."""
-    (tensors_a, config_a), (tensors_b, config_b) = first, second
-    return (
-        config_a == config_b
-        and len(tensors_a) == len(tensors_b)
-        and all(
-            name_a == name_b and tensor_a is tensor_b and version_a == version_b and pointer_a == pointer_b
-            for (name_a, tensor_a, version_a, pointer_a), (name_b, tensor_b, version_b, pointer_b) in zip(
-                tensors_a, tensors_b, strict=True
-            )
-        )
-    )
+def weights_state(model: torch.nn.Module) -> tuple[tuple, list[torch.Tensor]]:
+    """What says a model's weights and config are unchanged: each weight tensor's name, identity, in-place version
+    counter and data pointer, and the config; and the tensors (held with the state, so no new tensor takes an
+    identity)."""
+    tensors = model.state_dict(keep_vars=True)
+    state = tuple((name, id(tensor), tensor._version, tensor.data_ptr()) for name, tensor in tensors.items())
+    config = json.dumps(stable_config(model.config.to_dict()), sort_keys=True, default=str)
+    return (state, config), list(tensors.values())
 
 
 def model_fingerprint(model: torch.nn.Module) -> str:
     """SHA-256 of what makes a model's Gaussians: every weight (name, dtype, shape, bytes, in name order; floating
-    weights as float32, so a model loaded in another precision, ``dtype=``, is the same model) and the config without
-    the fields that only say where or how it was loaded ([`stable_config`]). A model saved and loaded again keeps its
-    fingerprint; any retrained, merged or differently configured one gets another. What a ``SentenceIndex`` and an
-    exported ONNX graph record of the model they were made from. Hashing takes about 0.05 s per 100 MB of weights on
-    one core, so it is kept per model and computed again only when [`weights_state`] says the weights or the config
-    changed (an ONNX encode checks it at every call)."""
-    state = weights_state(model)
+    weights as float32, so another load precision is the same model) and the [`stable_config`]. Recorded by a
+    ``SentenceIndex`` and an ONNX graph; kept per model until [`weights_state`] changes."""
+    state, tensors = weights_state(model)
     cached = _FINGERPRINTS.get(model)
-    if cached is not None and same_weights_state(cached[0], state):
-        return cached[1]
+    if cached is not None and cached[0] == state:
+        return cached[2]
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         tensor = tensor.float() if tensor.is_floating_point() else tensor
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(memoryview(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
     digest.update(state[1].encode())
-    _FINGERPRINTS[model] = (state, digest.hexdigest())
+    _FINGERPRINTS[model] = (state, tensors, digest.hexdigest())
     return digest.hexdigest()
-
-
-def _check_choice(argument: str, value: Any, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ValueError(f"{argument} must be one of {valid}, got {value!r}")
 
 
 class GaussCSEConfig(PreTrainedConfig):
     r"""Configuration of [`GaussCSEModel`]: a pre-trained encoder plus a mean head and a log-variance head.
 
     Args:
-        encoder_config (`PreTrainedConfig` or `dict`, *optional*):
-            Config of the encoder (any model `AutoModel` builds: BERT, RoBERTa, MiniLM, DeBERTa, ...).
-            Defaults to a BERT-base config.
-        pooling (`str`, defaults to `"cls"`):
-            `"cls"`: the first token's vector (BERT `[CLS]`, RoBERTa `<s>`), as in the paper;
-            `"mean"`: the attention-masked mean of the last hidden states.
-        mean_activation (`str`, defaults to `"tanh"`):
-            Activation on the mean head: `"tanh"` as the released code, or `"none"`.
-        normalize_mean (`bool`, defaults to `False`):
-            L2-normalise μ (after the head and its activation), as a sentence-transformers `Normalize` module does.
-        head_init (`str`, defaults to `"random"`):
-            How fresh heads start: `"random"` (weights N(0, 0.02²), biases 0, as the paper) or `"identity"`: the μ
-            head is the identity map (needs `embedding_size` = the encoder's hidden size) and the log-variance head
-            starts constant, σ² = 1/d for every sentence (zero weights, bias −log d), so an untrained model's μ is the
-            backbone's pooled vector and KL(a‖b)/d = ‖μ_a − μ_b‖²/2 (= 1 − cos for unit μ). Only read when heads
-            are created, not when trained weights are loaded.
-        frozen_mean (`bool`, defaults to `False`):
-            Two paths: μ comes from `mean_encoder`, a frozen copy of the encoder it started from (and a frozen μ
-            head), while the trained `encoder` gives log σ² only. μ then stays the backbone's sentence embedding
-            (its STS and retrieval quality are kept) and direction is learnt through the variances. The frozen
-            path costs one more forward pass (no backward) and a second copy of the encoder's weights, unless
-            `variance_layers` is set.
-        variance_layers (`int`, defaults to 0):
-            With `frozen_mean`, k > 0 gives one shared trunk instead of two paths: the encoder itself is frozen and
-            gives μ, and log σ² comes from a trained copy of its top k layers, run on the frozen encoder's states
-            below them (a forward pass costs 1 + k/L of the encoder's, the weights k/L more). 0: two full paths.
-        embedding_size (`int`, *optional*):
-            Dimension d of the Gaussians. Defaults to the encoder's hidden size.
-        similarity_reduction (`str`, defaults to `"mean_kl"`):
-            `"mean_kl"`: sim(a‖b) = 1 / (1 + KL / d), the full KL scaled by 1/d (the default: the reduction study of
-            `results/REPRODUCTION.md` chose it on SNLI dev; monotone in the KL like `"sum"`, so search and
-            sentence-transformers' `dot` rank exactly, and not saturated as the KL grows with d);
-            `"sum"`: sim(a‖b) = 1 / (1 + Σ_k KL_k), the paper's eq. 2;
-            `"mean_dim"`: sim(a‖b) = mean_k 1 / (1 + KL_k), as the released code computes it.
-        search_kl_weight (`float`, *optional*):
-            λ of the model's search score cos(μ_q, μ_x) − λ · KL(q‖x) / d (relevance by the cosine of the means, plus
-            direction), chosen on SNLI dev at the end of training (`gausscse.evaluation.search_weight`); λ = 0 is the
-            cosine. `None` (models saved before it existed): no search score is stated.
-        point_embeddings (`bool`, defaults to `False`):
-            The model is a point encoder: trained on μ alone (the supervised SimCSE loss sets it), its σ² head
-            untrained; evaluation scores it by the cosine of μ.
-        logvar_min, logvar_max (`float`, defaults to -10 and 10):
-            Clamp range of the predicted log σ², so exp(±logvar) and the KL stay finite; within ±30.
-
-    Example:
+        encoder_config: the encoder's config (any `AutoModel` encoder; default BERT-base).
+        pooling: `"cls"` (the first token, as the paper) or `"mean"` (masked mean of the last hidden states).
+        mean_activation: on the mean head, `"tanh"` (released code) or `"none"`.
+        normalize_mean: L2-normalise μ after the head and its activation.
+        head_init: fresh heads `"random"` (N(0, 0.02²), biases 0, as the paper) or `"identity"` (identity μ head, needs
+            `embedding_size` = hidden size; σ² = 1/d, so KL(a‖b)/d = ‖μ_a − μ_b‖²/2). Not read when loading weights.
+        frozen_mean: μ from `mean_encoder`, a frozen copy of the starting encoder (and a frozen μ head), so μ stays the
+            backbone's embedding; the trained `encoder` gives log σ² only.
+        variance_layers: with `frozen_mean`, k > 0: the encoder itself is frozen and gives μ, and log σ² comes from a
+            trained copy of its top k layers run on its states below them; 0: two full paths.
+        embedding_size: the dimension d of the Gaussians (default: the encoder's hidden size).
+        similarity_reduction: sim(a‖b) = 1 / (1 + KL / d) (`"mean_kl"`, default), 1 / (1 + KL) (`"sum"`, the paper's
+            eq. 2) or mean_k 1 / (1 + KL_k) (`"mean_dim"`, the released code).
+        search_kl_weight: λ of the search score cos(μ_q, μ_x) − λ · KL(q‖x) / d, chosen at the end of training
+            (`gausscse.evaluation.search_weight`); `None`: no search score stated.
+        point_embeddings: a point encoder (trained on μ alone), evaluated by cos(μ).
+        logvar_min, logvar_max: clamp range of log σ² (default ±10, within ±30).
 
     ```python
-    >>> from gausscse import GaussCSEConfig, GaussCSEModel
     >>> config = GaussCSEConfig(encoder_config={"model_type": "bert", "hidden_size": 64,
     ...     "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128})
     >>> model = GaussCSEModel(config)
@@ -233,9 +164,13 @@ class GaussCSEConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
-        _check_choice("pooling", self.pooling, POOLINGS)
-        _check_choice("mean_activation", self.mean_activation, MEAN_ACTIVATIONS)
-        _check_choice("head_init", self.head_init, HEAD_INITS)
+        for argument, valid in (
+            ("pooling", POOLINGS),
+            ("mean_activation", MEAN_ACTIVATIONS),
+            ("head_init", HEAD_INITS),
+        ):
+            if getattr(self, argument) not in valid:
+                raise ValueError(f"{argument} must be one of {valid}, got {getattr(self, argument)!r}")
         check_reduction(self.similarity_reduction)
         if not -LOGVAR_BOUND <= self.logvar_min < self.logvar_max <= LOGVAR_BOUND:
             raise ValueError(
@@ -262,25 +197,8 @@ class GaussCSEConfig(PreTrainedConfig):
             )
 
     def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs) -> None:
-        """Write ``config.json`` and beside it ``modules.json`` and ``config_sentence_transformers.json``, so the
-        folder also loads with ``SentenceTransformer(folder, trust_remote_code=True)``. Written with the config, they
-        come with every save of the model (``save_pretrained``, ``push_to_hub``, Trainer checkpoints); each file
-        appears whole (temporary file + ``os.replace``)."""
+        """Write ``config.json`` and beside it ``SENTENCE_TRANSFORMERS_FILES`` (each appearing whole), so every save
+        (``save_pretrained``, ``push_to_hub``, Trainer checkpoints) also loads with sentence-transformers."""
         super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
         for name, content in SENTENCE_TRANSFORMERS_FILES.items():
             write_json_atomic(Path(save_directory) / name, content)
-
-
-__all__ = [
-    "HEAD_INITS",
-    "MEAN_ACTIVATIONS",
-    "POOLINGS",
-    "SENTENCE_TRANSFORMERS_FILES",
-    "TOKEN_POOLINGS",
-    "VOLATILE_CONFIG_KEYS",
-    "GaussCSEConfig",
-    "model_fingerprint",
-    "stable_config",
-    "write_bytes_atomic",
-    "write_json_atomic",
-]

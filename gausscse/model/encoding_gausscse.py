@@ -1,22 +1,15 @@
 """GaussCSE's encode loop, its one truncation policy and its poolings (ships with the weights as Hub custom code).
 
-``GaussCSEModel.encode`` runs [`encode_sentences`]: every sentence is tokenised once, the token ids sorted by length
-so each batch pads little ([`length_sorted_batches`]), padded per batch ([`pad_token_ids`]) and the Gaussians put
-back in input order. The encode is a pipeline: a background thread pads the next batches (into pinned memory for a
-GPU) while the forward runs ([`padded_batches`]); copies to the device do not wait, and the Gaussians are gathered on
-the device and copied back once, so nothing waits for the GPU batch by batch. Several devices (or several CPU
-processes) share the batches through [`gausscse.model.devices_gausscse.EncodePool`]. The truncation default of
-every entry point that encodes is [`resolve_max_length`]'s: all the encoder takes. Token states become one vector
-per sentence by [`pool_tokens`] (padded rows; the point-encoder baselines too) or [`pool_packed_tokens`] (packed
-rows).
+``encode`` tokenises every sentence once, batches the token ids by length, pads the next batches in a background thread
+while the forward runs, gathers the Gaussians on the device and returns them in input order.
 """
 
 from __future__ import annotations
 
 import itertools
-import queue
-import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
@@ -32,25 +25,12 @@ from .devices_gausscse import EncodePool, forward_batches
 from .gaussian import GaussianEmbeddings
 from .onnx_gausscse import ONNX_FILE
 
-# The encoders whose position ids GaussCSE knows, by config.model_type → where a sentence's position ids start: "zero"
-# (BERT) or "after_padding", at pad_token_id + 1 (RoBERTa and the encoders built on its embeddings: XLM-R, CamemBERT).
-# The one table of both readers: position_offset (so the truncation limit, max_position_embeddings − offset) and
-# packing (gausscse.training.batch), which writes each packed sentence's position ids itself and so packs only the
-# encoders listed here, not relative (DeBERTa), rotary (ModernBERT) or unknown position schemes. Each entry is tested
-# packed = padded (tests/test_packing.py); an encoder not listed starts at 0 for the limit.
-ENCODER_POSITIONS = {
-    "bert": "zero",
-    "roberta": "after_padding",
-    "xlm-roberta": "after_padding",
-    "camembert": "after_padding",
-}
+# config.model_type → where a sentence's position ids start: "zero" or "after_padding" (pad_token_id + 1). Read by
+# position_offset (the truncation limit; unlisted encoders start at 0) and by packing, which packs only these encoders.
+ENCODER_POSITIONS = {"bert": "zero", **dict.fromkeys(("roberta", "xlm-roberta", "camembert"), "after_padding")}
 FALLBACK_MAX_LENGTH = 512  # for an encoder that states no limit
-# The truncation default of every entry point that encodes sentences: encode(), the sentence-transformers module,
-# gausscse-evaluate (and its point-encoder baselines), the SNLI-dev evaluator of training (--eval_max_seq_length),
-# gausscse-search. None = all the encoder takes, capped at its limit (resolve_max_length). Training itself truncates
-# at --max_seq_length (gausscse.data.tokenize.TRAIN_MAX_LENGTH, the paper's 32) instead.
+# the truncation default of every entry point that encodes (not training): all the encoder takes (resolve_max_length)
 DEFAULT_MAX_LENGTH: int | None = None
-# What runs the forward pass of encode(): PyTorch, or ONNX Runtime on the folder's exported graph (onnx_gausscse.py)
 ENCODE_BACKENDS = ("torch", "onnx")
 
 logger = logging.get_logger(__name__)
@@ -72,11 +52,8 @@ def pool_tokens(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | 
 
 
 def pool_packed_tokens(last_hidden_state: torch.Tensor, sentence_index: torch.Tensor, pooling: str) -> torch.Tensor:
-    """Pool packed rows: v_s = the first token of sentence s (``cls``) or the mean of its tokens (``mean``).
-
-    ``sentence_index`` ``(R, L)``: the sentence of each token, −1 for padding; sentences are contiguous runs.
-    Returns ``(S, hidden)`` with S = max index + 1.
-    """
+    """Packed rows → ``(S, hidden)``: the first token of each sentence (``cls``) or the mean of its tokens (``mean``);
+    ``sentence_index`` ``(R, L)``: each token's sentence (contiguous runs), −1 for padding; S = max index + 1."""
     index = sentence_index.flatten()
     tokens = last_hidden_state.flatten(0, 1)
     present = index >= 0
@@ -91,8 +68,8 @@ def pool_packed_tokens(last_hidden_state: torch.Tensor, sentence_index: torch.Te
 
 
 def pad_token_ids(token_ids: Sequence[Sequence[int]], pad_token_id: int, token_type_ids: bool) -> dict:
-    """Right-pad token-id lists into ``input_ids``/``attention_mask`` (and all-zero ``token_type_ids``) tensors of
-    the longest length, as the tokenizer's own padding would."""
+    """Right-pad token-id lists into ``input_ids``/``attention_mask`` (and zero ``token_type_ids``) tensors, as the
+    tokenizer's own padding would."""
     lengths = np.fromiter(map(len, token_ids), dtype=np.int64, count=len(token_ids))
     attention_mask = np.arange(lengths.max(initial=0)) < lengths[:, None]
     input_ids = np.full(attention_mask.shape, pad_token_id, dtype=np.int64)
@@ -115,9 +92,8 @@ def length_sorted_batches(token_ids: Sequence[Sequence[int]], batch_size: int) -
 def padded_batches(
     token_ids: Sequence[Sequence[int]], batches: Sequence[Sequence[int]], tokenizer, pin_memory: bool = False
 ) -> Iterator[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
-    """``(rows, features)`` per batch of ``batches``: the rows as a tensor and their token ids padded for the
-    tokenizer's model ([`pad_token_ids`]), in page-locked memory with ``pin_memory`` (copies to a GPU that need not
-    wait). Padding runs in a background thread a few batches ahead of the consumer."""
+    """``(rows, features)`` per batch of ``batches``, padded ([`pad_token_ids`]) a few batches ahead in a background
+    thread ([`prefetch`]), in page-locked memory with ``pin_memory``."""
     with_token_types = "token_type_ids" in tokenizer.model_input_names
     pad_token_id = tokenizer.pad_token_id or 0
 
@@ -131,53 +107,19 @@ def padded_batches(
     return prefetch(map(batch, batches))
 
 
-PREFETCH_DEPTH = 4  # batches a producer thread keeps ready ahead of the forward
-
-
-def prefetch(items: Iterator, depth: int = PREFETCH_DEPTH) -> Iterator:
+def prefetch(items: Iterator, depth: int = 4) -> Iterator:
     """``items`` produced in a background thread, at most ``depth`` ahead of the consumer, in order; an exception
     of the producer is raised in the consumer; a consumer that stops early stops the producer."""
-    ready: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
     end = object()
-
-    def offer(entry: tuple) -> bool:
-        """Queue ``entry`` unless the consumer has stopped; whether it was queued."""
-        while not stop.is_set():
-            try:
-                ready.put(entry, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not offer((item, None)):
-                    return
-            offer((end, None))
-        except BaseException as error:  # handed to the consumer, which raises it
-            offer((end, error))
-
-    producer = threading.Thread(target=produce, name="gausscse-encode-prefetch", daemon=True)
-    producer.start()
-    try:
-        while True:
-            item, error = ready.get()
-            if error is not None:
-                raise error
-            if item is end:
-                return
+    with ThreadPoolExecutor(1, thread_name_prefix="gausscse-encode-prefetch") as producer:
+        ahead = deque(producer.submit(next, items, end) for _ in range(depth))
+        while (item := ahead.popleft().result()) is not end:
+            ahead.append(producer.submit(next, items, end))
             yield item
-    finally:
-        stop.set()
-        producer.join()
 
 
 def position_offset(encoder_config) -> int:
-    """The first position id of a sentence (``ENCODER_POSITIONS``): ``pad_token_id + 1`` for RoBERTa-style encoders,
-    else 0."""
+    """The first position id of a sentence: ``pad_token_id + 1`` for ``"after_padding"`` encoders, else 0."""
     after_padding = ENCODER_POSITIONS.get(encoder_config.model_type) == "after_padding"
     return encoder_config.pad_token_id + 1 if after_padding else 0
 
@@ -209,16 +151,14 @@ def check_sentences(argument: str, sentences) -> list[str]:
 
 
 def model_tokenizer(model, tokenizer=None):
-    """The tokenizer to use (``GaussCSEModel.get_tokenizer``): ``tokenizer`` if given, else the one saved in the
-    model's own folder / Hub repo. The model keeps it."""
+    """``GaussCSEModel.get_tokenizer``: ``tokenizer`` if given, else the one saved with the model (kept by it)."""
     if tokenizer is not None:
         model._tokenizer = tokenizer
     if model._tokenizer is None:
         if not model.name_or_path:
             raise ValueError("This model has no folder to load a tokenizer from: pass tokenizer=... to encode()")
         try:
-            # config=: without it AutoTokenizer reloads this config and, the model type being registered by no
-            # one in a process that only ran this folder's code, would ask for trust_remote_code again
+            # config=: else AutoTokenizer reloads the config and, the model type unregistered, asks for remote code
             model._tokenizer = AutoTokenizer.from_pretrained(
                 model.name_or_path, config=model.config, trust_remote_code=False
             )
@@ -228,7 +168,7 @@ def model_tokenizer(model, tokenizer=None):
 
 
 def save_model_tokenizer(model, folder: Path) -> None:
-    """Save the model's tokenizer ([`model_tokenizer`]) into ``folder``; a warning where it has none."""
+    """Save the model's tokenizer into ``folder``; a warning where it has none."""
     try:
         tokenizer = model.get_tokenizer()
     except ValueError as error:
@@ -255,34 +195,21 @@ def encode_sentences(
     dtype: torch.dtype | None = None,
     pool=None,
 ) -> GaussianEmbeddings:
-    """Encode sentences into Gaussians N(μ, diag σ²), returned as float32 tensors in input order
-    (``GaussCSEModel.encode``; ``model`` is the model).
-
-    Every sentence is tokenised once, in one call (a fast tokenizer spreads it over threads); the token ids are
-    then sorted by length so each batch pads little, padded per batch in a background thread while the forward runs,
-    and the results put back in input order (module docstring).
+    """``GaussCSEModel.encode``: sentences → Gaussians N(μ, diag σ²), float32, in input order.
 
     Args:
-        sentences: a string or a list of strings. A single string gives 1-D ``mu``/``logvar``.
+        sentences: a string (1-D ``mu``/``logvar``) or a list of strings.
         batch_size: sentences per forward pass.
         tokenizer: defaults to the tokenizer saved with the model.
-        device: where to run (the model is moved there); defaults to the model's device. A list of devices
-            (``["cuda:0", "cuda:1"]``, or ``["cpu", "cpu"]`` for two CPU processes) shares the batches among worker
-            processes, one per device, started for this call (``pool=`` keeps them between calls).
-        show_progress_bar: show a tqdm bar over batches.
-        max_length: truncation length in tokens; defaults to (and is capped at) the encoder's limit
-            ([`resolve_max_length`]).
-        output_device: where the returned tensors live: ``"cpu"`` (default) or ``None`` for the model's device
-            (no copy back, e.g. to feed a GPU search index).
-        backend: ``"torch"`` (default) or ``"onnx"``: the forward pass runs in ONNX Runtime on the CPU, on the
-            graph ``onnx_file`` of the model's folder ([`onnx_encoder`]); batching, order and the returned
-            float32 tensors are the same.
-        onnx_file: the graph for ``backend="onnx"``: ``"onnx/model.onnx"`` (float32, default) or
-            ``"onnx/model_qint8.onnx"`` (int8 weights).
-        dtype: ``torch.bfloat16`` / ``torch.float16``: the forward pass runs under autocast in that precision (the
-            weights stay as loaded; load them with ``dtype=`` to keep them in it); the Gaussians are float32.
-        pool: an [`EncodePool`] from ``model.start_multi_process_pool(devices)``: its worker processes run the
-            forward passes.
+        device: where to run (the model is moved there; default its device); a list of devices (``["cuda:0",
+            "cuda:1"]``, ``["cpu", "cpu"]``) shares the batches among worker processes started for this call.
+        show_progress_bar: a tqdm bar over batches.
+        max_length: truncation in tokens; default and cap: the encoder's limit ([`resolve_max_length`]).
+        output_device: where the results live: ``"cpu"`` (default) or ``None`` for the model's device.
+        backend: ``"torch"`` or ``"onnx"`` (ONNX Runtime on the graph ``onnx_file`` of the model's folder:
+            ``"onnx/model.onnx"``, float32, or ``"onnx/model_qint8.onnx"``, int8 weights).
+        dtype: ``torch.bfloat16`` / ``torch.float16``: the forward pass under autocast; the Gaussians stay float32.
+        pool: an [`EncodePool`] (``model.start_multi_process_pool(devices)``) whose workers run the forward passes.
     """
     single = isinstance(sentences, str)
     sentences = check_sentences("sentences", [sentences] if single else sentences)
@@ -322,8 +249,7 @@ def encode_sentences(
 def gather_rows(
     outputs: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], count: int, size: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(μ, log σ²)`` ``(count, size)`` float32 tensors on ``device`` from batches ``(rows, μ, log σ²)``: each batch
-    put at its rows, without waiting for the device."""
+    """``(μ, log σ²)``, ``(count, size)`` float32 on ``device``, from batches ``(rows, μ, log σ²)`` at their rows."""
     mu = torch.empty(count, size, device=device)
     logvar = torch.empty_like(mu)
     for rows, batch_mu, batch_logvar in outputs:
@@ -331,21 +257,3 @@ def gather_rows(
         mu.index_copy_(0, rows, batch_mu.float())
         logvar.index_copy_(0, rows, batch_logvar.float())
     return mu, logvar
-
-
-__all__ = [
-    "DEFAULT_MAX_LENGTH",
-    "ENCODER_POSITIONS",
-    "check_sentences",
-    "encode_sentences",
-    "gather_rows",
-    "length_sorted_batches",
-    "model_tokenizer",
-    "pad_token_ids",
-    "padded_batches",
-    "pool_packed_tokens",
-    "pool_tokens",
-    "position_offset",
-    "resolve_max_length",
-    "save_model_tokenizer",
-]

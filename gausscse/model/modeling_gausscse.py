@@ -1,11 +1,8 @@
-"""GaussCSE: sentences as diagonal Gaussians (Yoda et al., EACL 2024). Ships with the weights as Hub custom code.
+"""GaussCSE (Yoda et al., EACL 2024): forward, heads and similarity API. Ships with the weights as Hub custom code.
 
-encoder → pooled vector v ([CLS] / ``<s>`` or mean) → μ = tanh(W_μ v + b_μ), log σ² = W_σ v + b_σ (clamped).
-With ``frozen_mean`` μ comes from a second, frozen copy of the encoder it started from (two paths); with
-``variance_layers`` = k as well, the encoder itself is the frozen μ path and log σ² comes from trained copies of its
-top k layers run on its own lower states (one shared trunk).
-
-This file is the model: forward, heads, similarity API; the rest is in the other shipped files (shipped_gausscse.py).
+encoder → pooled vector v → μ = tanh(W_μ v + b_μ), log σ² = W_σ v + b_σ (clamped). With ``frozen_mean`` μ comes from
+a frozen copy of the starting encoder; with ``variance_layers`` = k too, the frozen encoder gives μ and trained copies
+of its top k layers give log σ².
 """
 
 from __future__ import annotations
@@ -14,6 +11,7 @@ import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -36,7 +34,7 @@ from .adapters_gausscse import (
 )
 from .backbone_gausscse import build_encoder, encoder_layers_path, model_from_backbone
 from .configuration_gausscse import GaussCSEConfig
-from .devices_gausscse import start_multi_process_pool, stop_multi_process_pool
+from .devices_gausscse import EncodePool
 from .encoding_gausscse import (
     DEFAULT_MAX_LENGTH,
     check_sentences,
@@ -47,26 +45,25 @@ from .encoding_gausscse import (
     resolve_max_length,
     save_model_tokenizer,
 )
-from .gaussian import EntailmentDirection, GaussianEmbeddings, paired_similarity, similarity_matrix
+from .gaussian import (
+    EntailmentDirection,
+    GaussianEmbeddings,
+    entailment_direction,
+    paired_similarity,
+    similarity_matrix,
+)
 from .onnx_gausscse import OnnxSessions, model_onnx_encoder, remove_stale_graphs
 from .shipped_gausscse import copy_shipped_files, sentence_transformers_module
 
 # save_pretrained(..., push_to_hub=True, ...): the arguments it hands to push_to_hub once the folder is written
 PUSH_ARGUMENTS = ("repo_id", "token", "private", "commit_message", "revision", "create_pr", "commit_description")
+Sentences = GaussianEmbeddings | Sequence[str]
 
 
 @dataclass
 class GaussCSEOutput(ModelOutput):
-    """Output of [`GaussCSEModel`].
-
-    Args:
-        mu (`torch.FloatTensor` of shape `(batch_size, embedding_size)`): means μ of the Gaussians.
-        logvar (`torch.FloatTensor` of shape `(batch_size, embedding_size)`): log-variances log σ².
-        pooled_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`): the pooled encoder vector v (of the
-            trained encoder; with ``frozen_mean`` μ comes from the frozen path's own v).
-        last_hidden_state (`torch.FloatTensor` of shape `(batch_size, seq_len, hidden_size)`): encoder output.
-        hidden_states, attentions: as the encoder returns them when asked for.
-    """
+    """Output of [`GaussCSEModel`]: ``mu``, ``logvar`` ``(batch, embedding_size)``; ``pooled_output`` v of the
+    trained encoder ``(batch, hidden)``; ``last_hidden_state``, ``hidden_states``, ``attentions`` of the encoder."""
 
     mu: torch.FloatTensor | None = None
     logvar: torch.FloatTensor | None = None
@@ -89,10 +86,8 @@ class GaussCSEPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Fresh heads: weights N(0, initializer_range²), biases zero (σ² starts near 1); with
-        ``head_init="identity"`` the μ head is the identity map and every σ² starts at 1/d (log-variance weights
-        zero, bias −log d): then KL(a‖b)/d = ‖μ_a − μ_b‖²/2, which is 1 − cos(μ_a, μ_b) for unit μ, so the untrained
-        mean_kl similarity is 1/(2 − cos), a function of the backbone's cosine alone."""
+        """Fresh heads: weights N(0, initializer_range²), biases 0; with ``head_init="identity"`` an identity μ head
+        and σ² = 1/d (zero weights, bias −log d), so KL(a‖b)/d = ‖μ_a − μ_b‖²/2."""
         if not isinstance(module, nn.Linear):
             return
         identity = self.config.head_init == "identity"
@@ -103,18 +98,15 @@ class GaussCSEPreTrainedModel(PreTrainedModel):
             init.zeros_(module.weight)
             init.constant_(module.bias, -math.log(self.config.embedding_size))
         else:
-            std = getattr(self.config.encoder_config, "initializer_range", 0.02)
-            init.normal_(module.weight, mean=0.0, std=std)
+            init.normal_(module.weight, mean=0.0, std=getattr(self.config.encoder_config, "initializer_range", 0.02))
             init.zeros_(module.bias)
 
 
 class GaussCSEModel(GaussCSEPreTrainedModel):
     """An encoder with a mean head and a log-variance head: each sentence becomes N(μ, diag σ²).
 
-    Load a trained model with ``AutoModel.from_pretrained(path_or_hub_id, trust_remote_code=True)`` or start a
-    new one from any pre-trained encoder with [`GaussCSEModel.from_backbone`].
-
-    Example:
+    Load with ``AutoModel.from_pretrained(path_or_hub_id, trust_remote_code=True)``; start from a pre-trained encoder
+    with [`GaussCSEModel.from_backbone`].
 
     ```python
     >>> model = AutoModel.from_pretrained("path/to/gausscse", trust_remote_code=True)
@@ -135,7 +127,7 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         if config.variance_layers:  # one trunk: the encoder is the frozen μ path, log σ² from copies of its top
             if mean_encoder is not None:
                 raise ValueError("mean_encoder is for two paths; with variance_layers the encoder itself gives μ")
-            self._layers_path = encoder_layers_path(self.encoder)  # found once: forward looks it up by name
+            self._layers_path = encoder_layers_path(self.encoder)
             top = self.encoder.get_submodule(self._layers_path)[-config.variance_layers :]
             self.variance_layers = nn.ModuleList(copy.deepcopy(layer) for layer in top)
         elif config.frozen_mean and mean_encoder is not None:
@@ -148,22 +140,18 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         self.mean_head = nn.Linear(hidden_size, config.embedding_size)
         self.logvar_head = nn.Linear(hidden_size, config.embedding_size)
         self._tokenizer = None
-        # The backbone the encoder was loaded from ([`backbone_record`]; from_backbone or an adapter folder), which an
-        # adapter folder saved from this model records; None for an encoder built from a config or a GaussCSE folder.
+        # [`backbone_record`] of the encoder's backbone (from_backbone, adapter folders), which adapter saves record
         self.backbone_record: dict | None = None
-        self._onnx_encoders = OnnxSessions()  # a copy of the model starts with none
+        self._onnx_encoders = OnnxSessions()
         self.post_init()
         self.freeze_mean_path()
 
     def freeze_mean_path(self) -> None:
-        """With ``frozen_mean``: the μ path (``mean_encoder`` and ``mean_head``) takes no gradient and stays in eval
-        mode, so no optimizer holds it and μ is deterministic. Done at construction and after loading. With
-        ``variance_layers`` the μ path is the encoder itself."""
-        frozen = self.mu_encoder if self.config.frozen_mean else None
-        if frozen is not None:
-            frozen.requires_grad_(False)
+        """With ``frozen_mean``: the μ path (encoder and head) takes no gradient and stays in eval mode."""
+        if self.config.frozen_mean:
+            self.mu_encoder.requires_grad_(False)
             self.mean_head.requires_grad_(False)
-            frozen.eval()
+            self.mu_encoder.eval()
 
     @property
     def mu_encoder(self) -> nn.Module:
@@ -172,9 +160,8 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """``PreTrainedModel.from_pretrained`` refusing weights that do not fit ([`check_loading_info`]); an adapter
-        folder (``HEADS_FILE``) is rebuilt from its backbone, adapter and heads (``load_adapter_folder``); a local
-        ``subfolder`` joins ``name_or_path`` (its ONNX graphs are there). Then [`freeze_mean_path`]."""
+        """``PreTrainedModel.from_pretrained``, refusing weights that do not fit ([`check_loading_info`]); an adapter
+        folder is rebuilt from its backbone, adapter and heads ([`load_adapter_folder`])."""
         heads_file = adapter_heads_file(pretrained_model_name_or_path, kwargs)
         wants_info = kwargs.pop("output_loading_info", False)
         if heads_file is not None:  # the adapter and heads are checked on loading
@@ -186,12 +173,13 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             )
             check_loading_info(pretrained_model_name_or_path, info)
         if kwargs.get("subfolder") and Path(pretrained_model_name_or_path, kwargs["subfolder"]).is_dir():
-            model.name_or_path = str(Path(pretrained_model_name_or_path, kwargs["subfolder"]))
+            model.name_or_path = str(Path(pretrained_model_name_or_path, kwargs["subfolder"]))  # its ONNX graphs
         model.freeze_mean_path()
         return (model, info) if wants_info else model
 
-    load_adapter_weights = load_adapter_weights  # the adapter-folder layout (adapters_gausscse.py)
+    load_adapter_weights = load_adapter_weights
     load_head_weights = load_head_weights
+    from_backbone = classmethod(model_from_backbone)
 
     def save_pretrained(
         self,
@@ -202,17 +190,11 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         push_to_hub: bool = False,
         **kwargs,
     ) -> None:
-        """``PreTrainedModel.save_pretrained`` (weights, config, the code files and the sentence-transformers files),
-        plus the tokenizer, so the folder (and ``push_to_hub``, which saves through here) encodes wherever it is
-        loaded. With LoRA adapters on the encoder (not merged) it writes an adapter folder instead of full weights:
-        ``HEADS_FILE``, config and code, and peft's adapter files in ``ADAPTER_FOLDER``; it loads with
-        ``from_pretrained`` / ``AutoModel`` / sentence-transformers like a full folder (peft needed). Either save first
-        removes what the other layout left in the folder ([`remove_other_layout`]), so it holds one model; then every
-        shipped code file is copied ([`copy_shipped_files`]) and the ONNX graphs of ``onnx/`` exported from other
-        weights removed ([`remove_stale_graphs`]; this model's stay).
-        ``state_dict`` (as Trainer passes it for checkpoints) is used for full folders only. ``push_to_hub=True``
-        uploads once the whole folder is written (``repo_id``, default the folder's name, and the other arguments
-        of [`push_to_hub`] in ``kwargs``)."""
+        """``PreTrainedModel.save_pretrained`` plus the tokenizer and every shipped code file, so the folder loads and
+        encodes anywhere. An encoder with unmerged LoRA adapters is saved as an adapter folder instead
+        ([`save_adapter_folder`]); either layout first removes the other's files. ONNX graphs of other weights are
+        removed. ``state_dict`` is used for full folders only; ``push_to_hub=True`` uploads the finished folder
+        (``repo_id``, default the folder's name, and ``PUSH_ARGUMENTS`` in ``kwargs``)."""
         if not is_main_process:
             return
         hub_arguments = {key: kwargs.pop(key) for key in PUSH_ARGUMENTS if key in kwargs}
@@ -231,27 +213,27 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             self.push_to_hub(hub_arguments.pop("repo_id", folder.name), **hub_arguments)
 
     def train(self, mode: bool = True) -> GaussCSEModel:
-        """As ``nn.Module.train``; the frozen μ path stays in eval mode (no dropout), so μ is deterministic."""
+        """As ``nn.Module.train``; the frozen μ path stays in eval mode (no dropout)."""
         super().train(mode)
         if self.config.frozen_mean:
             self.mu_encoder.eval()
         return self
 
-    # starting from a pre-trained encoder (backbone_gausscse.py)
-    from_backbone = classmethod(model_from_backbone)
-
     def pool(self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        """v = h[:, 0] (``cls``) or the attention-masked mean of h over tokens (``mean``): [`pool_tokens`]."""
+        """v = h[:, 0] (``cls``) or the masked mean of h (``mean``): [`pool_tokens`]."""
         return pool_tokens(last_hidden_state, attention_mask, self.config.pooling)
 
-    def pool_packed(self, last_hidden_state: torch.Tensor, sentence_index: torch.Tensor) -> torch.Tensor:
-        """Pool packed rows (``sentence_index`` ``(R, L)``: each token's sentence, −1 for padding) into ``(S, hidden)``:
-        the first token (``cls``) or the mean of each sentence's tokens (``mean``): [`pool_packed_tokens`]."""
+    def pool_batch(
+        self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None, sentence_index: torch.Tensor | None
+    ) -> torch.Tensor:
+        """One vector per sentence: [`pool`], or for packed rows (``sentence_index`` ``(R, L)``, −1 for padding)
+        [`pool_packed_tokens`]."""
+        if sentence_index is None:
+            return self.pool(last_hidden_state, attention_mask)
         return pool_packed_tokens(last_hidden_state, sentence_index, self.config.pooling)
 
     def mean_from_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
-        """μ = tanh(W_μ v + b_μ) (``mean_activation="tanh"``, else without tanh), then divided by its L2 norm
-        when ``normalize_mean``."""
+        """μ = tanh(W_μ v + b_μ) (no tanh with ``mean_activation="none"``), L2-normalised with ``normalize_mean``."""
         mu = self.mean_head(pooled)
         if self.config.mean_activation == "tanh":
             mu = torch.tanh(mu)
@@ -262,17 +244,8 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         return self.logvar_head(pooled).clamp(self.config.logvar_min, self.config.logvar_max)
 
     def gaussian_heads(self, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pooled vectors v → (μ, log σ²) = ([`mean_from_pooled`](v), [`logvar_from_pooled`](v)). (A ``frozen_mean``
-        model's forward takes μ from its frozen path's own v.)"""
+        """Pooled v → (μ, log σ²) (a ``frozen_mean`` forward takes μ from its frozen path's own v)."""
         return self.mean_from_pooled(pooled), self.logvar_from_pooled(pooled)
-
-    def pool_batch(
-        self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None, sentence_index: torch.Tensor | None
-    ) -> torch.Tensor:
-        """One vector per sentence: [`pool_packed`] for packed rows (``sentence_index`` given), else [`pool`]."""
-        if sentence_index is None:
-            return self.pool(last_hidden_state, attention_mask)
-        return self.pool_packed(last_hidden_state, sentence_index)
 
     def forward(
         self,
@@ -287,13 +260,9 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
         return_dict: bool | None = None,
         **kwargs,
     ) -> GaussCSEOutput | tuple:
-        """Encode a batch. Padded input: one sentence per row, ``attention_mask`` ``(B, L)``.
-
-        Packed input (several sentences per row, as ``gausscse.training.batch.TripletCollator(pack=True)`` builds it):
-        ``attention_mask`` is a block-diagonal ``(R, 1, L, L)`` bool mask, ``position_ids`` restart at each
-        sentence, and ``sentence_index`` ``(R, L)`` gives each token's sentence (−1 for padding); ``mu``/``logvar``
-        then have one row per sentence, in sentence-index order.
-        """
+        """Encode a batch: padded (one sentence per row, ``attention_mask`` ``(B, L)``) or packed (a block-diagonal
+        ``(R, 1, L, L)`` bool mask, ``position_ids`` restarting at each sentence and ``sentence_index`` ``(R, L)``, −1
+        for padding; then ``mu``/``logvar`` have one row per sentence, in index order)."""
         encoder_inputs = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
@@ -304,31 +273,38 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
             "output_attentions": output_attentions,
         }
         encoder_inputs = {name: value for name, value in encoder_inputs.items() if value is not None}
+        pool = partial(self.pool_batch, attention_mask=attention_mask, sentence_index=sentence_index)
         if self.variance_layers is not None:
-            return self._trunk_forward(encoder_inputs, kwargs, attention_mask, sentence_index, return_dict)
-        encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
-        pooled = self.pool_batch(encoder_output.last_hidden_state, attention_mask, sentence_index)
-        logvar = self.logvar_from_pooled(pooled)
-        if self.mean_encoder is None:
-            mu = self.mean_from_pooled(pooled)
-        else:
-            mean_inputs = {name: value for name, value in encoder_inputs.items() if not name.startswith("output_")}
             with torch.no_grad():  # the frozen μ path: never part of the graph
-                mean_hidden = self.mean_encoder(**mean_inputs, **kwargs, return_dict=True).last_hidden_state
-                mu = self.mean_from_pooled(self.pool_batch(mean_hidden, attention_mask, sentence_index))
-        return self._output(mu, logvar, pooled, encoder_output, return_dict)
+                encoder_output, caught = self._run_catching_top(encoder_inputs, kwargs)
+            mu = self.mean_from_pooled(pool(encoder_output.last_hidden_state))
+            hidden, *layer_args = caught["args"]
+            for layer in self.variance_layers:
+                hidden = layer(hidden, *layer_args, **caught["kwargs"])
+                hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+            pooled = pool(hidden)
+        else:
+            encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
+            pooled = pool(encoder_output.last_hidden_state)
+            if self.mean_encoder is None:
+                mu = self.mean_from_pooled(pooled)
+            else:
+                mean_inputs = {name: value for name, value in encoder_inputs.items() if not name.startswith("output_")}
+                with torch.no_grad():  # the frozen μ path: never part of the graph
+                    mean_hidden = self.mean_encoder(**mean_inputs, **kwargs, return_dict=True).last_hidden_state
+                    mu = self.mean_from_pooled(pool(mean_hidden))
+        output = GaussCSEOutput(
+            mu=mu,
+            logvar=self.logvar_from_pooled(pooled),
+            pooled_output=pooled,
+            last_hidden_state=encoder_output.last_hidden_state,
+            hidden_states=encoder_output.get("hidden_states"),
+            attentions=encoder_output.get("attentions"),
+        )
+        return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
 
-    def _trunk_forward(
-        self,
-        encoder_inputs: dict,
-        kwargs: dict,
-        attention_mask: torch.Tensor | None,
-        sentence_index: torch.Tensor | None,
-        return_dict: bool | None,
-    ) -> GaussCSEOutput | tuple:
-        """``forward`` of one shared trunk (``variance_layers`` = k): the frozen encoder runs once and gives μ; the
-        inputs of its layer L − k (hidden states and the attention mask as the encoder prepared it) are caught on the
-        way and run through the k trained copies, whose pooled output gives log σ²."""
+    def _run_catching_top(self, encoder_inputs: dict, kwargs: dict) -> tuple:
+        """Run the encoder, catching the inputs (hidden states, prepared mask, ...) of its layer L − k."""
         layers = self.encoder.get_submodule(self._layers_path)
         caught: dict = {}
 
@@ -337,117 +313,72 @@ class GaussCSEModel(GaussCSEPreTrainedModel):
 
         hook = layers[len(layers) - len(self.variance_layers)].register_forward_pre_hook(catch, with_kwargs=True)
         try:
-            with torch.no_grad():  # the frozen μ path: never part of the graph
-                encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
+            return self.encoder(**encoder_inputs, **kwargs, return_dict=True), caught
         finally:
             hook.remove()
-        mu = self.mean_from_pooled(self.pool_batch(encoder_output.last_hidden_state, attention_mask, sentence_index))
-        hidden, *layer_args = caught["args"]
-        for layer in self.variance_layers:
-            hidden = layer(hidden, *layer_args, **caught["kwargs"])
-            hidden = hidden[0] if isinstance(hidden, tuple) else hidden
-        pooled = self.pool_batch(hidden, attention_mask, sentence_index)
-        return self._output(mu, self.logvar_from_pooled(pooled), pooled, encoder_output, return_dict)
 
-    def _output(self, mu, logvar, pooled, encoder_output, return_dict: bool | None) -> GaussCSEOutput | tuple:
-        """The [`GaussCSEOutput`] of ``forward`` (its tuple unless ``return_dict``), token states from
-        ``encoder_output``."""
-        output = GaussCSEOutput(
-            mu=mu,
-            logvar=logvar,
-            pooled_output=pooled,
-            last_hidden_state=encoder_output.last_hidden_state,
-            hidden_states=encoder_output.get("hidden_states"),
-            attentions=encoder_output.get("attentions"),
-        )
-        use_return_dict = return_dict if return_dict is not None else self.config.return_dict
-        return output if use_return_dict else output.to_tuple()
-
-    # ---------------------------------------------- user API: the tokenizer and the encode loop (encoding_gausscse.py),
-    # the ONNX sessions of backend="onnx" (onnx_gausscse.py); the similarity API
+    # the user API: tokenizer and encode loop (encoding_gausscse.py), ONNX sessions (onnx_gausscse.py), similarities
     get_tokenizer = model_tokenizer
     encode = encode_sentences
-    start_multi_process_pool = start_multi_process_pool
-    stop_multi_process_pool = staticmethod(stop_multi_process_pool)
     onnx_encoder = model_onnx_encoder
+    stop_multi_process_pool = staticmethod(EncodePool.close)
 
-    def _as_embeddings(self, argument: str, value: GaussianEmbeddings | Sequence[str]) -> GaussianEmbeddings:
-        if isinstance(value, GaussianEmbeddings):
-            embeddings = value
-        else:
-            embeddings = self.encode(check_sentences(argument, value))
-        if embeddings.mu.ndim == 1:
-            embeddings = GaussianEmbeddings(embeddings.mu[None], embeddings.logvar[None])
-        return embeddings.check(argument)
+    def start_multi_process_pool(self, target_devices: Sequence[str | torch.device] | None = None) -> EncodePool:
+        """An [`EncodePool`] on ``target_devices`` (default: every CUDA device, else CPU processes) for
+        ``encode(..., pool=pool)``."""
+        return EncodePool(self, target_devices)
 
-    def _check_pair(
-        self, a: GaussianEmbeddings | Sequence[str], b: GaussianEmbeddings | Sequence[str], names: tuple[str, str]
-    ) -> tuple[GaussianEmbeddings, GaussianEmbeddings]:
-        a, b = self._as_embeddings(names[0], a), self._as_embeddings(names[1], b)
-        if a.dim != b.dim:
-            raise ValueError(f"{names[0]} and {names[1]} have different dimensions: {a.dim} and {b.dim}")
-        return a, b
+    def _pair(self, a: Sentences, b: Sentences, names=("a", "b"), rows: str | None = None) -> tuple:
+        """``a``, ``b`` as checked 2-D [`GaussianEmbeddings`] (sentences are encoded) of one dimension and, for a
+        row-wise use (``rows`` says which, for the message), of one length."""
+        pair = []
+        for name, value in zip(names, (a, b), strict=True):
+            embeddings = value if isinstance(value, GaussianEmbeddings) else self.encode(check_sentences(name, value))
+            if embeddings.mu.ndim == 1:
+                embeddings = GaussianEmbeddings(embeddings.mu[None], embeddings.logvar[None])
+            pair.append(embeddings.check(name))
+        if pair[0].dim != pair[1].dim:
+            raise ValueError(f"{names[0]} and {names[1]} have different dimensions: {pair[0].dim} and {pair[1].dim}")
+        if rows is not None and len(pair[0]) != len(pair[1]):
+            lengths = f"{len(pair[0])} and {len(pair[1])}"
+            raise ValueError(f"{names[0]} and {names[1]} must have the same length{rows}, got {lengths}")
+        return tuple(pair)
 
-    def similarity(self, a: GaussianEmbeddings | Sequence[str], b: GaussianEmbeddings | Sequence[str]) -> torch.Tensor:
-        """Pairwise matrix S_ij = sim(a_i‖b_j) = 1/(1 + KL(N_{a_i}‖N_{b_j})), shape ``(len(a), len(b))``.
-
-        Uses ``config.similarity_reduction``. ``a``, ``b``: [`GaussianEmbeddings`] or lists of sentences.
-        """
-        a, b = self._check_pair(a, b, ("a", "b"))
+    def similarity(self, a: Sentences, b: Sentences) -> torch.Tensor:
+        """All pairs S_ij = sim(a_i‖b_j) by ``config.similarity_reduction``, shape ``(len(a), len(b))``; ``a``, ``b``:
+        [`GaussianEmbeddings`] or lists of sentences."""
+        a, b = self._pair(a, b)
         return similarity_matrix(a.mu, a.logvar, b.mu, b.logvar, reduction=self.config.similarity_reduction)
 
-    def similarity_pairwise(
-        self, a: GaussianEmbeddings | Sequence[str], b: GaussianEmbeddings | Sequence[str]
-    ) -> torch.Tensor:
-        """Row-wise sim(a_i‖b_i), shape ``(N,)``, the diagonal of [`similarity`]`(a, b)`; ``a`` and ``b`` must have the
-        same length."""
-        a, b = self._check_pair(a, b, ("a", "b"))
-        if len(a) != len(b):
-            raise ValueError(f"a and b must have the same length for row-wise similarity, got {len(a)} and {len(b)}")
+    def similarity_pairwise(self, a: Sentences, b: Sentences) -> torch.Tensor:
+        """Row-wise sim(a_i‖b_i), shape ``(N,)``: the diagonal of [`similarity`]; ``a``, ``b`` of the same length."""
+        a, b = self._pair(a, b, rows=" for row-wise similarity")
         return paired_similarity(a.mu, a.logvar, b.mu, b.logvar, reduction=self.config.similarity_reduction)
 
-    def entailment_score(
-        self, premises: GaussianEmbeddings | Sequence[str], hypotheses: GaussianEmbeddings | Sequence[str]
-    ) -> torch.Tensor:
+    def entailment_score(self, premises: Sentences, hypotheses: Sentences) -> torch.Tensor:
         """Score that premise_i entails hypothesis_i: sim(hyp_i‖pre_i), shape ``(N,)``."""
-        premises, hypotheses = self._check_pair(premises, hypotheses, ("premises", "hypotheses"))
-        if len(premises) != len(hypotheses):
-            raise ValueError(
-                f"premises and hypotheses must have the same length, got {len(premises)} and {len(hypotheses)}"
-            )
+        premises, hypotheses = self._pair(premises, hypotheses, ("premises", "hypotheses"), rows="")
         return self.similarity_pairwise(hypotheses, premises)
 
-    def entailment_direction(
-        self, a: GaussianEmbeddings | Sequence[str], b: GaussianEmbeddings | Sequence[str]
-    ) -> EntailmentDirection:
-        """For each pair, does a_i entail b_i rather than b_i entail a_i? Both rules of the paper (§3.2)."""
-        a, b = self._check_pair(a, b, ("a", "b"))
-        sim_ba = self.entailment_score(a, b)
-        sim_ab = self.entailment_score(b, a)
-        return EntailmentDirection(
-            by_similarity=sim_ba > sim_ab,
-            by_variance=a.generality > b.generality,
-            sim_ba=sim_ba,
-            sim_ab=sim_ab,
-        )
+    def entailment_direction(self, a: Sentences, b: Sentences) -> EntailmentDirection:
+        """Per pair, does a_i entail b_i rather than b_i entail a_i? Both rules of the paper (§3.2):
+        [`entailment_direction`]."""
+        a, b = self._pair(a, b, rows="")
+        return entailment_direction(a, b, self.config.similarity_reduction)
 
     def as_sentence_transformer(self, tokenizer=None, direction: str = "entailing", score: str = "auto"):
-        """This model as a sentence-transformers ``SentenceTransformer`` (needs ``sentence-transformers`` ≥ 6), the
-        object ``SentenceTransformer(folder, trust_remote_code=True)`` gives for a saved folder: ``encode`` → μ,
-        ``encode_query`` / ``encode_document`` → vectors with dot = −KL(query‖document), or the model's search score
-        when its config states one (``direction``, ``score``: ``sentence_transformer_gausscse.py``). Its ``save`` /
-        ``push_to_hub`` write the same folder as this model's ``save_pretrained`` (weights or adapter, code, tokenizer),
-        which loads everywhere."""
-        # by name at call time: that module imports this one, and sentence-transformers is no requirement of AutoModel
+        """This model as a ``SentenceTransformer`` (sentence-transformers ≥ 6), as ``SentenceTransformer(folder,
+        trust_remote_code=True)`` loads a saved folder: ``encode`` → μ; ``encode_query`` / ``encode_document`` →
+        vectors whose dot product is −KL(query‖document) or the model's search score (``direction``, ``score``: see
+        ``sentence_transformer_gausscse.py``)."""
+        # by name at call time: that module imports this one, and AutoModel does not require sentence-transformers
         return sentence_transformers_module().to_sentence_transformer(self, tokenizer, direction=direction, score=score)
 
 
 GaussCSEConfig.register_for_auto_class()
 GaussCSEModel.register_for_auto_class("AutoModel")
-# No AutoConfig/AutoModel.register here: this file also runs as a saved folder's remote code, and a registration made
-# then would make every later GaussCSE folder run the first folder's code. The installed package registers instead
-# (gausscse/model/__init__.py), so each folder loaded with trust_remote_code runs the code shipped with it.
+# No AutoConfig/AutoModel.register here: this file also runs as a folder's remote code, and registering then would make
+# later folders run the first folder's code. The installed package registers instead (gausscse/model/__init__.py).
 
-
-# DEFAULT_MAX_LENGTH and resolve_max_length (encoding_gausscse.py's) are imported from here by gausscse.cli
+# gausscse.cli imports DEFAULT_MAX_LENGTH and resolve_max_length from here
 __all__ = ["DEFAULT_MAX_LENGTH", "EntailmentDirection", "GaussCSEModel", "GaussCSEOutput", "resolve_max_length"]

@@ -16,6 +16,7 @@ from gausscse.search.index import SETTINGS_FILE, GaussianIndex
 
 SENTENCES_FILE = "sentences.jsonl"
 CORPUS_FILE = "corpus.json"
+SCORES = ("auto", "search", "similarity")  # what a corpus index ranks by (SentenceIndex.build's ``score``)
 
 
 def model_reference(model) -> str | None:
@@ -26,13 +27,9 @@ def model_reference(model) -> str | None:
     return name
 
 
-SCORES = ("auto", "search", "similarity")  # what a corpus index ranks by (SentenceIndex.build's ``score``)
-
-
 def model_kl_weight(model, score: str = "auto") -> float | None:
-    """The ``kl_weight`` of a [`GaussianIndex`] for ``model`` ranking by ``score``: ``"search"`` — the model's search
-    score (its ``config.search_kl_weight``, which it must state); ``"similarity"`` — ``None``, its similarity;
-    ``"auto"`` — the search score when the model states one, else the similarity."""
+    """The ``kl_weight`` that ranks by ``score``: ``"search"``: the model's ``config.search_kl_weight`` (which it must
+    state); ``"similarity"``: ``None``; ``"auto"``: the search score if the model states one, else the similarity."""
     if score not in SCORES:
         raise ValueError(f"score must be one of {SCORES}, got {score!r}")
     weight = getattr(model.config, "search_kl_weight", None)
@@ -50,8 +47,7 @@ class ModelMismatchError(ValueError):
 
 @dataclass(frozen=True)
 class Hit:
-    """One search result: the stored sentence, its id (position in the corpus) and its score (the similarity, or the
-    search score of an index built with one)."""
+    """One search result: the sentence, its id (position in the corpus) and its score."""
 
     id: int
     sentence: str
@@ -102,15 +98,9 @@ class SentenceIndex:
         embeddings: GaussianEmbeddings | None = None,
         **index_kwargs: Any,
     ) -> SentenceIndex:
-        """Encode ``sentences`` with ``model`` (a ``GaussCSEModel``) and index them with the model's reduction,
-        ranked by ``score`` ([`model_kl_weight`]: by default the model's search score cos − λ·KL/d when its config
-        states λ, else its similarity).
-
-        ``embeddings``: the Gaussians of ``sentences``, in order, when ``model`` encoded them elsewhere (on a Ray
-        cluster: [`gausscse.search.ray_encode.encode_on_ray`]); checked against the sentences and the model.
-        ``index_kwargs`` go to [`GaussianIndex`] (``candidates_per_result``, ``ef_search``, ``device``; ``uri`` and
-        ``nprobes`` for the database backends, whose database stores the sentences too).
-        """
+        """Encode ``sentences`` with ``model`` and index them with its reduction, ranked by ``score``
+        ([`model_kl_weight`]). ``embeddings``: the sentences' Gaussians if encoded elsewhere (``encode_on_ray``),
+        checked against the sentences and the model. ``index_kwargs`` go to [`GaussianIndex`]."""
         if embeddings is None:
             embeddings = model.encode(
                 list(sentences), batch_size=batch_size, max_length=max_length, show_progress_bar=show_progress_bar
@@ -131,10 +121,8 @@ class SentenceIndex:
         return cls(index, sentences, model_reference(model), model_fingerprint(model))
 
     def check_model(self, model, allow_model_mismatch: bool = False) -> None:
-        """[`ModelMismatchError`] unless ``model`` is the model that built the index (same [`model_fingerprint`]):
-        another model's Gaussians do not match the stored ones, and the scores would be meaningless without any
-        error. ``allow_model_mismatch`` searches anyway. Each model object is checked once (weights changed in place
-        afterwards are not noticed); an index saved without a fingerprint is not checked."""
+        """[`ModelMismatchError`] unless ``model`` has the [`model_fingerprint`] of the model that built the index
+        (another model's scores would be meaningless); once per model object; not for an index without one."""
         if allow_model_mismatch or self.model_fingerprint is None or model in self._checked_models:
             return
         fingerprint = model_fingerprint(model)
@@ -147,36 +135,29 @@ class SentenceIndex:
             )
         self._checked_models.add(model)
 
-    def _hits(self, scores, ids) -> list[list[Hit]]:
+    def _search(self, direction: str, model, texts, k: int, batch_size: int, allow_model_mismatch: bool):
+        self.check_model(model, allow_model_mismatch)
+        scores, ids = getattr(self.index, direction)(model.encode(list(texts), batch_size=batch_size), k)
         return [
-            [
-                Hit(int(item), self.sentences[int(item)], float(score))
-                for score, item in zip(row_scores, row_ids, strict=True)
-                if item >= 0
-            ]
-            for row_scores, row_ids in zip(scores.tolist(), ids.tolist(), strict=True)
+            [Hit(item, self.sentences[item], score) for score, item in zip(*row, strict=True) if item >= 0]
+            for row in zip(scores.tolist(), ids.tolist(), strict=True)
         ]
 
     def entailing(
         self, model, claims: Sequence[str], k: int, batch_size: int = 64, *, allow_model_mismatch: bool = False
     ) -> list[list[Hit]]:
-        """For each claim, the k stored sentences that best entail it (highest sim(claim‖sentence), or search score
-        with KL(claim‖sentence), first). ``model`` must be the one that built the index ([`check_model`])."""
-        self.check_model(model, allow_model_mismatch)
-        return self._hits(*self.index.entailing(model.encode(list(claims), batch_size=batch_size), k))
+        """For each claim, the k stored sentences that best entail it (highest sim(claim‖sentence) first)."""
+        return self._search("entailing", model, claims, k, batch_size, allow_model_mismatch)
 
     def entailed_by(
         self, model, premises: Sequence[str], k: int, batch_size: int = 64, *, allow_model_mismatch: bool = False
     ) -> list[list[Hit]]:
-        """For each premise, the k stored sentences it best entails (highest sim(sentence‖premise), or search score
-        with KL(sentence‖premise), first). ``model`` must be the one that built the index ([`check_model`])."""
-        self.check_model(model, allow_model_mismatch)
-        return self._hits(*self.index.entailed_by(model.encode(list(premises), batch_size=batch_size), k))
+        """For each premise, the k stored sentences it best entails (highest sim(sentence‖premise) first)."""
+        return self._search("entailed_by", model, premises, k, batch_size, allow_model_mismatch)
 
     def save(self, folder: str | Path) -> None:
-        """The index's files plus ``sentences.jsonl`` (one JSON string per line) and ``corpus.json`` (the model's
-        absolute path or Hub id and fingerprint), all listed with their SHA-256 in ``manifest.json``; written beside
-        ``folder`` and swapped in whole."""
+        """The index's files, ``sentences.jsonl`` (a JSON string per line) and ``corpus.json`` (the model's path or
+        Hub id and fingerprint), with ``manifest.json``; written beside ``folder`` and swapped in whole."""
         with atomic_folder(folder, SETTINGS_FILE) as staging:
             self.index.write_files(staging)
             lines = "".join(json.dumps(sentence, ensure_ascii=False) + "\n" for sentence in self.sentences)
@@ -186,9 +167,8 @@ class SentenceIndex:
 
     @classmethod
     def load(cls, folder: str | Path, **load_kwargs: Any) -> SentenceIndex:
-        """A corpus index saved by [`save`]: every file from one version of the folder (a save running meanwhile
-        cannot pair one index's Gaussians with another's sentences), checked against its manifest; a damaged file
-        raises ``ValueError`` naming it (and the line, for ``sentences.jsonl``). ``load_kwargs``: ``device``."""
+        """A corpus index saved by [`save`], every file from one version of the folder and checked against its
+        manifest; ``ValueError`` naming a damaged file (and line). ``load_kwargs``: ``device``."""
         folder = Path(folder)
         files = read_folder(folder, "SentenceIndex")
         if SENTENCES_FILE not in files:

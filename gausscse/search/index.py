@@ -1,5 +1,5 @@
-"""``GaussianIndex``: top-k entailment search over stored diagonal Gaussians, scored exactly, on the shortlists of a
-search backend (``gausscse.search.backends``: every item, FAISS, LanceDB, Qdrant or Milvus)."""
+"""``GaussianIndex``: top-k entailment search over stored diagonal Gaussians, scored exactly on the shortlists of a
+search backend (``gausscse.search.backends``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from gausscse.model.gaussian import (
     search_score_matrix,
     similarity_matrix,
 )
-from gausscse.search.backends import BACKENDS
+from gausscse.search.backends import BACKENDS, database_groups
 
 CHUNK_ROWS = 4096  # stored items scored per matrix product (torch backend)
 QUERY_CHUNK = 256  # queries re-scored at a time (the shortlist backends) ...
@@ -33,17 +33,14 @@ KL_TERM_LIMIT = 1e30  # the largest μ² or μ²/σ² an index accepts (its floa
 
 
 def check_searchable(embeddings: GaussianEmbeddings, argument: str) -> None:
-    """``ValueError`` naming the first row of ``embeddings`` whose KL terms an index cannot score without overflow:
-    μ² or μ²/σ² above ``KL_TERM_LIMIT`` (1e30); log σ² is already within ±``LOGVAR_BOUND`` (``GaussianEmbeddings.
-    check``). Every Gaussian a model encodes is far inside (|μ| ≤ 1 under tanh); within the limits every backend's
-    results are exact (re-scored)."""
+    """``ValueError`` naming the first row of ``embeddings`` with μ² or μ²/σ² above ``KL_TERM_LIMIT``, whose KL
+    terms would overflow (a model's Gaussians are far inside: |μ| ≤ 1)."""
     lowest, highest = torch.aminmax(embeddings.mu) if embeddings.mu.numel() else (torch.tensor(0.0),) * 2
     largest_mu = max(-float(lowest), float(highest))
     if largest_mu**2 * math.exp(LOGVAR_BOUND) <= KL_TERM_LIMIT:  # every row safe (|log σ²| ≤ LOGVAR_BOUND): no copy
         return
     mu, logvar = embeddings.mu.float(), embeddings.logvar.float()
-    # log max(μ², μ²/σ²) per row, in the log domain: no float64 copy of the batch, no overflow
-    log_term = (2.0 * mu.abs().log() - logvar.clamp_max(0.0)).amax(dim=-1)
+    log_term = (2.0 * mu.abs().log() - logvar.clamp_max(0.0)).amax(dim=-1)  # log max(μ², μ²/σ²): no overflow
     bad = log_term > math.log(KL_TERM_LIMIT)
     if bool(bad.any()):
         row = int(bad.nonzero()[0, 0])
@@ -53,75 +50,24 @@ def check_searchable(embeddings: GaussianEmbeddings, argument: str) -> None:
         )
 
 
-def sort_by_score_then_id(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sort each row by descending score; equal scores keep ascending id order (deterministic ties)."""
-    by_id = ids.argsort(dim=1, stable=True)
-    scores, ids = scores.gather(1, by_id), ids.gather(1, by_id)
-    order = scores.argsort(dim=1, descending=True, stable=True)
-    return scores.gather(1, order), ids.gather(1, order)
-
-
 class GaussianIndex:
     """Stored Gaussians and top-k search in both entailment directions.
 
-    ``entailing(q, k)`` ranks the stored items x by sim(q‖x) — the items that entail the query (evidence for a claim);
-    ``entailed_by(q, k)`` ranks them by sim(x‖q) — what the query entails. The returned scores are always the exact
-    similarities of the model's reduction, highest first, ties in id order.
-
-    With ``kl_weight=λ`` (a model's ``config.search_kl_weight``) the index ranks by the model's search score
-    cos(μ_q, μ_x) − λ · KL / d instead (KL(q‖x) for ``entailing``, KL(x‖q) for ``entailed_by``): relevance (the cosine
-    of the means) plus direction; λ = 0 is the cosine. The returned scores are then that exact search score. Every
-    backend serves it: its two terms are one inner product of ``query_map`` and ``stored_map`` vectors (3d + 2 values).
-
-    Backends:
-
-    * ``"torch"`` — exact for both reductions: every stored item is scored by chunked matrix products (on ``device``:
-      CPU or GPU).
-    * ``"faiss"`` — a FAISS ``IndexFlatIP`` over the (2d + 2)-dimensional ``kl_feature_map`` vectors: their inner
-      product is −KL(q‖x) (or −KL(x‖q)), so its top hits are the top ``sum`` and ``mean_kl`` similarities (both
-      decrease with the total KL). FAISS computes in float32,
-      where the expanded KL loses digits at small variances, so a shortlist of ``candidates_per_result × k`` hits is
-      re-scored exactly (the KL summed in float64, as ``similarity_matrix``) and re-sorted.
-    * ``"faiss-hnsw"`` — approximate: an HNSW graph (``ef_search`` candidates explored per query) over the same vectors
-      turned into a nearest-neighbour problem (``gausscse.search.backends.faiss_backend``); the shortlist is re-scored
-      exactly as above.
-
-    ``mean_dim`` models through FAISS (mean_k 1/(1 + KL_k) is no function of the total KL): the shortlist comes from
-    the ``sum`` form and is re-ranked by the exact ``mean_dim`` similarity, so results are approximate even with
-    ``"faiss"`` (recall measured in ``bench/bench_search.py``); ``"torch"`` is exact for them.
-
-    * ``"lancedb"`` — an embedded LanceDB database at ``uri`` holds the Gaussians, the sentences (``add(...,
-      sentences=...)``) and the ``kl_feature_map`` vectors of both directions; a flat scan with its ``dot`` metric
-      gives the shortlist, re-scored exactly as for ``"faiss"`` (``gausscse.search.backends.lancedb_backend``). Every
-      ``add`` is written to the database; ``GaussianIndex.load(uri)`` reopens it.
-    * ``"lancedb-ann"`` — the same database searched through LanceDB's own IVF index (``nprobes`` partitions per
-      query; built at the first search) over the vectors turned into a nearest-neighbour problem as for
-      ``"faiss-hnsw"``, re-scored exactly.
-    * ``"qdrant"``, ``"milvus"`` — the same rows in a Qdrant or Milvus collection at ``uri`` (a local place or a
-      server), a flat scan under the engine's raw inner product; ``"qdrant-hnsw"``, ``"milvus-hnsw"`` — the engine's
-      HNSW graph on the lifted vectors (``ef_search``); re-scored exactly (``gausscse.search.backends.qdrant_backend``,
-      ``milvus_backend``).
-
-    A FAISS index is built per direction when that direction is first searched and grows with later ``add`` calls
-    (an approximate one is rebuilt if a new item falls outside its transform). ``index.engine`` is the backend
-    (``gausscse.search.backends``: the interface and one module per engine).
+    ``entailing(q, k)`` ranks the stored items x by sim(q‖x) (evidence that entails the claim q), ``entailed_by(q, k)``
+    by sim(x‖q) (what q entails); with ``kl_weight`` = λ (a model's ``config.search_kl_weight``) by the search score
+    cos(μ_q, μ_x) − λ · KL / d instead (KL(q‖x), resp. KL(x‖q)). Scores are exact, highest first, ties in id order:
+    a backend (``BACKENDS``: ``"torch"`` scores every item; FAISS or a vector database at ``uri``, exact or
+    approximate) gives ``candidates_per_result × k`` candidates, re-scored in float64. ``mean_dim`` similarities are
+    approximate with every backend but ``"torch"`` (their shortlist comes from the ``sum`` form).
 
     Args:
-        dim: the dimension d of the Gaussians.
-        reduction: the model's ``config.similarity_reduction`` (``"sum"``, ``"mean_kl"`` or ``"mean_dim"``).
-        backend: a name of ``gausscse.search.backends.BACKENDS``: ``"torch"``, ``"faiss"``, ``"faiss-hnsw"``,
-            ``"lancedb"``, ``"lancedb-ann"``, ``"qdrant"``, ``"qdrant-hnsw"``, ``"milvus"``, ``"milvus-hnsw"``.
-        device: where the torch backend keeps the Gaussians and scores (default CPU; FAISS backends: CPU only).
-        candidates_per_result: shortlist size per requested hit for the FAISS backends (``"faiss"``: float32
-            misorders only near-ties; ``"faiss-hnsw"``: recall is set by ``ef_search``, a longer shortlist adds
-            nothing — both measured in ``bench/bench_search.py``). Default: 2 for ``sum`` and ``mean_kl`` models, 10
-            for ``mean_dim`` (their shortlist comes from the ``sum`` form and needs room).
-        ef_search: HNSW candidates explored per query.
-        uri: the database of a database backend: a LanceDB folder; a Qdrant folder, ``":memory:"`` or server URL; a
-            Milvus Lite ``.db`` file or server URI (``#name`` picks a Qdrant/Milvus collection). Created; one that
-            already holds an index is refused: reopen it with [`load`].
-        nprobes: IVF partitions scanned per query by ``"lancedb-ann"``.
-        kl_weight: rank by the search score of this λ ≥ 0 (``None``, the default: by the similarity).
+        dim, reduction: the Gaussians' d and the model's ``config.similarity_reduction``.
+        backend: a name of ``BACKENDS``; device: the torch backend's (the others run on the CPU).
+        candidates_per_result: shortlist size per hit (default 2; 10 for ``mean_dim`` similarities).
+        ef_search: HNSW candidates explored per query; nprobes: IVF partitions scanned by ``"lancedb-ann"``.
+        uri: a database backend's new database: a LanceDB folder; a Qdrant folder, ``":memory:"`` or server URL; a
+            Milvus Lite ``.db`` file or server URI (``#name``: the collection); reopen it with [`load`].
+        kl_weight: rank by the search score of this λ ≥ 0 (``None``: by the similarity).
 
     Example::
 
@@ -148,15 +94,19 @@ class GaussianIndex:
             raise ValueError(f"dim must be a positive integer, got {dim}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
-        for name, value in (
-            ("candidates_per_result", candidates_per_result),
-            ("ef_search", ef_search),
-            ("nprobes", nprobes),
-        ):
+        positive = (("candidates_per_result", candidates_per_result), ("ef_search", ef_search), ("nprobes", nprobes))
+        for name, value in positive:
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value}")
         if kl_weight is not None and (isinstance(kl_weight, bool) or not 0 <= kl_weight < float("inf")):
             raise ValueError(f"kl_weight must be a finite number >= 0 (or None: rank by similarity), got {kl_weight!r}")
+        if (uri is not None) != BACKENDS[backend].database:  # "uri (the LanceDB folder) is for backend ...; uri ..."
+            groups = enumerate(database_groups("place").items())
+            needs = "; ".join(
+                f"uri ({place}) {'for' if n else 'is for'} backend {' or '.join(map(repr, names))}"
+                for n, (place, names) in groups
+            )
+            raise ValueError(f"{needs}, and needed by them; backend={backend!r}, uri={uri!r}")
         if BACKENDS[backend].cpu_only and device is not None and torch.device(device).type != "cpu":
             raise ValueError(f"backend {backend!r} runs on the CPU; device={device!r} needs 'torch'")
         self.dim = dim
@@ -169,7 +119,6 @@ class GaussianIndex:
         self.ef_search = ef_search
         self.mu = torch.empty(0, dim, device=self.device)
         self.logvar = torch.empty(0, dim, device=self.device)
-        # the backend: which stored items each query is scored against, and what it builds and saves for that
         self.engine = BACKENDS[backend](self, {"uri": uri, "nprobes": nprobes, "table": _table})
 
     def __len__(self) -> int:
@@ -188,8 +137,8 @@ class GaussianIndex:
         return GaussianEmbeddings(self.mu, self.logvar)
 
     def checked(self, embeddings: GaussianEmbeddings, argument: str) -> GaussianEmbeddings:
-        """``embeddings`` as float32 ``GaussianEmbeddings`` (2-D) on the index's device; ``ValueError`` / ``TypeError``
-        naming ``argument`` when they are not Gaussians of the index's dimension that it can score."""
+        """``embeddings`` as 2-D float32 ``GaussianEmbeddings`` on the index's device; ``TypeError`` / ``ValueError``
+        naming ``argument`` unless they are Gaussians of the index's dimension that it can score."""
         if not (hasattr(embeddings, "mu") and hasattr(embeddings, "logvar")):
             raise TypeError(
                 f"{argument} must be GaussianEmbeddings (model.encode(...)), got {type(embeddings).__name__}"
@@ -205,8 +154,7 @@ class GaussianIndex:
         return embeddings.to(device=self.device, dtype=torch.float32)
 
     def add(self, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None = None) -> None:
-        """Append Gaussians; their ids continue from ``len(self)``. ``sentences`` (one per Gaussian) are stored in
-        the database by the database backends ([`SentenceIndex`] keeps them for the others)."""
+        """Append Gaussians, ids from ``len(self)`` on; ``sentences`` (one each) only for a database backend."""
         self.engine.add(self.checked(embeddings, "embeddings"), sentences)
 
     def store(self, embeddings: GaussianEmbeddings) -> None:
@@ -237,19 +185,23 @@ class GaussianIndex:
         scores, ids = self.rescore(queries, candidate_ids, direction)
         return scores[:, :k], ids[:, :k]
 
+    def score(self, queries: tuple[torch.Tensor, ...], items: tuple[torch.Tensor, ...], direction: str, paired: bool):
+        """Scores of ``queries`` (μ, log σ²) with ``items`` in ``direction`` (sim(q‖x) or sim(x‖q); the search score's
+        cosine is symmetric): all pairs ``(Q, N)``, or ``paired`` row by row."""
+        pair = (*queries, *items) if direction == "entailing" else (*items, *queries)
+        if self.kl_weight is None:
+            return (paired_similarity if paired else similarity_matrix)(*pair, self.reduction)
+        if paired:
+            return paired_search_score(*pair, "entailing", self.kl_weight)  # the pair is already in direction's order
+        return search_score_matrix(*(tensor.double() for tensor in pair), self.kl_weight).float()  # as paired
+
     def _exact_top_k(self, queries: GaussianEmbeddings, k: int, direction: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Every stored item scored, chunk by chunk; the running top k merged with each chunk."""
         best_scores = torch.full((len(queries), 0), float("-inf"), device=self.device)
         best_ids = torch.empty((len(queries), 0), dtype=torch.long, device=self.device)
         for start in range(0, len(self), CHUNK_ROWS):
-            mu, logvar = self.mu[start : start + CHUNK_ROWS], self.logvar[start : start + CHUNK_ROWS]
-            pair = (queries.mu, queries.logvar, mu, logvar)
-            if direction == "entailed_by":  # sim(x‖q); the cosine of the search score is symmetric
-                pair = (mu, logvar, queries.mu, queries.logvar)
-            if self.kl_weight is None:
-                scores = similarity_matrix(*pair, self.reduction)
-            else:  # in float64, rounded once: the scores the re-scoring backends return (paired_search_score)
-                scores = search_score_matrix(*(tensor.double() for tensor in pair), self.kl_weight).float()
+            items = (self.mu[start : start + CHUNK_ROWS], self.logvar[start : start + CHUNK_ROWS])
+            scores = self.score((queries.mu, queries.logvar), items, direction, paired=False)
             scores = scores if direction == "entailing" else scores.T
             ids = torch.arange(start, start + scores.shape[1], device=self.device).expand_as(scores)
             # the running best holds lower ids than this chunk, so a stable sort keeps ties in id order
@@ -261,25 +213,21 @@ class GaussianIndex:
     def rescore(
         self, queries: GaussianEmbeddings, candidate_ids: torch.Tensor, direction: str
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact scores (similarities, or the search score) of each query with its candidates ``(Q, C)`` (id −1 =
-        none: score −inf), sorted by descending score, ties in id order."""
+        """Exact scores of each query with its candidates ``(Q, C)`` (id −1: score −inf), sorted by descending
+        score, ties in id order."""
         scores = torch.full(candidate_ids.shape, float("-inf"))
         # float64 work buffers of (queries, candidates, d): at most RESCORE_ELEMENTS elements each
         step = max(1, min(QUERY_CHUNK, RESCORE_ELEMENTS // max(1, candidate_ids.shape[1] * self.dim)))
         for start in range(0, len(queries), step):
             ids = candidate_ids[start : start + step]
-            found = ids >= 0
-            item_mu, item_logvar = self.mu[ids.clamp_min(0)].cpu(), self.logvar[ids.clamp_min(0)].cpu()
-            query_mu = queries.mu[start : start + step, None, :].cpu()
-            query_logvar = queries.logvar[start : start + step, None, :].cpu()
-            if self.kl_weight is not None:
-                chunk = paired_search_score(query_mu, query_logvar, item_mu, item_logvar, direction, self.kl_weight)
-            elif direction == "entailing":
-                chunk = paired_similarity(query_mu, query_logvar, item_mu, item_logvar, self.reduction)
-            else:
-                chunk = paired_similarity(item_mu, item_logvar, query_mu, query_logvar, self.reduction)
-            scores[start : start + step] = torch.where(found, chunk, float("-inf"))
-        return sort_by_score_then_id(scores, candidate_ids)
+            items = (self.mu[ids.clamp_min(0)].cpu(), self.logvar[ids.clamp_min(0)].cpu())
+            rows = queries[start : start + step]
+            chunk = self.score((rows.mu[:, None].cpu(), rows.logvar[:, None].cpu()), items, direction, paired=True)
+            scores[start : start + step] = torch.where(ids >= 0, chunk, float("-inf"))
+        by_id = candidate_ids.argsort(dim=1, stable=True)  # then a stable sort by score keeps ties in id order
+        scores, ids = scores.gather(1, by_id), candidate_ids.gather(1, by_id)
+        order = scores.argsort(dim=1, descending=True, stable=True)
+        return scores.gather(1, order), ids.gather(1, order)
 
     def base_settings(self) -> dict[str, Any]:
         """The settings every backend shares (what its ranking is)."""
@@ -296,18 +244,30 @@ class GaussianIndex:
         """What [`load`] needs to rebuild this index (``index_config.json``)."""
         return {**self.base_settings(), "size": len(self), **self.engine.settings()}
 
+    @classmethod
+    def from_settings(
+        cls, settings: dict[str, Any], where: str, integers: Sequence[str] = (), **options: Any
+    ) -> GaussianIndex:
+        """An empty index as ``settings`` (and the further ``integers`` settings) describe it; ``ValueError`` naming
+        ``where`` for a missing or invalid setting."""
+        try:
+            dim, reduction, backend = int(settings["dim"]), settings["reduction"], settings["backend"]
+            numbers = {name: int(settings[name]) for name in ("candidates_per_result", "ef_search", *integers)}
+            return cls(dim, reduction, backend, kl_weight=settings.get("kl_weight"), **numbers, **options)
+        except KeyError as error:
+            raise ValueError(f"{where} has no {error.args[0]!r}: the index is damaged") from None
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{where}: {error}") from None
+
     def save(self, folder: str | Path) -> None:
-        """A folder: ``gaussians.safetensors`` (μ, log σ²), ``index_config.json``, what the backend built (for the
-        FAISS backends a FAISS file ``<direction>.faiss`` per direction, built now if no query built it yet, so that a
-        loaded index answers its first query at once) and ``manifest.json`` (sizes and SHA-256 of the files, checked
-        by [`load`]); no pickle anywhere. Built beside ``folder`` and swapped in whole; an existing folder that is not
-        a saved index is refused."""
+        """A folder: ``gaussians.safetensors`` (μ, log σ²), ``index_config.json``, what the backend built (FAISS files,
+        built now if no query built them) and ``manifest.json`` (sizes and SHA-256, checked by [`load`]); no pickle.
+        Built beside ``folder`` and swapped in whole; an existing folder that is not a saved index is refused."""
         with atomic_folder(folder, SETTINGS_FILE) as staging:
             self.write_files(staging)
 
     def write_files(self, folder: Path) -> None:
-        """Write the files of [`save`] (all but the manifest) into the existing ``folder``. An index whose backend
-        keeps a database writes only ``index_config.json``: its data stays in the database that file names."""
+        """The files of [`save`] but the manifest, into ``folder``; a database backend writes only the settings."""
         if not self.engine.database:
             save_file(
                 {"mu": self.mu.cpu().contiguous(), "logvar": self.logvar.cpu().contiguous()},
@@ -317,10 +277,18 @@ class GaussianIndex:
         write_json(folder / SETTINGS_FILE, self.settings())
 
     @classmethod
+    def open(cls, backend: str, uri: str | Path) -> GaussianIndex:
+        """The index in the ``backend`` database at ``uri`` (a local place or a server URL); ``add`` goes on writing
+        there."""
+        if backend not in BACKENDS or not BACKENDS[backend].database:
+            names = [name for name, engine in BACKENDS.items() if engine.database]
+            raise ValueError(f"backend must be a database backend, one of {names}, got {backend!r}")
+        return BACKENDS[backend].open(uri, cls)
+
+    @classmethod
     def load(cls, folder: str | Path, device: str | torch.device | None = None) -> GaussianIndex:
-        """An index saved by [`save`] (what its backend built is read back, not rebuilt), or a local database. All
-        files come from one version of the folder, checked against its manifest (``gausscse.io.read_folder``); a
-        damaged or missing file raises ``ValueError`` / ``FileNotFoundError`` naming it."""
+        """An index saved by [`save`] (all files from one version of the folder, checked against its manifest), or a
+        local database; a damaged or missing file raises ``ValueError`` / ``FileNotFoundError`` naming it."""
         folder = Path(folder)
         for backend in BACKENDS.values():  # a database: reopened by its uri
             if backend.holds_index(folder):
@@ -328,47 +296,22 @@ class GaussianIndex:
                     raise ValueError(
                         f"{folder} holds both a saved index ({SETTINGS_FILE}) and a database: load neither"
                     )
-                return backend.open(folder)
+                return backend.open(folder, cls)
         return cls.from_files(folder, read_folder(folder, "GaussianIndex"), device)
 
     @classmethod
     def from_files(
         cls, folder: Path, files: dict[str, bytes], device: str | torch.device | None = None
     ) -> GaussianIndex:
-        """The index whose files (``{name: bytes}``, as read from ``folder``) [`save`] wrote."""
+        """The index whose files (``{name: bytes}``, read from ``folder``) [`save`] wrote."""
         if SETTINGS_FILE not in files:
             raise FileNotFoundError(f"{folder} is not a saved GaussianIndex: {SETTINGS_FILE} is missing")
-        settings = json_value(files[SETTINGS_FILE], folder / SETTINGS_FILE)
+        settings_file = folder / SETTINGS_FILE
+        settings = json_value(files[SETTINGS_FILE], settings_file)
         backend = BACKENDS.get(settings.get("backend"))
         if backend is not None and backend.database:  # the data is in the database the settings name
-            if "uri" not in settings:
-                raise ValueError(f"{folder / SETTINGS_FILE} has no 'uri': the index is damaged")
-            try:
-                index = backend.open(settings["uri"])
-            except FileNotFoundError as error:
-                raise FileNotFoundError(
-                    f"{folder / SETTINGS_FILE} names the database {settings['uri']}, which is gone ({error})"
-                ) from None
-            index.engine.check_saved(settings, folder / SETTINGS_FILE)
-            if len(index) != settings.get("size"):
-                stated = settings.get("size")
-                raise ValueError(f"{settings['uri']} holds {len(index)} Gaussians; {SETTINGS_FILE} says {stated}")
-            return index
-        try:
-            index = cls(
-                int(settings["dim"]),
-                settings["reduction"],
-                settings["backend"],
-                device=device,
-                candidates_per_result=int(settings["candidates_per_result"]),
-                ef_search=int(settings["ef_search"]),
-                kl_weight=settings.get("kl_weight"),
-            )
-            size = int(settings["size"])
-        except KeyError as error:
-            raise ValueError(f"{folder / SETTINGS_FILE} has no {error.args[0]!r}: the index is damaged") from None
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{folder / SETTINGS_FILE}: {error}") from None
+            return backend.reopen(settings, settings_file, cls)
+        index = cls.from_settings(settings, str(settings_file), device=device)
         if GAUSSIANS_FILE not in files:
             raise FileNotFoundError(f"{folder / GAUSSIANS_FILE} is missing: the index is incomplete")
         try:
@@ -380,10 +323,8 @@ class GaussianIndex:
             index.store(index.checked(stored, "stored"))
         except ValueError as error:
             raise ValueError(f"{folder / GAUSSIANS_FILE}: {error}") from None
-        if len(index) != size:
-            raise ValueError(f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {size}")
+        if len(index) != settings.get("size"):
+            stated = settings.get("size", "nothing of its size")
+            raise ValueError(f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {stated}")
         index.engine.read_files(folder, files)
         return index
-
-
-__all__ = ["BACKENDS", "GaussianIndex"]

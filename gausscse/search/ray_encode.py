@@ -1,12 +1,9 @@
 """Encoding a corpus on a Ray cluster with Ray Data: one GaussCSE model per worker, the Gaussians back in input order.
 
-    embeddings = encode_on_ray("outputs/quickstart", sentences, num_workers=8)  # a local Ray, 8 CPUs
     embeddings = encode_on_ray("user/gausscse-minilm", sentences, address="auto", num_workers=32, num_gpus=1)
 
-[`GaussianEncoder`] is the ``Dataset.map_batches`` class (usable on any Ray dataset with a text column: every other
-column, an id for instance, passes through); [`encode_on_ray`] runs it over a list of sentences and returns one
-[`GaussianEmbeddings`], as ``model.encode`` would. Ray is an optional dependency (``pip install "gausscse[ray]"``),
-imported only when a function here runs. The model must load on every worker: a Hub id, or a folder every node sees.
+Ray is optional (``pip install "gausscse[ray]"``), imported only when a function here runs. The model must load on
+every worker: a Hub id, or a folder every node sees.
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ from gausscse.model.gaussian import GaussianEmbeddings
 TEXT_COLUMN = "text"  # the sentences' column of the batches GaussianEncoder reads
 MEAN_COLUMN = "mean"  # μ of each sentence: a fixed-size float32 array column (d values)
 LOGVAR_COLUMN = "logvar"  # log σ² of each sentence, the same shape
+COLUMNS = (MEAN_COLUMN, LOGVAR_COLUMN)
 ROW_COLUMN = "row"  # encode_on_ray's position of each sentence in the input, to put the Gaussians back in order
 
 
@@ -41,12 +39,10 @@ def require_ray():
 
 
 class GaussianEncoder:
-    """A ``ray.data.Dataset.map_batches`` callable class: each Ray worker loads the GaussCSE model once
-    ([`gausscse.loading.load_model`]) and turns each batch's ``text_column`` into μ and log σ².
+    """A ``ray.data.Dataset.map_batches`` class: each worker loads the model once and turns a numpy batch's
+    ``text_column`` into ``mean`` and ``logvar`` (float32, (rows, d)), every other column (an id to join on) kept.
 
-    A batch (``batch_format="numpy"``: a dict of arrays) comes back without its text column, with every other column
-    as it was (keep an id column to join the Gaussians with), plus ``mean`` and ``logvar``: float32 arrays of shape
-    (rows, d), which Ray stores as fixed-size array columns. Example::
+    Example::
 
         gaussians = dataset.map_batches(
             GaussianEncoder,
@@ -66,16 +62,15 @@ class GaussianEncoder:
         max_length: int | None = DEFAULT_MAX_LENGTH,
         device: str | None = None,
     ):
-        """``model_path``: a model folder every worker sees, or a Hub id; ``batch_size`` and ``max_length``: the
-        sentences per forward pass and the truncation of ``model.encode``; ``device``: where the model runs
-        (default: the CPU; ``"cuda"`` on a worker given a GPU)."""
+        """``model_path``: a folder every worker sees, or a Hub id; ``batch_size``, ``max_length``: those of
+        ``model.encode``; ``device``: default the CPU (``"cuda"`` on a worker given a GPU)."""
         self.model = load_model(model_path, device=device)
         self.text_column = text_column
         self.batch_size = batch_size
         self.max_length = max_length
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The batch's Gaussians, its other columns kept; ``TypeError`` naming the row (by those columns) whose text
+        """The batch's Gaussians, its other columns kept; ``TypeError`` naming a row (by those columns) whose text
         is not a string."""
         others = {name: values for name, values in batch.items() if name != self.text_column}
         sentences = batch[self.text_column].tolist()
@@ -89,17 +84,6 @@ class GaussianEncoder:
         return {**others, MEAN_COLUMN: embeddings.mu.numpy(), LOGVAR_COLUMN: embeddings.logvar.numpy()}
 
 
-def join_ray(ray, address: str | None, num_cpus: int) -> None:
-    """Start or join Ray unless this process already has: the cluster at ``address`` (``"auto"``, ``ray://...``,
-    or ``RAY_ADDRESS``), else a new local instance of ``num_cpus`` CPUs and no dashboard."""
-    if ray.is_initialized():
-        return
-    if address is None and "RAY_ADDRESS" not in os.environ:
-        ray.init(num_cpus=num_cpus, include_dashboard=False)
-    else:
-        ray.init(address=address)
-
-
 def encode_on_ray(
     model_path: str | Path,
     sentences: Sequence[str],
@@ -111,23 +95,16 @@ def encode_on_ray(
     rows_per_task: int = 1024,
     num_gpus: float = 0.0,
 ) -> GaussianEmbeddings:
-    """Encode ``sentences`` with the GaussCSE model at ``model_path`` on Ray: the same float32 Gaussians, in input
-    order, as ``model.encode(sentences)`` (up to float32 rounding: the workers may run other kernels).
+    """The float32 Gaussians of ``sentences``, in input order, as ``model.encode(sentences)`` gives them (up to
+    float32 rounding), encoded by the model at ``model_path`` (a folder, made absolute, or a Hub id) on Ray.
 
-    Args:
-        model_path: a model folder (made absolute; on a cluster every node must see it) or a Hub id.
-        sentences: the corpus, a list of strings.
-        address: the Ray cluster to join (``"auto"``, ``"ray://head:10001"``); ``None``: the one ``RAY_ADDRESS``
-            names, else a new local Ray of ``num_workers`` CPUs. A process that already called ``ray.init`` keeps
-            its Ray.
-        num_workers: the Ray workers (actors), each with its own copy of the model.
-        batch_size, max_length: ``model.encode``'s sentences per forward pass and truncation.
-        rows_per_task: sentences per Ray block and per call of a worker.
-        num_gpus: the GPUs of each worker (its model then runs on ``cuda``).
+    ``address``: the cluster to join (``"auto"``, ``"ray://head:10001"``; ``None``: ``RAY_ADDRESS``'s, else a new
+    local Ray of ``num_workers`` CPUs; a process that already called ``ray.init`` keeps its Ray). ``num_workers``:
+    Ray actors, a model each; ``batch_size``, ``max_length``: those of ``model.encode``; ``rows_per_task``: sentences
+    per Ray block and worker call; ``num_gpus``: each worker's GPUs (its model then runs on ``cuda``).
 
-    Raises:
-        ImportError: Ray Data is not installed. ValueError: no sentences. TypeError: a row that is not a string
-        (named by its position).
+    Raises ``ImportError`` without Ray Data, ``ValueError`` for no sentences, ``TypeError`` for a row that is not a
+    string (named by its position).
     """
     sentences = check_sentences("sentences", sentences)
     if not sentences:
@@ -135,12 +112,14 @@ def encode_on_ray(
     ray = require_ray()
     import pyarrow
 
-    join_ray(ray, address, num_workers)
+    if not ray.is_initialized() and address is None and "RAY_ADDRESS" not in os.environ:
+        ray.init(num_cpus=num_workers, include_dashboard=False)  # a new local Ray
+    elif not ray.is_initialized():
+        ray.init(address=address)
     table = pyarrow.table({ROW_COLUMN: np.arange(len(sentences)), TEXT_COLUMN: sentences})
     blocks = [table.slice(start, rows_per_task) for start in range(0, len(sentences), rows_per_task)]
-    local = Path(model_path).exists()
     encoder = {
-        "model_path": str(Path(model_path).resolve()) if local else str(model_path),
+        "model_path": str(Path(model_path).resolve()) if Path(model_path).exists() else str(model_path),
         "batch_size": batch_size,
         "max_length": max_length,
         "device": "cuda" if num_gpus else None,
@@ -153,24 +132,10 @@ def encode_on_ray(
         batch_format="numpy",
         num_gpus=num_gpus,
     )
-    return in_input_order(gaussians.iter_batches(batch_format="numpy", batch_size=None), len(sentences))
-
-
-def in_input_order(batches, count: int) -> GaussianEmbeddings:
-    """The Gaussians of ``batches`` (dicts with ``row``, ``mean``, ``logvar``, in any order) sorted by row, which
-    must be each of 0 … ``count`` − 1 once."""
-    rows, mean, logvar = [], [], []
-    for batch in batches:
-        rows.append(batch[ROW_COLUMN])
-        mean.append(batch[MEAN_COLUMN])
-        logvar.append(batch[LOGVAR_COLUMN])
-    rows = np.concatenate(rows)
+    batches = list(gaussians.iter_batches(batch_format="numpy", batch_size=None))
+    rows = np.concatenate([batch[ROW_COLUMN] for batch in batches])
     order = np.argsort(rows, kind="stable")
-    if not np.array_equal(rows[order], np.arange(count)):
-        raise RuntimeError(f"Ray returned {len(rows)} Gaussians for {count} sentences, not one per sentence")
-    return GaussianEmbeddings(
-        torch.from_numpy(np.concatenate(mean)[order]), torch.from_numpy(np.concatenate(logvar)[order])
-    ).check("encode_on_ray")
-
-
-__all__ = ["GaussianEncoder", "encode_on_ray"]
+    if not np.array_equal(rows[order], np.arange(len(sentences))):
+        raise RuntimeError(f"Ray returned {len(rows)} Gaussians for {len(sentences)} sentences, not one per sentence")
+    mean, logvar = (torch.from_numpy(np.concatenate([batch[name] for batch in batches])[order]) for name in COLUMNS)
+    return GaussianEmbeddings(mean, logvar).check("encode_on_ray")

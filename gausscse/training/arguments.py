@@ -1,12 +1,7 @@
-"""Command-line / config-file arguments of ``train_gausscse.py`` (``HfArgumentParser`` dataclasses).
-
-Defaults follow the paper and its released code: loss ``ent+con+rev``, τ = 0.05, 3 epochs, AdamW, linear schedule
-with 10 % warm-up, batch 64, max length 32, evaluation every 100 steps on SNLI dev with the best checkpoint
-(SNLI dev AUPRC) kept. Where the paper is silent or the evidence says otherwise, the defaults come from SNLI-dev
-measurements: ``--similarity_reduction mean_kl`` (1/(1 + KL/d): chosen over the paper's ``sum`` and the released
-code's ``mean_dim`` by the SNLI-dev rule of the reduction study, ``results/REPRODUCTION.md``) and
-``--head_learning_rate 1e-3`` for the fresh heads (``results/HEADS_ONLY.md``).
-"""
+"""The arguments of ``gausscse-train`` / ``train_gausscse.py`` (``HfArgumentParser`` dataclasses), with the paper's
+defaults (``ent+con+rev``, τ = 0.05, batch 64, SNLI-dev AUPRC checkpoint selection) except where SNLI-dev measurements
+chose otherwise: ``--similarity_reduction mean_kl`` (results/REPRODUCTION.md), ``--head_learning_rate 1e-3``
+(results/HEADS_ONLY.md)."""
 
 from __future__ import annotations
 
@@ -22,6 +17,7 @@ import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
@@ -35,113 +31,82 @@ from gausscse.model.configuration_gausscse import HEAD_INITS, MEAN_ACTIVATIONS, 
 from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH
 from gausscse.model.gaussian import REDUCTIONS
 
-from .losses import LOSS_NAMES, check_loss_name, check_temperature
+from .losses import LOSS_NAMES, TERM, LossTermArguments, check_loss_name, check_temperature, check_terms
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
-
-
-# A field's metadata key: the flag fixes what a run trains, so a resumed run must keep it (its steps so far were taken
-# with it; gausscse.cli.train.check_resume_arguments). Not such flags: how long a run trains, when it saves,
-# evaluates or logs, where, and with how many workers.
+# A field's metadata key: the flag fixes what a run trains, so a resumed run must keep it (not: how long it trains,
+# when it saves, evaluates or logs, where, with how many workers).
 FIXES_RUN = "fixes_run"
 # transformers' own TrainingArguments fields that fix a run (the ones not declared again below)
 TRAINER_FIXED_FLAGS = ("gradient_accumulation_steps", "lr_scheduler_type", "seed", "bf16")
 
 
+def arg(default: Any, help: str, fixes_run: bool = False) -> Any:
+    """A dataclass field with its ``--help`` text, marked ``FIXES_RUN`` when ``fixes_run``."""
+    return field(default=default, metadata={"help": help, FIXES_RUN: True} if fixes_run else {"help": help})
+
+
 def has_accelerator() -> bool:
     """Whether torch sees a GPU (CUDA/ROCm, XPU, MPS) or an XLA device to train on."""
-    return (
-        torch.cuda.is_available()
-        or (hasattr(torch, "xpu") and torch.xpu.is_available())
-        or torch.backends.mps.is_available()
-        or is_torch_xla_available()
-    )
+    xpu = hasattr(torch, "xpu") and torch.xpu.is_available()
+    return torch.cuda.is_available() or xpu or torch.backends.mps.is_available() or is_torch_xla_available()
 
 
 @dataclass
 class ModelArguments:
-    """The backbone, the Gaussian heads and LoRA."""
+    """The backbone, the Gaussian heads and LoRA. The ``GaussCSEConfig`` fields default to ``None``: a new model takes
+    the config's defaults, a GaussCSE folder being continued keeps its own (a value contradicting it is an error)."""
 
-    model_name_or_path: str = field(
-        default="bert-base-uncased",
-        metadata={
-            FIXES_RUN: True,
-            "help": "Encoder to start from (Hub id or local folder), or a GaussCSE folder to continue training.",
-        },
+    model_name_or_path: str = arg(
+        "bert-base-uncased",
+        "Encoder to start from (Hub id or local folder), or a GaussCSE folder to continue training.",
+        fixes_run=True,
     )
-    # The three model fields default to None: a new model then takes GaussCSEConfig's defaults (the one source of
-    # truth), a GaussCSE folder being continued keeps its own; a value that contradicts that folder is an error.
-    pooling: str | None = field(
-        default=None, metadata={"help": f"Sentence vector: one of {POOLINGS} (default: as --start sets it)."}
+    pooling: str | None = arg(None, f"Sentence vector: one of {POOLINGS} (default: as --start sets it).")
+    mean_activation: str | None = arg(
+        None, f"Activation of the μ head: one of {MEAN_ACTIVATIONS} (default: as --start sets it)."
     )
-    mean_activation: str | None = field(
-        default=None,
-        metadata={"help": f"Activation of the μ head: one of {MEAN_ACTIVATIONS} (default: as --start sets it)."},
+    start: str = arg(
+        "auto",
+        f"How a new model starts, one of {STARTS}: 'backbone' keeps the backbone's sentence embedding as μ "
+        "(its own pooling and normalisation, identity μ head, σ² = 1/d, frozen μ path); 'paper' = [CLS], tanh, "
+        "random heads; 'auto' = 'backbone' for a sentence-transformers model, else 'paper'. The flags below "
+        "override single fields.",
+        fixes_run=True,
     )
-    start: str = field(
-        default="auto",
-        metadata={
-            FIXES_RUN: True,
-            "help": f"How a new model starts, one of {STARTS}: 'backbone' keeps the backbone's sentence embedding as μ "
-            "(its own pooling and normalisation, identity μ head, σ² = 1/d, frozen μ path); 'paper' = [CLS], tanh, "
-            "random heads; 'auto' = 'backbone' for a sentence-transformers model, else 'paper'. The flags below "
-            "override single fields.",
-        },
+    normalize_mean: bool | None = arg(None, "L2-normalise μ (see GaussCSEConfig).")
+    head_init: str | None = arg(None, f"Fresh heads, one of {HEAD_INITS} (see GaussCSEConfig).")
+    frozen_mean: bool | None = arg(
+        None, "μ from a frozen copy of the backbone, log σ² from the trained one (see GaussCSEConfig)."
     )
-    normalize_mean: bool | None = field(default=None, metadata={"help": "L2-normalise μ (see GaussCSEConfig)."})
-    head_init: str | None = field(
-        default=None, metadata={"help": f"Fresh heads, one of {HEAD_INITS} (see GaussCSEConfig)."}
+    variance_layers: int | None = arg(
+        None,
+        "With --frozen_mean: k > 0 = one frozen trunk gives μ, log σ² from a trained copy of its top k "
+        "layers (cost 1 + k/L; see GaussCSEConfig); 0 = two full paths.",
     )
-    frozen_mean: bool | None = field(
-        default=None,
-        metadata={"help": "μ from a frozen copy of the backbone, log σ² from the trained one (see GaussCSEConfig)."},
+    similarity_reduction: str | None = arg(
+        None,
+        f"One of {REDUCTIONS}: 'sum' = 1/(1 + KL), the paper's eq. 2; 'mean_kl' = 1/(1 + KL/d); 'mean_dim' = mean_k "
+        "1/(1 + KL_k), the released code's (default: GaussCSEConfig's, chosen in results/REPRODUCTION.md).",
     )
-    variance_layers: int | None = field(
-        default=None,
-        metadata={
-            "help": "With --frozen_mean: k > 0 = one frozen trunk gives μ, log σ² from a trained copy of its top k "
-            "layers (cost 1 + k/L; see GaussCSEConfig); 0 = two full paths."
-        },
+    freeze_backbone: bool = arg(
+        False,
+        "Train only the μ/σ² heads (the backbone then costs one forward pass per step, no backward).",
+        fixes_run=True,
     )
-    similarity_reduction: str | None = field(
-        default=None,
-        metadata={
-            "help": f"One of {REDUCTIONS}: 'sum' = 1/(1 + KL), the paper's eq. 2; 'mean_kl' = 1/(1 + KL/d); "
-            "'mean_dim' = mean_k 1/(1 + KL_k), the released code's (default: GaussCSEConfig's, chosen in "
-            "results/REPRODUCTION.md)."
-        },
+    lora_r: int = arg(0, "LoRA rank on the backbone; 0 trains the backbone fully.", fixes_run=True)
+    lora_alpha: float = arg(16.0, "LoRA alpha.", fixes_run=True)
+    lora_dropout: float = arg(0.1, "LoRA dropout.", fixes_run=True)
+    lora_target_modules: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+        None, "Backbone modules that get adapters (default: peft's choice for the architecture).", fixes_run=True
     )
-    freeze_backbone: bool = field(
-        default=False,
-        metadata={
-            FIXES_RUN: True,
-            "help": "Train only the μ/σ² heads (the backbone then costs one forward pass per step, no backward).",
-        },
+    merge_lora: bool = arg(
+        False, "Merge the adapters into the backbone and save a plain GaussCSE folder (else adapter + heads)."
     )
-    lora_r: int = field(
-        default=0, metadata={FIXES_RUN: True, "help": "LoRA rank on the backbone; 0 trains the backbone fully."}
-    )
-    lora_alpha: float = field(default=16.0, metadata={FIXES_RUN: True, "help": "LoRA alpha."})
-    lora_dropout: float = field(default=0.1, metadata={FIXES_RUN: True, "help": "LoRA dropout."})
-    lora_target_modules: list[str] | None = field(
-        default=None,
-        metadata={
-            FIXES_RUN: True,
-            "help": "Backbone modules that get adapters (default: peft's choice for the architecture).",
-        },
-    )
-    merge_lora: bool = field(
-        default=False,
-        metadata={
-            "help": "Merge the adapters into the backbone and save a plain GaussCSE folder (else adapter + heads)."
-        },
-    )
-    trust_remote_code: bool = field(
-        default=False,
-        metadata={
-            "help": "Run the Python code a backbone folder or Hub repo ships (the auto_map of its config.json). Off by "
-            "default, as in Hugging Face's example scripts: read that code first. GaussCSE folders need no flag."
-        },
+    trust_remote_code: bool = arg(
+        False,
+        "Run the Python code a backbone folder or Hub repo ships (the auto_map of its config.json). Off by "
+        "default, as in Hugging Face's example scripts: read that code first. GaussCSE folders need no flag.",
     )
 
     def __post_init__(self) -> None:
@@ -159,108 +124,69 @@ class ModelArguments:
 class DataArguments:
     """Where the NLI training data and the SNLI dev set come from."""
 
-    data_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "Offline folder in the layout of ../shared/data (default: $GAUSSCSE_DATA_DIR or ../shared/data; "
-            "with none, the built-in sources and SNLI dev come from the Hub)."
-        },
+    data_dir: str | None = arg(
+        None,
+        "Offline folder in the layout of ../shared/data (default: $GAUSSCSE_DATA_DIR or ../shared/data; "
+        "with none, the built-in sources and SNLI dev come from the Hub).",
     )
-    train_datasets: list[str] | None = field(
-        default=None,
-        metadata={
-            FIXES_RUN: True,
-            "help": f"Built-in NLI sources to train on, any of {TRAIN_SOURCES} (default: snli mnli, unless "
-            "--train_file or --dataset_name is given).",
-        },
+    train_datasets: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+        None,
+        f"Built-in NLI sources to train on, any of {TRAIN_SOURCES} (default: snli mnli, unless "
+        "--train_file or --dataset_name is given).",
+        fixes_run=True,
     )
-    train_file: list[str] | None = field(
-        default=None,
-        metadata={
-            FIXES_RUN: True,
-            "help": "Training files: CSV, TSV, JSON, JSON Lines or Parquet (CSV/TSV/JSON optionally .gz), with NLI "
-            "rows (premise, hypothesis, label), triplets (anchor, positive, negative) or pairs (anchor, positive).",
-        },
+    train_file: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+        None,
+        "Training files: CSV, TSV, JSON, JSON Lines or Parquet (CSV/TSV/JSON optionally .gz), with NLI "
+        "rows (premise, hypothesis, label), triplets (anchor, positive, negative) or pairs (anchor, positive).",
+        fixes_run=True,
     )
-    validation_file: str | None = field(
-        default=None,
-        metadata={
-            "help": "NLI rows (premise, hypothesis, label) to evaluate on instead of SNLI dev; its metrics are "
-            "named validation_* (e.g. --metric_for_best_model validation_auprc)."
-        },
+    validation_file: str | None = arg(
+        None,
+        "NLI rows (premise, hypothesis, label) to evaluate on instead of SNLI dev; its metrics are "
+        "named validation_* (e.g. --metric_for_best_model validation_auprc).",
     )
-    dataset_name: list[str] | None = field(
-        default=None,
-        metadata={
-            FIXES_RUN: True,
-            "help": "Hub datasets to train on, e.g. stanfordnlp/snli sentence-transformers/all-nli.",
-        },
+    dataset_name: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+        None, "Hub datasets to train on, e.g. stanfordnlp/snli sentence-transformers/all-nli.", fixes_run=True
     )
-    dataset_config_name: list[str] | None = field(
-        default=None,
-        metadata={
-            FIXES_RUN: True,
-            "help": "One config per --dataset_name ('none' for a dataset without one), e.g. triplet.",
-        },
+    dataset_config_name: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+        None, "One config per --dataset_name ('none' for a dataset without one), e.g. triplet.", fixes_run=True
     )
-    train_split: str = field(
-        default="train", metadata={FIXES_RUN: True, "help": "Split of the --dataset_name datasets."}
+    train_split: str = arg("train", "Split of the --dataset_name datasets.", fixes_run=True)
+    data_shape: str = arg(
+        "auto", f"Shape of --train_file/--dataset_name rows, one of {SHAPES} (auto: from column names).", fixes_run=True
     )
-    data_shape: str = field(
-        default="auto",
-        metadata={
-            FIXES_RUN: True,
-            "help": f"Shape of --train_file/--dataset_name rows, one of {SHAPES} (auto: from column names).",
-        },
+    columns: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+        None,
+        "Column names for the roles premise/hypothesis/label/anchor/positive/negative, as role=name "
+        "items, e.g. --columns premise=sentence_A hypothesis=sentence_B label=gold.",
     )
-    columns: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "Column names for the roles premise/hypothesis/label/anchor/positive/negative, as role=name "
-            "items, e.g. --columns premise=sentence_A hypothesis=sentence_B label=gold."
-        },
+    preprocessing_num_workers: int | None = arg(
+        None, "Processes that tokenise the training examples (datasets.map num_proc)."
     )
-    preprocessing_num_workers: int | None = field(
-        default=None, metadata={"help": "Processes that tokenise the training examples (datasets.map num_proc)."}
+    data_cache_dir: str | None = arg(
+        None, "Where the tokenised training set is cached (default: the datasets cache, $HF_DATASETS_CACHE/gausscse)."
     )
-    data_cache_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "Where the tokenised training set is cached (default: the datasets cache, "
-            "$HF_DATASETS_CACHE/gausscse)."
-        },
+    max_seq_length: int = arg(TRAIN_MAX_LENGTH, "Truncation length in tokens for training.", fixes_run=True)
+    max_train_examples: int | None = arg(
+        None, "Use only the first N built examples (quick runs, tests).", fixes_run=True
     )
-    max_seq_length: int = field(
-        default=TRAIN_MAX_LENGTH, metadata={FIXES_RUN: True, "help": "Truncation length in tokens for training."}
+    pack_sequences: bool | None = arg(
+        None,
+        "Pack several sentences into each row of the one forward pass (block-diagonal attention, "
+        "positions restarting per sentence): same result, far fewer padding tokens. BERT/RoBERTa-style encoders. "
+        "Default: packed when training on the CPU (about 2x faster there), not on a GPU (packing is slower there).",
+        fixes_run=True,
     )
-    max_train_examples: int | None = field(
-        default=None, metadata={FIXES_RUN: True, "help": "Use only the first N built examples (quick runs, tests)."}
+    pack_length: int | None = arg(None, "Tokens per packed row (default: 2 × max_seq_length).", fixes_run=True)
+    drop_bad_rows: bool = arg(
+        False,
+        "Drop rows with missing fields, unknown labels or empty text (logged) instead of stopping.",
+        fixes_run=True,
     )
-    pack_sequences: bool | None = field(
-        default=None,
-        metadata={
-            FIXES_RUN: True,
-            "help": "Pack several sentences into each row of the one forward pass (block-diagonal attention, "
-            "positions restarting per sentence): same result, far fewer padding tokens. BERT/RoBERTa-style encoders. "
-            "Default: packed when training on the CPU (about 2x faster there), not on a GPU (packing is slower there).",
-        },
-    )
-    pack_length: int | None = field(
-        default=None, metadata={FIXES_RUN: True, "help": "Tokens per packed row (default: 2 × max_seq_length)."}
-    )
-    drop_bad_rows: bool = field(
-        default=False,
-        metadata={
-            FIXES_RUN: True,
-            "help": "Drop rows with missing fields, unknown labels or empty text (logged) instead of stopping.",
-        },
-    )
-    eval_max_examples: int | None = field(
-        default=None, metadata={"help": "Evaluate on only the first N SNLI dev pairs (default: all 9,842)."}
-    )
-    eval_max_seq_length: int | None = field(
-        default=DEFAULT_MAX_LENGTH,
-        metadata={"help": "Truncation length for the SNLI dev evaluation (default: the encoder's limit)."},
+    eval_max_examples: int | None = arg(None, "Evaluate on only the first N SNLI dev pairs (default: all 9,842).")
+    eval_max_seq_length: int | None = arg(
+        DEFAULT_MAX_LENGTH, "Truncation length for the SNLI dev evaluation (default: the encoder's limit)."
     )
 
     def __post_init__(self) -> None:
@@ -290,89 +216,42 @@ class DataArguments:
 
 
 @dataclass
-class GaussCSETrainingArguments(TrainingArguments):
-    """``TrainingArguments`` with the GaussCSE loss options and the paper's defaults.
+class GaussCSETrainingArguments(LossTermArguments, TrainingArguments):
+    """``TrainingArguments`` with the loss options ([`LossTermArguments`] too) and the paper's defaults.
 
-    Gradient accumulation (``--gradient_accumulation_steps``) adds up the gradients of several contrastive batches;
-    it does **not** enlarge the batch the negatives come from (that is ``per_device_train_batch_size`` times the
-    number of processes).
+    ``--gradient_accumulation_steps`` adds up the gradients of several contrastive batches; it does **not** enlarge
+    the batch the negatives come from (``per_device_train_batch_size`` × the number of processes).
     """
 
-    loss: str = field(
-        default="ent+con+rev", metadata={FIXES_RUN: True, "help": f"Training objective, one of {LOSS_NAMES}."}
+    loss: str = arg("ent+con+rev", f"Training objective, one of {LOSS_NAMES}.", fixes_run=True)
+    temperature: float = arg(0.05, "Temperature τ of the contrastive loss.", fixes_run=True)
+    head_learning_rate: float | None = arg(
+        1e-3,
+        "Learning rate of the fresh μ/σ² heads (1e-3, chosen in results/HEADS_ONLY.md; None: "
+        "--learning_rate, the paper's single rate).",
+        fixes_run=True,
     )
-    temperature: float = field(
-        default=0.05, metadata={FIXES_RUN: True, "help": "Temperature τ of the contrastive loss."}
+    output_dir: str | None = arg("outputs/gausscse", "Checkpoints and the final model.")
+    overwrite_output_dir: bool = arg(
+        False,
+        "Train into a non-empty --output_dir, replacing the run there (without it, or a "
+        "--resume_from_checkpoint, a non-empty --output_dir is an error: an earlier run is never lost silently).",
     )
-    head_learning_rate: float | None = field(
-        default=1e-3,
-        metadata={
-            FIXES_RUN: True,
-            "help": "Learning rate of the fresh μ/σ² heads (1e-3, chosen in results/HEADS_ONLY.md; None: "
-            "--learning_rate, the paper's single rate).",
-        },
-    )
-    simcse_weight: float = field(
-        default=0.0,
-        metadata={FIXES_RUN: True, "help": "Weight of the released code's auxiliary SimCSE term on μ (0 = off)."},
-    )
-    retrieval_weight: float | None = field(
-        default=None,
-        metadata={
-            FIXES_RUN: True,
-            "help": "Weight of the retrieval term: each entailment hypothesis ranks its own premise above the batch's "
-            "other premises, as entailment search does (0 = off; see training.losses). Default: 1 for a model with "
-            "the frozen μ path (what results/KEEP.md chose), 0 otherwise (the paper's loss).",
-        },
-    )
-    retrieval_kl_weight: float | None = field(
-        default=None,
-        metadata={
-            FIXES_RUN: True,
-            "help": "The retrieval term ranks by the search score cos − λ_r·KL/d with this λ_r instead of by the "
-            "similarity (see training.losses); default: by the similarity.",
-        },
-    )
-    keep_weight: float = field(
-        default=0.0,
-        metadata={
-            FIXES_RUN: True,
-            "help": "Weight of the keep term: the in-batch cosine similarities of μ distilled from the frozen "
-            "starting encoder (0 = off; see training.losses.EmbeddingKeepLoss).",
-        },
-    )
-
-    output_dir: str | None = field(default="outputs/gausscse", metadata={"help": "Checkpoints and the final model."})
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={
-            "help": "Train into a non-empty --output_dir, replacing the run there (without it, or a "
-            "--resume_from_checkpoint, a non-empty --output_dir is an error: an earlier run is never lost silently)."
-        },
-    )
-    per_device_train_batch_size: int = field(
-        default=64, metadata={FIXES_RUN: True, "help": "Contrastive batch per process."}
-    )
-    per_device_eval_batch_size: int = field(default=128, metadata={"help": "Sentences per forward in evaluation."})
-    learning_rate: float = field(
-        default=3e-5, metadata={FIXES_RUN: True, "help": "Learning rate of the backbone (AdamW)."}
-    )
-    weight_decay: float = field(default=0.01, metadata={FIXES_RUN: True, "help": "AdamW weight decay."})
-    warmup_steps: float = field(
-        default=0.1, metadata={FIXES_RUN: True, "help": "Warm-up steps, or a ratio of the steps if < 1."}
-    )
-    eval_strategy: str = field(default="steps", metadata={"help": "When to evaluate on SNLI dev."})
-    eval_steps: float | None = field(default=100, metadata={"help": "Evaluate every N steps."})
-    save_strategy: str = field(default="steps", metadata={"help": "When to save a checkpoint."})
-    save_steps: float = field(default=100, metadata={"help": "Save a checkpoint every N steps."})
-    save_total_limit: int | None = field(default=2, metadata={"help": "Checkpoints kept (the best one always is)."})
-    load_best_model_at_end: bool = field(
-        default=True, metadata={"help": "End with the best checkpoint's weights (off with --eval_strategy no)."}
-    )
-    metric_for_best_model: str | None = field(default="snli_dev_auprc", metadata={"help": "Checkpoint selection."})
-    greater_is_better: bool | None = field(default=True, metadata={"help": "Larger metric is better."})
-    logging_steps: float = field(default=10, metadata={"help": "Log the loss every N steps."})
-    remove_unused_columns: bool = field(default=False, metadata={"help": "Keep the triplet columns."})
+    per_device_train_batch_size: int = arg(64, "Contrastive batch per process.", fixes_run=True)
+    per_device_eval_batch_size: int = arg(128, "Sentences per forward in evaluation.")
+    learning_rate: float = arg(3e-5, "Learning rate of the backbone (AdamW).", fixes_run=True)
+    weight_decay: float = arg(0.01, "AdamW weight decay.", fixes_run=True)
+    warmup_steps: float = arg(0.1, "Warm-up steps, or a ratio of the steps if < 1.", fixes_run=True)
+    eval_strategy: str = arg("steps", "When to evaluate on SNLI dev.")
+    eval_steps: float | None = arg(100, "Evaluate every N steps.")
+    save_strategy: str = arg("steps", "When to save a checkpoint.")
+    save_steps: float = arg(100, "Save a checkpoint every N steps.")
+    save_total_limit: int | None = arg(2, "Checkpoints kept (the best one always is).")
+    load_best_model_at_end: bool = arg(True, "End with the best checkpoint's weights (off with --eval_strategy no).")
+    metric_for_best_model: str | None = arg("snli_dev_auprc", "Checkpoint selection.")
+    greater_is_better: bool | None = arg(True, "Larger metric is better.")
+    logging_steps: float = arg(10, "Log the loss every N steps.")
+    remove_unused_columns: bool = arg(False, "Keep the triplet columns.")
     label_names: list[str] | None = field(default_factory=list, metadata={"help": "No labels: contrastive loss."})
 
     def __post_init__(self) -> None:
@@ -384,8 +263,7 @@ class GaussCSETrainingArguments(TrainingArguments):
         if self.eval_strategy == "no":  # no evaluation, no best checkpoint to pick: keep the last weights
             self.load_best_model_at_end = False
         if (self.bf16 or self.bf16_full_eval) and not self.use_cpu and not has_accelerator():
-            # transformers refuses bf16 without a GPU unless use_cpu is set; on a CPU bf16 autocast works (natively
-            # with AVX512-BF16/AMX, emulated and slower without: see gausscse.training.precision).
+            # transformers refuses bf16 without a GPU unless use_cpu is set; bf16 autocast works on a CPU
             self.use_cpu = True
         super().__post_init__()
         if self.loss == "ent" and self.per_device_train_batch_size * max(1, self.world_size) < 2:
@@ -395,17 +273,14 @@ class GaussCSETrainingArguments(TrainingArguments):
             )
 
 
-# flag -> (smallest allowed value, whether the smallest is allowed itself); every one must be finite
+# flag -> (smallest allowed value, whether the smallest is allowed itself); every one must be finite. The loss terms
+# are checked by check_terms.
 NUMERIC_FLAGS: dict[str, tuple[float, bool]] = {
     "learning_rate": (0.0, False),
     "head_learning_rate": (0.0, True),
     "temperature": (0.0, False),
     "weight_decay": (0.0, True),
     "warmup_steps": (0.0, True),
-    "simcse_weight": (0.0, True),
-    "keep_weight": (0.0, True),
-    "retrieval_weight": (0.0, True),
-    "retrieval_kl_weight": (0.0, True),
     "max_grad_norm": (0.0, True),
     "num_train_epochs": (0.0, False),
 }
@@ -418,8 +293,8 @@ def check_numbers(args: GaussCSETrainingArguments) -> None:
         if value is None or (name == "num_train_epochs" and args.max_steps > 0):
             continue
         if not math.isfinite(value) or value < low or (value == low and not inclusive):
-            relation = ">=" if inclusive else ">"
-            raise ValueError(f"--{name} must be a finite number {relation} {low:g}, got {value}")
+            raise ValueError(f"--{name} must be a finite number {'>=' if inclusive else '>'} {low:g}, got {value}")
+    check_terms(args, prefix="--")
     if args.max_steps == 0 or args.max_steps < -1:
         raise ValueError(
             f"--max_steps must be a positive number of steps (or -1: use --num_train_epochs), got {args.max_steps}"
@@ -427,6 +302,23 @@ def check_numbers(args: GaussCSETrainingArguments) -> None:
 
 
 ARGUMENT_CLASSES = (ModelArguments, DataArguments, GaussCSETrainingArguments)
+# the command-line fields that are GaussCSEConfig fields (the model's own settings; each fixes a run)
+MODEL_FIELDS = tuple(
+    item.name for item in fields(ModelArguments) if item.name in inspect.signature(GaussCSEConfig.__init__).parameters
+)
+
+
+def run_fixed_flags() -> tuple[str, ...]:
+    """The flags a resumed run must keep, in field order: those marked ``FIXES_RUN``, ``MODEL_FIELDS``, the
+    [`LossTermArguments`] and ``TRAINER_FIXED_FLAGS``."""
+    always = {*MODEL_FIELDS, *(item.name for item in fields(LossTermArguments))}
+    marked = [
+        item.name
+        for cls in ARGUMENT_CLASSES
+        for item in fields(cls)
+        if item.metadata.get(FIXES_RUN) or item.name in always
+    ]
+    return tuple(dict.fromkeys([*marked, *TRAINER_FIXED_FLAGS]))
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -458,8 +350,8 @@ def init_fields(cls) -> list[str]:
 
 
 def help_groups() -> list[tuple[str, str, set[str]]]:
-    """The ``--help`` groups in order: (title, description, the fields whose flags it lists). The last one,
-    transformers' ``TrainingArguments``, lists every flag the others do not."""
+    """The ``--help`` groups in order: (title, description, the fields whose flags it lists); the last lists every
+    ``TrainingArguments`` flag."""
     base = TrainingArguments.__dataclass_fields__
     ours = GaussCSETrainingArguments.__dataclass_fields__
     added = {name for name in init_fields(GaussCSETrainingArguments) if name not in base}
@@ -481,9 +373,8 @@ def help_groups() -> list[tuple[str, str, set[str]]]:
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """``HfArgumentParser``'s formatter (defaults shown), terser: each flag once (its ``--flag_name``, not the
-    ``--flag-name`` spelling argparse also takes), no ``(default: None)`` after a help that says what its default
-    means, and text paragraphs filled to the width but those with indented lines (the examples) kept as written."""
+    """Defaults shown, but: each flag once (``--flag_name``, not also ``--flag-name``), no ``(default: None)`` after a
+    help that explains its default, paragraphs with indented lines (the examples) kept as written."""
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         first, *others = action.option_strings or [None]
@@ -505,41 +396,19 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         )
 
 
-# the command-line fields that are GaussCSEConfig fields (the model's own settings; each fixes a run)
-MODEL_FIELDS = tuple(
-    item.name for item in fields(ModelArguments) if item.name in inspect.signature(GaussCSEConfig.__init__).parameters
-)
-
-
-def run_fixed_flags() -> tuple[str, ...]:
-    """The flags a resumed run must keep: the fields marked ``FIXES_RUN``, the model's own settings
-    (``MODEL_FIELDS``) and ``TRAINER_FIXED_FLAGS``."""
-    marked = [
-        item.name
-        for cls in ARGUMENT_CLASSES
-        for item in fields(cls)
-        if item.metadata.get(FIXES_RUN) or item.name in MODEL_FIELDS
-    ]
-    return tuple(dict.fromkeys([*marked, *TRAINER_FIXED_FLAGS]))  # in the order of the fields
-
-
 class ArgumentParser(HfArgumentParser):
-    """``HfArgumentParser`` that leaves GaussCSE's own field metadata (``FIXES_RUN``) out of what argparse is
-    given."""
+    """``HfArgumentParser`` that keeps GaussCSE's own field metadata (``FIXES_RUN``, ``TERM``) from argparse."""
 
     @staticmethod
     def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
-        if FIXES_RUN in field.metadata:
-            field = copy.copy(field)
-            field.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k != FIXES_RUN})
+        field = copy.copy(field)
+        field.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k not in (FIXES_RUN, TERM)})
         HfArgumentParser._parse_dataclass_field(parser, field)
 
 
 def build_parser() -> HfArgumentParser:
-    """The parser of [`parse_arguments`] (``HfArgumentParser`` of ``ARGUMENT_CLASSES``) laid out for ``--help``: a
-    short usage with examples, then GaussCSE's own flags in the groups of [`help_groups`], then transformers'
-    ``TrainingArguments``. Regrouping moves no flag: argparse parses with the parser's action list, groups only lay
-    out the help."""
+    """The parser of [`parse_arguments`], laid out for ``--help`` in the groups of [`help_groups`] (groups only lay
+    out the help; argparse parses with the parser's own action list)."""
     parser = ArgumentParser(ARGUMENT_CLASSES, usage=USAGE, description=DESCRIPTION, formatter_class=HelpFormatter)
     listed = parser._optionals._group_actions  # every flag: HfArgumentParser adds them to the parser itself
     for title, description, names in help_groups():
@@ -553,37 +422,17 @@ def parse_arguments(
     argv: Sequence[str] | None = None,
 ) -> tuple[ModelArguments, DataArguments, GaussCSETrainingArguments]:
     """Parse ``[CONFIG.{json,yaml}] [--flag value ...]``: a config file's values, overridden by the flags after it.
-
-    Unknown names in the file or on the command line are errors that name them; ``--help`` prints
-    [`build_parser`]'s help (a config file's values as the defaults) and exits.
-    """
+    Unknown names in the file or on the command line are errors naming them; ``--help`` prints and exits."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and Path(argv[0]).suffix in CONFIG_SUFFIXES:
         values = read_config_file(argv[0])
-        known = {item.name for cls in ARGUMENT_CLASSES for item in fields(cls) if item.init}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - {name for cls in ARGUMENT_CLASSES for name in init_fields(cls)})
         if unknown:
             raise ValueError(f"{argv[0]}: unknown argument(s) {', '.join(unknown)}")
         parser.set_defaults(**values)
         argv = argv[1:]
-    model_args, data_args, training_args, remaining = parser.parse_args_into_dataclasses(
-        args=argv, return_remaining_strings=True
-    )
+    *arguments, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if remaining:
         raise ValueError(f"Unknown argument(s): {' '.join(remaining)}")
-    return model_args, data_args, training_args
-
-
-__all__ = [
-    "FIXES_RUN",
-    "MODEL_FIELDS",
-    "ArgumentParser",
-    "DataArguments",
-    "GaussCSETrainingArguments",
-    "ModelArguments",
-    "build_parser",
-    "parse_arguments",
-    "read_config_file",
-    "run_fixed_flags",
-]
+    return tuple(arguments)

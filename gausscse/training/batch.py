@@ -1,9 +1,6 @@
-"""One contrastive batch, in one place: the ``2N + K`` layout of its single forward pass, padding or packing (with
-the position offset taken from the encoder's config), the collator, and the split of the forward pass's Gaussians
-back into premises / entailments / contradictions for the loss.
-
-The examples arrive tokenised (``gausscse.data.tokenize.tokenize_examples``); the collator only pads or packs.
-"""
+"""One contrastive batch: the ``2N + K`` layout of its single forward pass (premises, entailments, present
+contradictions), padded or packed by the collator, and split back into an ``NLIBatchEmbeddings`` for the loss. The
+examples arrive tokenised (``gausscse.data.tokenize.tokenize_examples``)."""
 
 from __future__ import annotations
 
@@ -25,14 +22,9 @@ Item = TypeVar("Item")  # a sentence as text or as token ids
 
 @dataclass
 class BatchLayout(Generic[Item]):
-    """The ``2N + K`` sentences of one forward pass and how the loss finds its parts.
-
-    Attributes:
-        sentences: the N premises, the N entailment hypotheses, then the K present contradiction hypotheses.
-        contradiction_index: ``(N,)`` row of example i's contradiction among ``sentences``, or −1.
-        text_ids: ``(N, 3)`` [`gausscse.data.tokenize.text_id`] of (premise, entailment, contradiction); −1 where
-            missing.
-    """
+    """The ``2N + K`` ``sentences`` of one forward pass; ``contradiction_index`` ``(N,)``: the row of example i's
+    contradiction among them, or −1; ``text_ids`` ``(N, 3)``: [`gausscse.data.tokenize.text_id`] of (premise,
+    entailment, contradiction), −1 where missing."""
 
     sentences: list[Item]
     contradiction_index: torch.Tensor
@@ -40,13 +32,9 @@ class BatchLayout(Generic[Item]):
 
 
 def batch_layout(
-    premises: Sequence[Item],
-    entailments: Sequence[Item],
-    contradictions: Sequence[Item | None],
-    text_ids: torch.Tensor,
+    premises: Sequence[Item], entailments: Sequence[Item], contradictions: Sequence[Item | None], text_ids: torch.Tensor
 ) -> BatchLayout[Item]:
-    """Lay N examples out for one forward pass: premises, entailment hypotheses, then the present contradictions
-    (``None`` = missing; its text id must be −1)."""
+    """Lay N examples out for one forward pass (a ``None`` contradiction is missing; its text id must be −1)."""
     size = len(premises)
     present = [contradiction is not None for contradiction in contradictions]
     contradiction_index = torch.full((size,), -1, dtype=torch.long)
@@ -56,8 +44,7 @@ def batch_layout(
 
 
 def text_batch_layout(examples: Sequence[dict[str, str | None]], with_contradictions: bool = True) -> BatchLayout[str]:
-    """[`batch_layout`] of examples given as texts (``premise``, ``entailment``, ``contradiction`` or ``None``);
-    ``with_contradictions=False`` drops every contradiction."""
+    """[`batch_layout`] of examples given as texts (``premise``, ``entailment``, ``contradiction`` or ``None``)."""
     contradictions = [example["contradiction"] if with_contradictions else None for example in examples]
     columns = [[example["premise"] for example in examples], [example["entailment"] for example in examples]]
     text_ids = torch.tensor(
@@ -73,30 +60,25 @@ def text_batch_layout(examples: Sequence[dict[str, str | None]], with_contradict
 def split_batch_embeddings(
     mu: torch.Tensor, logvar: torch.Tensor, contradiction_index: torch.Tensor, text_ids: torch.Tensor | None = None
 ) -> NLIBatchEmbeddings:
-    """Split the ``2N + K`` rows of one forward pass (premises, entailment hypotheses, present contradictions) into
-    an [`NLIBatchEmbeddings`]; ``contradiction_index`` (``(N,)``, −1 = none) is the collator's."""
+    """The ``2N + K`` rows of one forward pass as an [`NLIBatchEmbeddings`] (the collator's ``contradiction_index``)."""
     size = contradiction_index.shape[0]
-    present = contradiction_index >= 0
     rows = contradiction_index.clamp_min(0)  # placeholder row for a missing contradiction: masked out of V_C
     return NLIBatchEmbeddings(
         premise=GaussianEmbeddings(mu[:size], logvar[:size]),
         entailment=GaussianEmbeddings(mu[size : 2 * size], logvar[size : 2 * size]),
         contradiction=GaussianEmbeddings(mu[rows], logvar[rows]),
-        contradiction_mask=present,
+        contradiction_mask=contradiction_index >= 0,
         text_ids=text_ids,
     )
 
 
 def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position_offset: int) -> dict:
-    """Pack tokenized sentences into rows of ``row_length`` tokens (first-fit decreasing), for one forward pass
-    with far less padding than one sentence per row.
+    """Pack tokenized sentences into rows of ``row_length`` tokens (first-fit decreasing).
 
     Returns ``input_ids`` ``(R, row_length)`` (0 = padding), ``token_type_ids`` (zeros), ``position_ids``
-    (``position_offset + 0, 1, ...`` restarting at each sentence; RoBERTa-style models need
-    ``pad_token_id + 1``, see [`packing_position_offset`]), a block-diagonal ``attention_mask``
-    ``(R, 1, row_length, row_length)`` (a token sees only its own sentence; a padding token sees only itself, so no
-    attention row is empty) and ``sentence_index`` ``(R, row_length)`` (−1 = padding) for
-    [`GaussCSEModel.pool_packed`].
+    (``position_offset + 0, 1, ...``, restarting per sentence), a block-diagonal ``attention_mask``
+    ``(R, 1, row_length, row_length)`` (a token sees its own sentence; padding sees itself, so no row is empty) and
+    ``sentence_index`` ``(R, row_length)`` (−1 = padding) for [`GaussCSEModel.pool_batch`].
     """
     too_long = [index for index, ids in enumerate(token_ids) if len(ids) > row_length]
     if too_long:
@@ -107,11 +89,10 @@ def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position
     rows: list[list[int]] = []  # sentence indices per row
     free: list[int] = []
     for index in sorted(range(len(token_ids)), key=lambda index: -len(token_ids[index])):
-        row = next((row for row, space in enumerate(free) if space >= len(token_ids[index])), None)
-        if row is None:
+        row = next((row for row, space in enumerate(free) if space >= len(token_ids[index])), len(rows))
+        if row == len(rows):  # no row has room: a new one
             rows.append([])
             free.append(row_length)
-            row = len(rows) - 1
         rows[row].append(index)
         free[row] -= len(token_ids[index])
     shape = (len(rows), row_length)
@@ -139,9 +120,8 @@ def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position
 
 
 def packing_position_offset(encoder_config: Any) -> int:
-    """The first position id of a packed sentence: 0 for BERT, ``pad_token_id + 1`` for RoBERTa-style encoders
-    (``encoder_config``: the backbone's config, ``GaussCSEConfig.encoder_config``). Only the encoders whose positions
-    the model knows pack (``encoding_gausscse.ENCODER_POSITIONS``): packing writes the position ids itself."""
+    """The first position id of a packed sentence (0 for BERT, ``pad_token_id + 1`` for RoBERTa-style encoders);
+    ``ValueError`` for an encoder whose positions the model does not know (``ENCODER_POSITIONS``)."""
     if encoder_config.model_type not in ENCODER_POSITIONS:
         raise ValueError(
             f"--pack_sequences supports encoders with absolute position ids {tuple(ENCODER_POSITIONS)}, "
@@ -151,33 +131,25 @@ def packing_position_offset(encoder_config: Any) -> int:
 
 
 def packs_by_default(device: torch.device, encoder_config: Any) -> bool:
-    """What ``--pack_sequences`` unset means: packed on the CPU, where it trains about 2× faster (fewer padding
-    tokens), unpadded rows on a GPU, where its block-diagonal attention masks are slower than padding
-    (results/BENCHMARKS.md); only encoders that can pack ([`packing_position_offset`])."""
+    """``--pack_sequences`` unset: packed on the CPU (about 2× faster there), not on a GPU (block-diagonal masks are
+    slower than padding there; results/BENCHMARKS.md), and only encoders that can pack."""
     return device.type == "cpu" and encoder_config.model_type in ENCODER_POSITIONS
 
 
 @dataclass
 class TripletCollator:
-    """Collate tokenised examples (columns of ``gausscse.data.tokenize.tokenize_batch``) into one forward pass over
-    all their sentences: the premises, the entailment hypotheses, then the present contradiction hypotheses
-    (``2N + K``).
+    """Collate tokenised examples (``gausscse.data.tokenize.tokenize_batch`` columns) into one forward pass over their
+    ``2N + K`` sentences: the model inputs plus ``contradiction_index`` and ``text_ids`` (see [`BatchLayout`]).
 
-    Returns the model inputs plus ``contradiction_index`` (``(N,)``, the row of example i's contradiction among the
-    ``2N + K`` sentences, or −1) and ``text_ids`` (``(N, 3)``, see [`gausscse.data.tokenize.text_id`]; −1 where
-    missing).
-    ``with_contradictions=False`` (losses without V_C: ``ent``, ``ent+rev``) leaves the contradictions out (K = 0).
-    ``pack=True`` packs the sentences several to a row (see [`pack_sentences`]; rows of ``pack_length`` tokens,
-    ``position_offset`` from [`packing_position_offset`] of the encoder's config): the same forward pass over far
-    fewer padding tokens. Build it for a tokenizer (and, to pack, the encoder's config) with
-    [`TripletCollator.for_tokenizer`].
+    ``with_contradictions=False`` (losses without V_C) leaves the contradictions out (K = 0); ``pack=True`` packs
+    the sentences into rows of ``pack_length`` tokens ([`pack_sentences`]). Build one with [`for_tokenizer`].
     """
 
     pad_token_id: int = 0
     token_type_ids: bool = True
     with_contradictions: bool = True
     pack: bool = False
-    pack_length: int = 2 * TRAIN_MAX_LENGTH  # gausscse-train's default: 2 × max length
+    pack_length: int = 2 * TRAIN_MAX_LENGTH
     position_offset: int | None = None
 
     def __post_init__(self) -> None:
@@ -186,15 +158,12 @@ class TripletCollator:
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Any, encoder_config: Any = None, **kwargs: Any) -> TripletCollator:
-        """A collator with the tokenizer's padding id and input names; with ``pack=True`` the position offset comes
-        from ``encoder_config`` (the backbone's config, ``GaussCSEConfig.encoder_config``)."""
+        """A collator with the tokenizer's padding id and input names; to pack, ``encoder_config`` (the backbone's
+        config) gives the position offset."""
         if kwargs.get("pack") and encoder_config is not None:
             kwargs["position_offset"] = packing_position_offset(encoder_config)
-        return cls(
-            pad_token_id=tokenizer.pad_token_id or 0,
-            token_type_ids="token_type_ids" in tokenizer.model_input_names,
-            **kwargs,
-        )
+        token_type_ids = "token_type_ids" in tokenizer.model_input_names
+        return cls(pad_token_id=tokenizer.pad_token_id or 0, token_type_ids=token_type_ids, **kwargs)
 
     def __call__(self, examples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         text_ids = torch.tensor([example["text_ids"] for example in examples], dtype=torch.long)
@@ -212,16 +181,4 @@ class TripletCollator:
             features = pack_sentences(layout.sentences, self.pack_length, self.position_offset)
         else:
             features = pad_token_ids(layout.sentences, self.pad_token_id, self.token_type_ids)
-        features["contradiction_index"] = layout.contradiction_index
-        features["text_ids"] = layout.text_ids
-        return features
-
-
-__all__ = [
-    "BatchLayout",
-    "TripletCollator",
-    "batch_layout",
-    "pack_sentences",
-    "packing_position_offset",
-    "text_batch_layout",
-]
+        return {**features, "contradiction_index": layout.contradiction_index, "text_ids": layout.text_ids}

@@ -1,10 +1,7 @@
-"""Gather a batch across processes so contrastive negatives span the global batch (as in SimCSE).
-
-The gather is differentiable and exact: its backward sums the gradient every process computed for a row and
-hands each process the sum for its own rows. With each process's loss being the mean over its own anchors and
-DDP averaging the parameter gradients, the update equals that of one process holding the concatenated batch.
-Local batches may differ in size (the last batch of an epoch).
-"""
+"""A differentiable, exact all-gather of a batch, so contrastive negatives span all processes (as in SimCSE): its
+backward sums every process's gradient for a row and hands each process its own rows' sums, so with each process's
+loss a mean over its anchors and DDP averaging, the update equals one process's on the whole batch. Local batches may
+differ in size."""
 
 from __future__ import annotations
 
@@ -47,11 +44,8 @@ class _GatherRows(torch.autograd.Function):
 
 
 def gather_with_grad(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], int]:
-    """Concatenate each tensor over all processes along dim 0; return them and this process's row offset.
-
-    Floating tensors stay differentiable (see the module docstring); others (ids, masks) are gathered as data.
-    All tensors must have the same number of rows. Without a process group this is the identity with offset 0.
-    """
+    """Each tensor (same number of rows) concatenated over all processes along dim 0, and this process's row offset;
+    floating tensors stay differentiable. Without a process group: the identity, offset 0."""
     if not is_distributed():
         return list(tensors), 0
     local_rows = torch.tensor([tensors[0].shape[0]], device=tensors[0].device)
@@ -63,6 +57,3 @@ def gather_with_grad(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor
         for tensor in tensors
     ]
     return gathered, sum(sizes[: dist.get_rank()])
-
-
-__all__ = ["gather_with_grad", "is_distributed"]

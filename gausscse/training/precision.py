@@ -1,18 +1,16 @@
 """Pick the faster training precision on this machine: bf16 autocast or fp32.
 
-A GPU with bf16 uses it. A CPU without native bf16 (no AVX512-BF16 / AMX) emulates it several times slower: fp32.
-A CPU with native bf16 is measured rather than assumed: a few training steps of the model in each precision, the
-faster wins (the KL and the loss stay fp32 either way).
-
-    python -m gausscse.training.precision MODEL_PATH   # prints "bf16" or "fp32"; the timings go to stderr
+A GPU with bf16 uses it; a CPU without native bf16 (AVX512-BF16 / AMX) emulates it slowly: fp32; a CPU with it times
+a few training steps in each. ``python -m gausscse.training.precision MODEL_PATH`` prints ``bf16`` or ``fp32``.
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import statistics
 import sys
-import time
+import timeit
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -28,44 +26,35 @@ PROBE_SENTENCES = [
 ]
 
 
+def _cpuinfo(cpuinfo: Path) -> str:
+    try:
+        return cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's model name from ``cpuinfo`` (Linux), else ``platform.processor()``."""
-    try:
-        lines = cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
+    names = [line.split(":", 1)[1].strip() for line in _cpuinfo(cpuinfo).splitlines() if line.startswith("model name")]
+    return names[0] if names else platform.processor() or "unknown"
 
 
 def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether the CPU flags list AVX512-BF16 or AMX-BF16 (Linux; ``False`` where ``cpuinfo`` is unreadable)."""
-    try:
-        flags = cpuinfo.read_text(encoding="utf-8", errors="replace").split()
-    except OSError:
-        return False
-    return any(flag in flags for flag in CPU_BF16_FLAGS)
+    """Whether the CPU flags list AVX512-BF16 or AMX-BF16 (``False`` where ``cpuinfo`` is unreadable)."""
+    return not set(CPU_BF16_FLAGS).isdisjoint(_cpuinfo(cpuinfo).split())
 
 
 def seconds_per_step(step: Callable[[], None], repeats: int) -> float:
-    """The median wall-clock seconds of ``step()`` over ``repeats`` calls, after one warm-up call."""
+    """The (upper) median wall-clock seconds of ``step()`` over ``repeats`` calls, after one warm-up call."""
     step()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - started)
-    return sorted(times)[len(times) // 2]
+    return statistics.median_high(timeit.repeat(step, number=1, repeat=repeats))
 
 
 def training_step_seconds(
     model_path: str | Path, bf16: bool, batch_size: int = 96, repeats: int = 3, max_length: int | None = None
 ) -> float:
-    """Seconds of one forward + backward pass of the GaussCSE model on ``model_path`` over ``batch_size`` sentences
-    (CPU, bf16 autocast or fp32), truncated as training truncates (``max_length``, default
-    ``gausscse.data.tokenize.TRAIN_MAX_LENGTH``; the probe sentences are shorter)."""
+    """Seconds of one forward + backward pass on the CPU (bf16 autocast or fp32) of the GaussCSE model on
+    ``model_path`` over ``batch_size`` sentences truncated to ``max_length`` (default: training's)."""
     from transformers import AutoTokenizer
 
     from gausscse import GaussCSEModel
@@ -110,6 +99,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-__all__ = ["cpu_has_native_bf16", "cpu_name", "pick_precision", "seconds_per_step", "training_step_seconds"]

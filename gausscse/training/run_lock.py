@@ -1,20 +1,7 @@
-"""One training run per output folder: a file lock beside ``--output_dir``, held for the whole run.
-
-``<parent>/.<name>.lock`` (beside the folder, so it can be taken before the folder exists and never lands in the
-model folder that [`gausscse.training.save.save_model_folder`] swaps in whole) is locked with ``filelock.FileLock``:
-an exclusive ``flock``, which the kernel drops when the holder's process ends, however it ends (a crash or
-``kill -9`` included), so a run that died never blocks the next one. ``<parent>/.<name>.lock.json`` names the holder —
-``pid``, ``host``, ``started`` (ISO time), ``command``, ``output_dir`` — for the message that refuses a second run,
-and for the warning of the run that comes after one that did not end cleanly.
-
-What [`RunLock`] guarantees, where ``flock`` works (Linux, macOS; network file systems that pass it on): of any
-number of runs taking the lock of one folder at the same time, exactly one gets it; the others get
-[`OutputDirLockedError`] naming the holder. The lock file itself stays (removing it while others may wait on it is
-the race file locks avoid); the holder's description is removed when it lets go.
-
-Only this module, the standard library and ``filelock`` are needed (no torch): tests and tools may load it on its
-own.
-"""
+"""One training run per output folder: ``filelock`` on ``<parent>/.<name>.lock`` beside ``--output_dir`` (the kernel
+drops the ``flock`` when its process ends, however it ends), with the holder (pid, host, start, command) described
+in ``<parent>/.<name>.lock.json`` for the refusal message and for the warning after a run that died. Of any number of
+runs taking the lock at once, exactly one gets it. Needs only the standard library and ``filelock`` (no torch)."""
 
 from __future__ import annotations
 
@@ -26,7 +13,6 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from filelock import FileLock, Timeout
@@ -38,8 +24,7 @@ HOLDER_SUFFIX = ".json"  # the holder's description: the lock file's name plus t
 
 
 class OutputDirLockedError(FileExistsError):
-    """The output folder is held by another run: one line says which run holds it and what to do. A
-    ``FileExistsError``, so ``gausscse-train`` reports it with one line and exit status 2."""
+    """The output folder is held by another run (a ``FileExistsError``: ``gausscse-train`` reports it in one line)."""
 
 
 def lock_path(output_dir: str | Path) -> Path:
@@ -58,40 +43,23 @@ def read_holder(path: Path) -> dict[str, Any] | None:
 
 
 class RunLock:
-    """The lock of one output folder, for one run: ``with RunLock(output_dir): ...`` (or [`acquire`] /
-    [`release`]). See the module's docstring for what it guarantees.
-
-    ``output_dir``: the folder the run writes (it need not exist; its parent is created). ``flag``: how error
-    messages name it (the command-line flag that gave it).
-    """
+    """The lock of ``output_dir`` (which need not exist) for one run: ``with RunLock(output_dir): ...``. A refused
+    run gets [`OutputDirLockedError`] naming the holder, ``flag`` naming the folder; a lock left by a run that ended
+    without letting go is taken with a warning. The lock file stays; the description goes on release."""
 
     def __init__(self, output_dir: str | Path, flag: str = "--output_dir") -> None:
         self.output_dir = Path(output_dir)
         self.flag = flag
         self.path = lock_path(output_dir)
         self.holder_path = self.path.with_name(self.path.name + HOLDER_SUFFIX)
-        # one lock object per RunLock (not filelock's per-path singleton): a second RunLock of this very process
-        # is refused like another run's
+        # not filelock's per-path singleton: a second RunLock of this very process is refused like another run's
         self._lock = FileLock(str(self.path), timeout=0, is_singleton=False, thread_local=False)
 
     @property
     def held(self) -> bool:
-        """Whether this object holds the lock now."""
         return self._lock.is_locked
 
-    def holder_info(self) -> dict[str, Any]:
-        """What this run writes into the holder description."""
-        return {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "command": list(sys.argv),
-            "output_dir": str(self.output_dir),
-        }
-
     def acquire(self) -> RunLock:
-        """Take the lock, or raise [`OutputDirLockedError`] naming the run that holds it. The lock of a run that
-        ended without letting go is taken with a warning naming that run."""
         if self.held:
             raise RuntimeError(f"{self.path} is already held by this RunLock")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -103,10 +71,7 @@ class RunLock:
         if previous is not None:
             logger.warning(
                 "took over the stale lock %s of pid %s on %s (started %s): that run ended without releasing it",
-                self.path,
-                previous["pid"],
-                previous.get("host", "?"),
-                previous.get("started", "?"),
+                *(self.path, previous["pid"], previous.get("host", "?"), previous.get("started", "?")),
             )
         try:
             self._write_holder()
@@ -116,7 +81,7 @@ class RunLock:
         return self
 
     def release(self) -> None:
-        """Remove the holder description and let go of the lock. Does nothing when not held."""
+        """Remove the holder description and let go (nothing when not held)."""
         if not self.held:
             return
         try:
@@ -127,20 +92,18 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self.acquire()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
     def _write_holder(self) -> None:
-        """This run's description, appearing whole (readable by other users' runs)."""
+        """This run's description, appearing whole and readable by other users' runs."""
+        started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
+        holder.update(command=list(sys.argv), output_dir=str(self.output_dir))
         descriptor, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=f"{self.holder_path.name}.")
         try:
             with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-                json.dump(self.holder_info(), handle)
+                json.dump(holder, handle)
             os.chmod(temporary, 0o644)
             os.replace(temporary, self.holder_path)
         finally:
@@ -149,9 +112,8 @@ class RunLock:
     def _refusal(self) -> OutputDirLockedError:
         holder = read_holder(self.holder_path) or {}
         command = holder.get("command")
-        command_text = ""
-        if isinstance(command, list) and command:
-            command_text = " ".join(map(str, command))
+        command_text = " ".join(map(str, command)) if isinstance(command, list) else ""
+        if command_text:
             command_text = f", command: {command_text[:200]}{'...' if len(command_text) > 200 else ''}"
         who = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}"
         return OutputDirLockedError(
@@ -159,6 +121,3 @@ class RunLock:
             f"{self.path} (still running: the lock goes when its process ends). Wait for that run to end or choose "
             "another folder; --overwrite_output_dir does not override this"
         )
-
-
-__all__ = ["LOCK_SUFFIX", "OutputDirLockedError", "RunLock", "lock_path"]

@@ -1,6 +1,5 @@
-"""The final model in ``--output_dir`` itself (as every Hugging Face example script leaves it): weights + config +
-code files (auto_map) + tokenizer + model card + ``train_results.json`` beside the ``checkpoint-N`` folders, the
-whole folder swapped atomically; and its push to the Hub (the model files only)."""
+"""The final model in ``--output_dir`` itself, beside the ``checkpoint-N`` folders (weights, config and code files,
+tokenizer, card, ``train_results.json``), the folder swapped whole; and its push to the Hub (model files only)."""
 
 from __future__ import annotations
 
@@ -17,15 +16,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from gausscse import GaussCSEModel
 from gausscse.hub.model_card import FIGURE_FILE, write_model_card
-from gausscse.io import (
-    first_line,
-    link_tree,
-    replace_folder,
-    resolved_target,
-    staging_folder,
-    write_atomic,
-    write_json,
-)
+from gausscse.io import first_line, link_tree, replace_folder, resolved_target, staging_folder, write_atomic, write_json
 from gausscse.loading import is_hub_id
 from gausscse.model.adapters_gausscse import remove_other_layout
 from gausscse.model.onnx_gausscse import remove_stale_graphs
@@ -47,53 +38,42 @@ def save_model_folder(
     merge: bool = False,
     figure: str | Path | None = None,
 ) -> Path:
-    """Write the final model into ``model_dir`` (the output folder; other entries such as ``checkpoint-N`` stay).
+    """Write the final model into ``model_dir``; its other entries (``checkpoint-N``, logs) stay.
 
-    Non-finite weights are refused before anything is written. The new folder is built beside ``model_dir``, in a
-    staging folder of this save's own (``.<name>.saving.<random>``: two saves never share one, and none deletes
-    another's): the model files, plus hard links to everything else already there (checkpoints, logs; not the earlier
-    final model's files, nor ONNX graphs exported from other weights), then swapped with ``model_dir`` in one atomic
-    step (``renameat2``), so whatever moment the process dies, ``model_dir`` holds the whole old or the whole new
-    model. Where the system cannot swap folders atomically, each file is moved into place with its own atomic rename
-    instead. A LoRA model is merged into a plain GaussCSE folder when ``merge``, else saved as adapter + heads.
-    ``card``: keyword arguments of [`gausscse.hub.model_card.render_model_card`]; ``results``:
-    ``train_results.json``; ``figure``: a PNG of the final evaluation, saved as ``FIGURE_FILE`` and shown in the card.
+    Non-finite weights are refused first. The folder is built in a staging folder of this save's own beside
+    ``model_dir`` (the model files plus hard links to the other entries, not the earlier model's files nor ONNX graphs
+    of other weights) and swapped in atomically (``renameat2``): a crash leaves the whole old or the whole new model.
+    Without an atomic swap each file is moved with its own atomic rename. A LoRA model is merged when ``merge``, else
+    saved as adapter + heads. ``card``: the arguments of [`gausscse.hub.model_card.render_model_card`]; ``results``:
+    ``train_results.json``; ``figure``: a PNG shown in the card (saved as ``FIGURE_FILE``).
     """
     check_finite_weights(model, "the final model")
     model_dir = resolved_target(model_dir)  # a symbolic link stays; the folder it points to is replaced
     with staging_folder(model_dir, f".{model_dir.name}{STAGING_SUFFIX}.") as staging:  # gone on any error too
-        _write_model_folder(model, tokenizer, model_dir, staging, card, results, merge, figure)
+        if has_lora(model) and merge:
+            merge_lora(model)
+        adapter = has_lora(model)
+        model.get_tokenizer(tokenizer)  # save_pretrained writes it beside the weights
+        model.save_pretrained(staging)  # an adapter folder when the LoRA adapters stay unmerged
+        if figure is not None:
+            shutil.copyfile(figure, staging / FIGURE_FILE)
+        config = model.config
+        write_model_card(
+            staging,
+            **card,
+            reduction=config.similarity_reduction,
+            embedding_size=config.embedding_size,
+            adapter=adapter,
+            figure=None if figure is None else FIGURE_FILE,
+            search_kl_weight=config.search_kl_weight,
+        )
+        write_json(staging / TRAIN_RESULTS_FILE, dict(results))
+        swap_in(staging, model_dir, model, adapter)
     return model_dir
 
 
-def _write_model_folder(
-    model: GaussCSEModel,
-    tokenizer: Any,
-    model_dir: Path,
-    staging: Path,
-    card: Mapping[str, Any],
-    results: Mapping[str, Any],
-    merge: bool,
-    figure: str | Path | None,
-) -> None:
-    """The body of [`save_model_folder`]: build the folder in ``staging``, then swap it in."""
-    if has_lora(model) and merge:
-        merge_lora(model)
-    adapter = has_lora(model)
-    model.get_tokenizer(tokenizer)  # save_pretrained writes it beside the weights
-    model.save_pretrained(staging)  # an adapter folder when the LoRA adapters stay unmerged
-    if figure is not None:
-        shutil.copyfile(figure, staging / FIGURE_FILE)
-    write_model_card(
-        staging,
-        **card,
-        reduction=model.config.similarity_reduction,
-        embedding_size=model.config.embedding_size,
-        adapter=adapter,
-        figure=None if figure is None else FIGURE_FILE,
-        search_kl_weight=model.config.search_kl_weight,
-    )
-    write_json(staging / TRAIN_RESULTS_FILE, dict(results))
+def swap_in(staging: Path, model_dir: Path, model: GaussCSEModel, adapter: bool) -> None:
+    """Record the staged model's files, link in the rest of ``model_dir`` and swap the staging folder in."""
     written = sorted(path.name for path in staging.iterdir())
     (staging / FINAL_FILES_LIST).write_text(json.dumps(written), encoding="utf-8")
     manifest = model_dir / FINAL_FILES_LIST
@@ -102,7 +82,7 @@ def _write_model_folder(
         for entry in model_dir.iterdir():
             if entry.name not in earlier | set(written) | {FINAL_FILES_LIST}:
                 link_tree(entry, staging / entry.name)
-    # what was kept from the folder holds no model but this one: not the other layout, not the earlier model's graphs
+    # what was kept holds no other model: not the other layout, not the earlier model's graphs
     remove_other_layout(staging, adapter)
     remove_stale_graphs(staging, model)
     if not replace_folder(staging, model_dir):
@@ -112,8 +92,8 @@ def _write_model_folder(
 
 
 def replace_files(staging: Path, model_dir: Path, written: list[str], earlier: set[str]) -> None:
-    """The fallback of [`save_model_folder`]: move each new file into ``model_dir`` with its own atomic rename,
-    remove the earlier model's files the new one lacks, write the manifest last."""
+    """Without an atomic folder swap: move each new file in with its own rename, remove the earlier model's files the
+    new one lacks, write the manifest last."""
     for name in sorted(earlier - set(written)):
         stale = model_dir / name
         if stale.is_dir():
@@ -131,10 +111,9 @@ class HubPushError(ValueError):
 
 
 def check_hub_push(repo_id: str | None, token: str | None = None, adapter_backbone: str | None = None) -> None:
-    """Check, before training, that the final push can work: ``repo_id`` a valid ``user/name``; with
-    ``adapter_backbone`` (a LoRA model saved unmerged) a backbone others can fetch, a Hub id; not offline mode; a token
-    (``token``, else ``HF_TOKEN`` / ``hf auth login``) the Hub accepts, with write access, whose account may write to
-    the repo's namespace. Raises [`HubPushError`] with one line."""
+    """[`HubPushError`] unless the final push can work: ``repo_id`` a valid ``user/name``; an unmerged adapter's
+    ``adapter_backbone`` a Hub id; not offline; a token (``token``, ``HF_TOKEN`` or ``hf auth login``) the Hub
+    accepts, with write access to the repo's namespace."""
     if not repo_id:
         raise HubPushError("--push_to_hub needs --hub_model_id <user or org>/<name>")
     try:
@@ -157,8 +136,7 @@ def check_hub_push(repo_id: str | None, token: str | None = None, adapter_backbo
         raise HubPushError(
             f"--push_to_hub: cannot reach the Hub or the token was refused ({first_line(error)})"
         ) from None
-    role = account.get("auth", {}).get("accessToken", {}).get("role")
-    if role == "read":
+    if account.get("auth", {}).get("accessToken", {}).get("role") == "read":
         raise HubPushError("--push_to_hub: the Hub token is read-only; use a token with write access")
     namespaces = {account.get("name"), *(org.get("name") for org in account.get("orgs", []))}
     if "/" in repo_id and repo_id.split("/")[0] not in namespaces:
@@ -169,9 +147,8 @@ def check_hub_push(repo_id: str | None, token: str | None = None, adapter_backbo
 
 
 def add_final_model_file(model_dir: str | Path, name: str) -> None:
-    """Count the file ``name`` that a later step wrote into the final model folder ``model_dir`` (a figure of its
-    card, say) among the model's files: the Hub upload takes it, the next save replaces it. The manifest is rewritten
-    atomically."""
+    """Count the file ``name`` a later step wrote into the final model folder among the model's files (the Hub upload
+    takes it, the next save replaces it); the manifest is rewritten atomically."""
     manifest = Path(model_dir) / FINAL_FILES_LIST
     if not (Path(model_dir) / name).is_file():
         raise FileNotFoundError(f"{Path(model_dir) / name}: no such file in the model folder")
@@ -182,23 +159,12 @@ def add_final_model_file(model_dir: str | Path, name: str) -> None:
 def push_model_folder(
     model_dir: str | Path, repo_id: str, token: str | None = None, private: bool | None = None
 ) -> str:
-    """Create ``repo_id`` if needed and upload the final model's files of ``model_dir`` (not its checkpoints);
-    return the commit URL."""
-    manifest = Path(model_dir) / FINAL_FILES_LIST
-    files = json.loads(manifest.read_text(encoding="utf-8"))
+    """Create ``repo_id`` if needed, upload the final model's files of ``model_dir`` (not its checkpoints) and return
+    the commit URL."""
+    files = json.loads((Path(model_dir) / FINAL_FILES_LIST).read_text(encoding="utf-8"))
     api = HfApi(token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)
     commit = api.upload_folder(
         folder_path=str(model_dir), repo_id=repo_id, allow_patterns=files, commit_message="Upload GaussCSE model"
     )
     return str(commit)
-
-
-__all__ = [
-    "TRAIN_RESULTS_FILE",
-    "HubPushError",
-    "add_final_model_file",
-    "check_hub_push",
-    "push_model_folder",
-    "save_model_folder",
-]

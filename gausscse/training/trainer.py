@@ -1,14 +1,7 @@
-"""``GaussCSETrainer``: a ``transformers.Trainer`` for GaussCSE (and supervised SimCSE) on NLI examples.
-
-* ``compute_loss``: one forward pass over all sentences of the batch (premises, entailment hypotheses, present
-  contradiction hypotheses), then the loss of ``gausscse.training.losses`` in fp32;
-* ``--keep_weight``: the keep term of ``EmbeddingKeepLoss`` against a frozen copy of the encoder as training starts;
-* ``create_optimizer``: the fresh μ/σ² heads get ``--head_learning_rate``, the backbone ``--learning_rate``;
-* ``evaluate``: the metrics of the evaluator the training command passes (SNLI dev; prefixed ``eval_``), which drive the
-  best-checkpoint selection;
-* ``log``: every log entry (``state.log_history``) also holds ``elapsed_seconds``, the wall-clock since ``train`` began
-  in this process, so dev metrics can be read against training minutes.
-"""
+"""``GaussCSETrainer``: a ``transformers.Trainer`` that trains GaussCSE (or supervised SimCSE) on NLI batches: one
+forward pass over all sentences, the loss of ``training.losses`` in fp32, the fresh heads at ``--head_learning_rate``,
+the dev evaluator's metrics for checkpoint selection, ``elapsed_seconds`` in every log entry, non-finite values
+stopping the run."""
 
 from __future__ import annotations
 
@@ -28,7 +21,7 @@ from gausscse.loading import CHECKPOINT_COMPLETE
 
 from .batch import split_batch_embeddings
 from .lora import is_adapter_checkpoint, load_adapter_checkpoint
-from .losses import EmbeddingKeepLoss, build_loss
+from .losses import build_loss
 
 HEAD_PREFIXES = ("mean_head.", "logvar_head.")
 RUN_ARGUMENTS_FILE = "run_arguments.json"  # what fixed the run a checkpoint belongs to (a resume must match)
@@ -53,68 +46,46 @@ def check_finite_weights(model: nn.Module, what: str) -> None:
         raise NonFiniteError(f"{what}: parameter {name} holds NaN or inf values; nothing was saved")
 
 
-def default_retrieval_weight(retrieval_weight: float | None, model: nn.Module) -> float:
-    """``--retrieval_weight`` as given, else 1 for a model with the frozen μ path (the keep study's choice,
-    results/KEEP.md) and 0 for any other (the paper's loss)."""
-    if retrieval_weight is not None:
-        return retrieval_weight
-    return 1.0 if getattr(model.config, "frozen_mean", False) else 0.0
-
-
 def is_head_parameter(name: str) -> bool:
     """Whether a parameter name (of the unwrapped GaussCSE model) belongs to the μ or σ² head."""
     return name.startswith(HEAD_PREFIXES)
 
 
 class GaussCSETrainer(Trainer):
-    """Trainer for GaussCSE models on batches from [`gausscse.training.batch.TripletCollator`].
+    """Trainer for GaussCSE models on batches of [`gausscse.training.batch.TripletCollator`].
 
-    Args:
-        evaluator: a callable ``(model, tokenizer) -> dict[str, float]`` such as
-            the evaluator the training command passes (SNLI dev); ``None`` turns evaluation off.
-        All other arguments are ``Trainer``'s; ``args`` is a ``GaussCSETrainingArguments``.
+    ``args``: a ``GaussCSETrainingArguments``; ``evaluator``: ``(model, tokenizer) -> dict[str, float]`` (the dev
+    evaluator; ``None``: no evaluation); ``run_arguments``: the flags that fix the run, written into every checkpoint
+    (``RUN_ARGUMENTS_FILE``) for the resume check. With ``--keep_weight`` a frozen copy of the encoder as training
+    starts gives the keep term its targets.
     """
 
     def __init__(self, *args, evaluator=None, run_arguments: dict[str, Any] | None = None, **kwargs):
-        """``evaluator``: the dev evaluator (``gausscse.evaluation.dev_evaluator``); ``run_arguments``: the arguments
-        that fix what a run trains, written into every checkpoint (``RUN_ARGUMENTS_FILE``) so a resume can be
-        checked against them."""
         self.run_arguments = run_arguments
         self.train_started: float | None = None
-        if evaluator is not None:
-            # Trainer insists on an eval_dataset when evaluating; the evaluator holds its own data.
+        if evaluator is not None:  # Trainer insists on an eval_dataset; the evaluator holds its own data
             kwargs.setdefault("eval_dataset", [evaluator])
         super().__init__(*args, **kwargs)
         self.evaluator = evaluator
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        config = unwrapped.config
         self.loss_fn = build_loss(
-            self.args.loss,
-            temperature=self.args.temperature,
-            reduction=self.accelerator.unwrap_model(self.model).config.similarity_reduction,
-            simcse_weight=self.args.simcse_weight,
-            retrieval_weight=default_retrieval_weight(
-                self.args.retrieval_weight, self.accelerator.unwrap_model(self.model)
-            ),
-            retrieval_kl_weight=self.args.retrieval_kl_weight,
+            self.args.loss, self.args.temperature, config.similarity_reduction, **self.args.loss_terms(config)
         )
-        # The loss is a per-batch mean: let Trainer divide it by the gradient accumulation steps.
-        self.model_accepts_loss_kwargs = False
+        self.model_accepts_loss_kwargs = False  # a per-batch mean: Trainer divides it by the accumulation steps
         self.keep_teacher = None
         if self.args.keep_weight > 0:
-            unwrapped = self.accelerator.unwrap_model(self.model)
-            if unwrapped.config.frozen_mean:
+            if config.frozen_mean:
                 raise ValueError("--keep_weight with a frozen_mean model: its μ is frozen already, nothing to keep")
-            # the encoder as training starts (the backbone, or the model being continued), frozen
             self.keep_teacher = copy.deepcopy(unwrapped.encoder).eval().requires_grad_(False)
-            self.keep_loss = EmbeddingKeepLoss()
 
     def teacher_vectors(self, model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The keep teacher's pooled vector of each sentence of ``inputs`` (padded or packed), pooled as the model
-        pools."""
-        unwrapped = self.accelerator.unwrap_model(model)
+        """The keep teacher's vector of each sentence of ``inputs`` (padded or packed), pooled as the model pools."""
         encoder_inputs = {name: value for name, value in inputs.items() if name != "sentence_index"}
         with torch.no_grad():
             hidden = self.keep_teacher(**encoder_inputs, return_dict=True).last_hidden_state
-            return unwrapped.pool_batch(hidden, inputs.get("attention_mask"), inputs.get("sentence_index"))
+            pool = self.accelerator.unwrap_model(model).pool_batch
+            return pool(hidden, inputs.get("attention_mask"), inputs.get("sentence_index"))
 
     def compute_loss(
         self,
@@ -124,19 +95,18 @@ class GaussCSETrainer(Trainer):
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, Any]:
         inputs = dict(inputs)
-        contradiction_index = inputs.pop("contradiction_index")
-        text_ids = inputs.pop("text_ids", None)
+        contradiction_index, text_ids = inputs.pop("contradiction_index"), inputs.pop("text_ids", None)
         outputs = model(**inputs)
         batch = split_batch_embeddings(outputs.mu, outputs.logvar, contradiction_index, text_ids)
-        loss = self.loss_fn(batch)
         if self.keep_teacher is not None:
-            loss = loss + self.args.keep_weight * self.keep_loss(outputs.mu, self.teacher_vectors(model, inputs))
+            batch.teacher = self.teacher_vectors(model, inputs)
+        loss = self.loss_fn(batch)
         return (loss, outputs) if return_outputs else loss
 
     def training_step(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
     ) -> torch.Tensor:
-        """Trainer's step (forward + backward), then stop at the first non-finite loss or gradient, naming the step."""
+        """Trainer's step, then stop at the first non-finite loss or gradient, naming the step."""
         loss = super().training_step(model, inputs, num_items_in_batch)
         step = self.state.global_step + 1
         advice = "lower --learning_rate / --head_learning_rate, or check the data of this step"
@@ -148,7 +118,8 @@ class GaussCSETrainer(Trainer):
         return loss
 
     def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
-        """Refuse non-finite weights; save as Trainer does; then mark the checkpoint complete (written last)."""
+        """Refuse non-finite weights, save as Trainer does, then write the run arguments and the completeness marker
+        (last)."""
         check_finite_weights(self.accelerator.unwrap_model(self.model), f"checkpoint at step {self.state.global_step}")
         super()._save_checkpoint(model, trial)
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
@@ -158,50 +129,46 @@ class GaussCSETrainer(Trainer):
             write_json(folder / CHECKPOINT_COMPLETE, {"global_step": self.state.global_step})
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
-        """Trainer's loading, and for a LoRA model's checkpoint (an adapter folder) its adapter and heads."""
-        if is_adapter_checkpoint(resume_from_checkpoint):
+        if is_adapter_checkpoint(resume_from_checkpoint):  # a LoRA model's checkpoint: its adapter and heads
             load_adapter_checkpoint(self.accelerator.unwrap_model(model or self.model), resume_from_checkpoint)
         else:
             super()._load_from_checkpoint(resume_from_checkpoint, model)
 
     def _load_best_model(self) -> None:
-        """Trainer's loading of the best checkpoint, and for a LoRA model (an adapter folder) its adapter and heads."""
         if is_adapter_checkpoint(self.state.best_model_checkpoint):
             load_adapter_checkpoint(self.accelerator.unwrap_model(self.model), self.state.best_model_checkpoint)
         else:
             super()._load_best_model()
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
-        """AdamW (or ``--optim``) with four groups: {heads, backbone} × {weight decay, none}; the heads use
-        ``--head_learning_rate`` (``None``: ``--learning_rate``)."""
+        """``--optim`` (AdamW) over {heads, backbone} × {weight decay, none}; the heads at ``--head_learning_rate``
+        (``None``: ``--learning_rate``)."""
         if self.optimizer is not None:
             return self.optimizer
-        model = self.model if model is None else model
+        model, args = self.model if model is None else model, self.args
         decay = set(self.get_decay_parameter_names(model))
-        head_lr = self.args.head_learning_rate if self.args.head_learning_rate is not None else self.args.learning_rate
+        head_rate = args.learning_rate if args.head_learning_rate is None else args.head_learning_rate
+        rates = {True: head_rate, False: args.learning_rate}  # by is_head
         groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
         for name, parameter in model.named_parameters():
             if parameter.requires_grad:
                 groups.setdefault((is_head_parameter(name), name in decay), []).append(parameter)
-        parameter_groups = [
-            {
-                "params": parameters,
-                "lr": head_lr if is_head else self.args.learning_rate,
-                "weight_decay": self.args.weight_decay if decays else 0.0,
-            }
-            for (is_head, decays), parameters in sorted(groups.items())
-        ]
-        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
-        self.optimizer = optimizer_cls(parameter_groups, **optimizer_kwargs)
+        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(args, model)
+        self.optimizer = optimizer_cls(
+            [
+                {"params": parameters, "lr": rates[is_head], "weight_decay": args.weight_decay if decays else 0.0}
+                for (is_head, decays), parameters in sorted(groups.items())
+            ],
+            **optimizer_kwargs,
+        )
         return self.optimizer
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """Trainer's ``train``, timed from here for the ``elapsed_seconds`` of the log entries."""
         self.train_started = time.perf_counter()
         return super().train(*args, **kwargs)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Trainer's ``log`` with ``elapsed_seconds`` (since ``train`` began in this process) in the entry."""
+        """Trainer's ``log``, with the seconds since ``train`` began in this process as ``elapsed_seconds``."""
         if self.train_started is not None:
             logs = {**logs, "elapsed_seconds": round(time.perf_counter() - self.train_started, 2)}
         super().log(logs, start_time)
@@ -209,26 +176,15 @@ class GaussCSETrainer(Trainer):
     def evaluate(
         self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"
     ) -> dict[str, float]:
-        """Run the evaluator on the main process (others get its result), log and return ``{prefix}_{name}``."""
+        """Run the evaluator on the main process (the others get its result); log and return ``{prefix}_{name}``."""
         if self.evaluator is None:
             return {}
         payload = [None]
         if self.accelerator.is_main_process:
-            model = self.accelerator.unwrap_model(self.model)
-            payload = [self.evaluator(model, self.processing_class)]
+            payload = [self.evaluator(self.accelerator.unwrap_model(self.model), self.processing_class)]
         if self.accelerator.num_processes > 1:
             broadcast_object_list(payload)
         metrics = {f"{metric_key_prefix}_{name}": float(value) for name, value in payload[0].items()}
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
-
-
-__all__ = [
-    "RUN_ARGUMENTS_FILE",
-    "GaussCSETrainer",
-    "NonFiniteError",
-    "check_finite_weights",
-    "default_retrieval_weight",
-    "is_head_parameter",
-]

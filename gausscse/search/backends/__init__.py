@@ -1,5 +1,4 @@
-"""The search backends of ``GaussianIndex``, by the name ``backend=`` takes: one module per engine, one line each
-here (``base.SearchBackend`` is the interface)."""
+"""The search backends of ``GaussianIndex`` by their ``backend=`` name: one module per engine, one line each here."""
 
 from .base import SearchBackend
 from .exact import ExactScan
@@ -22,5 +21,15 @@ BACKENDS: dict[str, type[SearchBackend]] = {
         MilvusHnsw,
     )
 }
+
+
+def database_groups(attribute: str) -> dict[str, list[str]]:
+    """The database backends' names grouped by an attribute of their store (``place``, ``kind``), in registry order."""
+    groups: dict[str, list[str]] = {}
+    for name, backend in BACKENDS.items():
+        if backend.database:
+            groups.setdefault(getattr(backend.store_class, attribute), []).append(name)
+    return groups
+
 
 __all__ = ["BACKENDS", "SearchBackend"]

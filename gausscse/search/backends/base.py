@@ -1,13 +1,10 @@
-"""The interface every search backend of ``GaussianIndex`` implements.
-
-A [`GaussianIndex`] keeps the stored Gaussians in memory (id order), checks every input and scores exactly; its
-backend decides which stored items each query is scored against (a shortlist, or all of them), and keeps and saves
-whatever structure it builds for that (FAISS files, a database). A new backend is one module with a subclass of
-[`SearchBackend`] and one line in ``gausscse.search.backends.BACKENDS``.
-"""
+"""The interface of a ``GaussianIndex`` search backend: which stored items each query is scored against, and what it
+builds and saves for that. A new backend is one module with a subclass of [`SearchBackend`] and one line in
+``gausscse.search.backends.BACKENDS``."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -21,46 +18,36 @@ if TYPE_CHECKING:
     from gausscse.search.index import GaussianIndex
 
 
-def database_backends_phrase() -> str:
-    """What the ``uri`` option is, per database engine: "uri (the LanceDB database folder) is for backend 'lancedb' or
-    'lancedb-ann'; uri (...) for backend 'qdrant' or ..." (from the registry)."""
-    from gausscse.search.backends import BACKENDS
-
-    groups: dict[str, list[str]] = {}
-    for name, backend in BACKENDS.items():
-        if backend.database:
-            groups.setdefault(backend.store_class.place, []).append(repr(name))
-    phrases = [f"uri ({place}) is for backend {' or '.join(names)}" for place, names in groups.items()]
-    return "; ".join([phrases[0], *(phrase.replace(" is for ", " for ") for phrase in phrases[1:])])
+def engine_module(module: str, package: str) -> Any:
+    """``module`` of a search engine, imported on use; ``ImportError`` naming the ``package`` to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ImportError(f"this backend needs {module}: pip install {package}") from error
 
 
 class SearchBackend:
-    """Where the shortlists of one [`GaussianIndex`] come from (``index.engine``).
+    """Where the shortlists of one [`GaussianIndex`] come from (``index.engine``); every hook's default suits a
+    backend that builds nothing.
 
-    Class attributes: ``name`` (the ``backend=`` string), ``database`` (the Gaussians and sentences live in a
-    database at the ``uri`` option, which [`open`] reopens; the index's own folder then holds only its settings),
-    ``cpu_only`` (no ``device`` other than the CPU). Every hook below has a default that suits a backend that
-    builds nothing."""
+    ``name``: the ``backend=`` string; ``database``: the Gaussians and sentences live in a database at the ``uri``
+    option, which [`open`] reopens (the index's folder then holds only its settings); ``cpu_only``: no other device.
+    """
 
     name: ClassVar[str]
     database: ClassVar[bool] = False
     cpu_only: ClassVar[bool] = True
 
     def __init__(self, index: GaussianIndex, options: dict[str, Any]) -> None:
-        """``options``: the index's ``ef_search``, ``uri`` and ``nprobes`` (each backend reads its own)."""
+        """``options``: the index's ``uri``, ``nprobes`` and ``table`` (checked by the index)."""
         self.index = index
-        if (options.get("uri") is not None) != self.database:
-            raise ValueError(
-                f"{database_backends_phrase()}, and needed by them; backend={self.name!r}, uri={options.get('uri')!r}"
-            )
 
     def settings(self) -> dict[str, Any]:
-        """What this backend adds to the index's saved settings (``index_config.json``)."""
+        """What this backend adds to the index's ``index_config.json``."""
         return {}
 
     def add(self, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None) -> None:
-        """Store checked ``embeddings`` (ids from ``len(index)`` on) in the index and in whatever this backend built.
-        Only a database backend keeps ``sentences``."""
+        """Store checked ``embeddings`` (ids from ``len(index)`` on); only a database backend keeps ``sentences``."""
         if sentences is not None:
             raise ValueError(
                 f"sentences are stored by the LanceDB backends; backend {self.name!r} keeps Gaussians only "
@@ -71,40 +58,31 @@ class SearchBackend:
         self.added(embeddings, first_id)
 
     def added(self, embeddings: GaussianEmbeddings, first_id: int) -> None:
-        """``embeddings`` were appended to the index with ids from ``first_id`` on: extend what was built."""
+        """``embeddings`` were stored with ids from ``first_id`` on: extend what was built."""
 
     def sync(self) -> None:
-        """Bring the index up to date with what other handles wrote (a shared database); called before a search."""
+        """Read what other handles of a shared database wrote; called before each search."""
 
     def candidates(self, queries: GaussianEmbeddings, count: int, direction: str) -> torch.Tensor | None:
-        """``(Q, C)`` ids of the stored items to score for each query (−1: none), about ``count`` of them, or
-        ``None`` to score every stored item."""
+        """``(Q, C)`` ids to score per query (−1: none), about ``count``; ``None``: score every stored item."""
         return None
 
-    def check_saved(self, settings: dict[str, Any], settings_file: Path) -> None:
-        """``ValueError`` unless a saved index's ``settings`` (read from ``settings_file``) describe what this
-        backend opened (``database`` backends: the same table)."""
-
     def write_files(self, folder: Path) -> None:
-        """Write what this backend built into the index's saved ``folder`` (beside the Gaussians)."""
+        """Write what this backend built into the index's saved ``folder``."""
 
     def read_files(self, folder: Path, files: dict[str, bytes]) -> None:
-        """Take back what [`write_files`] wrote (``files``: ``{name: bytes}`` read from ``folder``), checked against
-        the index's Gaussians, which are already loaded."""
+        """Take back what [`write_files`] wrote (``{name: bytes}``), checked against the loaded Gaussians."""
 
     @classmethod
     def holds_index(cls, uri: str | Path) -> bool:
-        """Whether the database at ``uri`` already holds an index (``database`` backends)."""
+        """Whether the database at ``uri`` already holds an index."""
         return False
 
     @classmethod
     def check_new_place(cls, uri: str | Path) -> None:
-        """``FileExistsError`` unless a new database can be made at ``uri`` (``database`` backends)."""
+        """``FileExistsError`` unless a new database can be made at ``uri``."""
 
     @classmethod
-    def open(cls, uri: str | Path) -> GaussianIndex:
-        """The index stored in the database at ``uri`` (``database`` backends)."""
+    def open(cls, uri: str | Path, index_class: type[GaussianIndex]) -> GaussianIndex:
+        """The index (an ``index_class``) stored in the database at ``uri``."""
         raise NotImplementedError(f"backend {cls.name!r} keeps no database to open")
-
-
-__all__ = ["SearchBackend"]

@@ -1,9 +1,4 @@
-"""``backend="torch"``: no shortlist — every stored item is scored by the index's chunked matrix products, on the CPU
-or a GPU (the index's ``device``); exact for every reduction and for the search score."""
-
-from __future__ import annotations
-
-from typing import ClassVar
+"""``backend="torch"``: no shortlist; the index scores every stored item by chunked matrix products on its device."""
 
 from .base import SearchBackend
 
@@ -12,7 +7,4 @@ class ExactScan(SearchBackend):
     """Scores every stored item: [`SearchBackend.candidates`] returns ``None``."""
 
     name = "torch"
-    cpu_only: ClassVar[bool] = False
-
-
-__all__ = ["ExactScan"]
+    cpu_only = False

@@ -1,14 +1,9 @@
-"""The FAISS backends of ``GaussianIndex``: one FAISS index per search direction over the ``stored_map`` vectors.
+"""The FAISS backends: one FAISS index per search direction over the ``stored_map`` vectors.
 
-Exact (``"faiss"``): ``IndexFlatIP`` over the stored maps; a query sends its ``query_map``, so that the inner product is
-−KL (the largest inner products are the highest ``sum`` similarities) or the search score. Each query vector is scaled
-to unit length in float64 before FAISS sees it (the ranking is unchanged), so a query with extreme variances cannot
-overflow FAISS's float32 inner products.
-
-Approximate (``"faiss-hnsw"``): the maximum-inner-product search becomes a nearest-neighbour search
-(``gausscse.search.lift``: columns centred and rescaled, one coordinate added, a few extreme items kept out and put on
-every shortlist) before it is handed to an L2 HNSW graph. An item added later with ‖x‖² > R² joins the outliers; past
-``MAX_OUTLIERS`` the approximate index is rebuilt at the next query.
+``"faiss"``: ``IndexFlatIP``; a query sends its ``query_map`` scaled to unit length in float64 (same ranking, no
+float32 overflow), so the inner product ranks by −KL or the search score. ``"faiss-hnsw"``: an L2 HNSW graph on the
+vectors turned into a nearest-neighbour problem (``gausscse.search.lift``). An item added later with ‖x‖² > R² joins
+the outliers; past ``MAX_OUTLIERS`` the graph is rebuilt at the next query.
 """
 
 from __future__ import annotations
@@ -22,16 +17,15 @@ from safetensors.numpy import load, save_file
 
 from gausscse.io import first_line
 from gausscse.model.gaussian import SEARCH_DIRECTIONS, GaussianEmbeddings, search_map_width
-from gausscse.search.backends.base import SearchBackend
+from gausscse.search.backends.base import SearchBackend, engine_module
 from gausscse.search.lift import (
     FEATURE_CHUNK,
     MAX_OUTLIERS,
     feature_chunks,
     fit_lift,
     lifted,
-    lifted_queries,
+    query_vectors,
     scaled_vectors,
-    unit_rows,
 )
 
 EXACT, HNSW = "faiss", "faiss-hnsw"
@@ -40,16 +34,16 @@ HNSW_EF_CONSTRUCTION = 64
 
 
 def faiss_module():
-    """FAISS, imported where a FAISS backend is used (``pip install faiss-cpu``)."""
-    try:
-        import faiss
-    except ImportError as error:  # pragma: no cover - faiss-cpu is in the requirements
-        raise ImportError("the FAISS backends need faiss: pip install faiss-cpu") from error
-    return faiss
+    return engine_module("faiss", "faiss-cpu")
 
 
-def feature_vectors(embeddings: GaussianEmbeddings, direction: str, kl_weight: float | None) -> np.ndarray:
-    """``stored_map`` vectors as a float32 C-contiguous array ``(N, search_map_width(d, kl_weight))``."""
+def stored_vectors(
+    embeddings: GaussianEmbeddings, direction: str, kl_weight: float | None, transform: dict[str, np.ndarray]
+) -> np.ndarray:
+    """The float32 C-contiguous vectors FAISS stores for ``embeddings``: their ``stored_map`` (``(N,
+    search_map_width(d, kl_weight))``), or with a lift ``transform`` the lifted maps (``gausscse.search.lift``)."""
+    if transform:
+        return lifted(*scaled_vectors(embeddings, (direction, kl_weight), transform), transform)
     vectors = np.empty((len(embeddings.mu), search_map_width(embeddings.dim, kl_weight)), dtype=np.float32)
     for start, chunk in feature_chunks(embeddings, "stored", direction, kl_weight):
         vectors[start : start + len(chunk)] = chunk
@@ -57,23 +51,14 @@ def feature_vectors(embeddings: GaussianEmbeddings, direction: str, kl_weight: f
 
 
 class FaissDirection:
-    """The FAISS index of one direction (``"entailing"`` or ``"entailed_by"``) and, for the approximate backends,
-    the inner-product-to-L2 transform fitted on the vectors it was built from and the ids kept out of the graph;
-    ``kl_weight``: the search score's λ (``None``: the KL maps)."""
+    """The FAISS index of one direction and, for ``"faiss-hnsw"``, the lift ``transform`` it was built with
+    (``{"keep", "mean", "scale", "radius2", "outliers"}``; empty for ``"faiss"``); ``kl_weight``: the search score's
+    λ (``None``: the KL maps)."""
 
     def __init__(
-        self,
-        backend: str,
-        direction: str,
-        dim: int,
-        faiss_index: Any,
-        transform: dict[str, np.ndarray],
-        kl_weight: float | None = None,
+        self, direction: str, faiss_index: Any, transform: dict[str, np.ndarray], kl_weight: float | None = None
     ):
-        self.backend, self.direction, self.dim, self.kl_weight = backend, direction, dim, kl_weight
-        self.faiss_index = faiss_index
-        # {"keep": columns, "mean": m_j, "scale": s_j, "radius2": R², "outliers": ids}; empty for the exact backend
-        self.transform = transform
+        self.direction, self.faiss_index, self.transform, self.kl_weight = direction, faiss_index, transform, kl_weight
         if transform:
             transform.setdefault("outliers", np.empty(0, dtype=np.int64))
 
@@ -84,44 +69,35 @@ class FaissDirection:
 
     @classmethod
     def build(
-        cls,
-        backend: str,
-        direction: str,
-        embeddings: GaussianEmbeddings,
-        ef_search: int,
-        kl_weight: float | None = None,
+        cls, backend: str, direction: str, embeddings: GaussianEmbeddings, ef_search: int, kl_weight: float | None
     ) -> FaissDirection:
-        """Index ``embeddings`` (the stored Gaussians) for ``direction``; ``ef_search``: HNSW candidates explored
-        per query."""
+        """The index of ``direction`` over the stored ``embeddings``."""
         faiss = faiss_module()
-        dim = embeddings.dim
         if backend == EXACT:
-            vectors = feature_vectors(embeddings, direction, kl_weight)
+            vectors = stored_vectors(embeddings, direction, kl_weight, {})
             faiss_index = faiss.IndexFlatIP(vectors.shape[1])
             faiss_index.add(vectors)
-            return cls(backend, direction, dim, faiss_index, {}, kl_weight)
+            return cls(direction, faiss_index, {}, kl_weight)
         transform, inliers, vectors = fit_lift(embeddings, direction, kl_weight)
         faiss_index = faiss.IndexIDMap(faiss.IndexHNSWFlat(vectors.shape[1], HNSW_NEIGHBOURS))
         faiss.downcast_index(faiss_index.index).hnsw.efConstruction = HNSW_EF_CONSTRUCTION
         faiss_index.add_with_ids(vectors, inliers)
-        built = cls(backend, direction, dim, faiss_index, transform, kl_weight)
+        built = cls(direction, faiss_index, transform, kl_weight)
         built.set_ef_search(ef_search)
         return built
 
     def set_ef_search(self, ef_search: int) -> None:
-        """HNSW candidates explored per query (approximate backend only)."""
         faiss = faiss_module()
         graph = self.faiss_index.index if isinstance(self.faiss_index, faiss.IndexIDMap) else self.faiss_index
-        graph = faiss.downcast_index(graph)
-        graph.hnsw.efSearch = ef_search
+        faiss.downcast_index(graph).hnsw.efSearch = ef_search
 
     def try_add(self, embeddings: GaussianEmbeddings, first_id: int) -> bool:
-        """Append stored items with ids from ``first_id``; ``False`` (nothing added) when the approximate index must
-        be rebuilt: more items fall outside its transform (‖x‖² > R²) than ``MAX_OUTLIERS`` allows."""
+        """Append stored items with ids from ``first_id``; ``False`` (nothing added) when the graph must be rebuilt:
+        more items outside its transform (‖x‖² > R²) than ``MAX_OUTLIERS``, or a graph without ids."""
         if not self.transform:
-            self.faiss_index.add(feature_vectors(embeddings, self.direction, self.kl_weight))
+            self.faiss_index.add(stored_vectors(embeddings, self.direction, self.kl_weight, {}))
             return True
-        if not isinstance(self.faiss_index, faiss_module().IndexIDMap):  # a graph saved by gausscse < 0.2: rebuilt
+        if not isinstance(self.faiss_index, faiss_module().IndexIDMap):
             return False
         scaled, norms = scaled_vectors(embeddings, (self.direction, self.kl_weight), self.transform)
         outside = norms > self.transform["radius2"][0]
@@ -134,43 +110,28 @@ class FaissDirection:
         return True
 
     def candidates(self, queries: GaussianEmbeddings, count: int) -> torch.Tensor:
-        """``(Q, C)`` ids of the stored items FAISS ranks first for each query (−1 where it found fewer), followed by
-        the items kept out of the graph (scored exactly by the caller)."""
-        if self.transform:
-            vectors = lifted_queries(queries, self.direction, self.transform, self.kl_weight)
-        else:  # the query map, unit length: the inner-product ranking is the same
-            chunks = feature_chunks(queries, "query", self.direction, self.kl_weight)
-            vectors = np.concatenate([unit_rows(chunk) for _, chunk in chunks])
+        """``(Q, C)`` ids FAISS ranks first per query (−1: none), then the items kept out of the graph."""
+        vectors = query_vectors(queries, self.direction, self.kl_weight, self.transform)
         _, ids = self.faiss_index.search(vectors, min(count, max(int(self.faiss_index.ntotal), 1)))
-        if self.transform and len(self.transform["outliers"]):
-            ids = np.hstack(
-                [ids, np.broadcast_to(self.transform["outliers"], (len(ids), len(self.transform["outliers"])))]
-            )
+        outliers = self.transform.get("outliers", ())
+        if len(outliers):
+            ids = np.hstack([ids, np.broadcast_to(outliers, (len(ids), len(outliers)))])
         return torch.from_numpy(np.ascontiguousarray(ids))
-
-    def stored_vectors(self) -> tuple[np.ndarray, Any]:
-        """``(ids, storage)``: the ids of the vectors in the FAISS index, in storage order, and the flat index that
-        holds them (its ``reconstruct_n`` reads them back)."""
-        faiss = faiss_module()
-        if isinstance(self.faiss_index, faiss.IndexIDMap):
-            graph = faiss.downcast_index(self.faiss_index.index)
-            return faiss.vector_to_array(self.faiss_index.id_map).astype(np.int64), faiss.downcast_index(graph.storage)
-        return np.arange(self.faiss_index.ntotal, dtype=np.int64), self.faiss_index
 
     def check_derived_from(self, embeddings: GaussianEmbeddings, path: Path) -> None:
         """``ValueError`` naming ``path`` unless every stored vector is this direction's map of its item in
-        ``embeddings`` (the index's Gaussians): a FAISS file of the other direction, of another index or of other
-        items has the right size and dimension but other vectors. Compared chunk by chunk, to float32 rounding."""
-        ids, storage = self.stored_vectors()
+        ``embeddings``, to float32 rounding (a file of the other direction or another index has other vectors)."""
+        faiss = faiss_module()
+        if isinstance(self.faiss_index, faiss.IndexIDMap):
+            ids = faiss.vector_to_array(self.faiss_index.id_map).astype(np.int64)
+            storage = faiss.downcast_index(faiss.downcast_index(self.faiss_index.index).storage)
+        else:
+            ids, storage = np.arange(self.faiss_index.ntotal, dtype=np.int64), self.faiss_index
         for start in range(0, len(ids), FEATURE_CHUNK):
             chunk = ids[start : start + FEATURE_CHUNK]
             vectors = storage.reconstruct_n(start, len(chunk))
             sample = embeddings[torch.from_numpy(chunk)]
-            if self.transform:
-                scaled, norms = scaled_vectors(sample, (self.direction, self.kl_weight), self.transform)
-                expected = lifted(scaled, norms, self.transform)
-            else:
-                expected = feature_vectors(sample, self.direction, self.kl_weight)
+            expected = stored_vectors(sample, self.direction, self.kl_weight, self.transform)
             scale = np.abs(expected).max(axis=1, keepdims=True) + 1e-30
             if not np.allclose(vectors / scale, expected / scale, rtol=0.0, atol=1e-4):
                 raise ValueError(
@@ -186,17 +147,10 @@ class FaissDirection:
 
     @classmethod
     def from_files(
-        cls,
-        backend: str,
-        direction: str,
-        dim: int,
-        folder: Path,
-        files: dict[str, bytes],
-        ef_search: int,
-        kl_weight: float | None = None,
+        cls, backend: str, direction: str, index: Any, folder: Path, files: dict[str, bytes]
     ) -> FaissDirection | None:
-        """The direction [`save`] wrote into ``folder`` (read as ``files``), or ``None`` if it was never built.
-        A damaged file raises ``ValueError`` naming it."""
+        """The direction [`save`] wrote into ``folder`` (read as ``files``) for the GaussianIndex ``index``, or
+        ``None`` if it was never built; ``ValueError`` naming a damaged file or one not derived from ``index``."""
         name = f"{direction}.faiss"
         if name not in files:
             return None
@@ -204,33 +158,36 @@ class FaissDirection:
             faiss_index = faiss_module().deserialize_index(np.frombuffer(files.pop(name), dtype=np.uint8))
         except RuntimeError as error:
             raise ValueError(f"{folder / name} is not a FAISS index FAISS can read ({first_line(error)})") from None
-        width = search_map_width(dim, kl_weight)
+        width = search_map_width(index.dim, index.kl_weight)
         if faiss_index.d != width:
             raise ValueError(
-                f"{folder / name} holds {faiss_index.d}-dimensional vectors; this index's are {width} (d = {dim}"
-                f"{'' if kl_weight is None else ', search score'}): the file belongs to another index"
+                f"{folder / name} holds {faiss_index.d}-dimensional vectors; this index's are {width} (d = {index.dim}"
+                f"{'' if index.kl_weight is None else ', search score'}): the file belongs to another index"
             )
-        transform: dict[str, np.ndarray] = {}
-        if backend != EXACT:
-            transform_name = f"{direction}.transform.safetensors"
-            if transform_name not in files:
-                raise ValueError(f"{folder / transform_name} is missing: the {backend} index cannot be searched")
+        transform = {}
+        if backend == HNSW:
+            path = folder / f"{direction}.transform.safetensors"
+            if path.name not in files:
+                raise ValueError(f"{path} is missing: the {backend} index cannot be searched")
             try:
-                transform = dict(load(files.pop(transform_name)))
+                transform = dict(load(files.pop(path.name)))
             except Exception as error:  # safetensors raises its own SafetensorError
-                raise ValueError(f"{folder / transform_name} is damaged ({first_line(error)})") from None
+                raise ValueError(f"{path} is damaged ({first_line(error)})") from None
             if not {"keep", "scale", "radius2"} <= transform.keys():
-                raise ValueError(f"{folder / transform_name} lacks keep/scale/radius2: the index is damaged")
-            transform.setdefault("mean", np.zeros(len(transform["keep"])))  # saved before centring: not centred
-        loaded = cls(backend, direction, dim, faiss_index, transform, kl_weight)
+                raise ValueError(f"{path} lacks keep/scale/radius2: the index is damaged")
+            transform.setdefault("mean", np.zeros(len(transform["keep"])))  # a transform without one: not centred
+        loaded = cls(direction, faiss_index, transform, index.kl_weight)
         if transform:
-            loaded.set_ef_search(ef_search)
+            loaded.set_ef_search(index.ef_search)
+        if loaded.size != len(index):
+            raise ValueError(f"{folder / name} holds {loaded.size} vectors, the index {len(index)}")
+        loaded.check_derived_from(index.embeddings, folder / name)
         return loaded
 
 
 class FaissFlat(SearchBackend):
-    """``backend="faiss"``: the shortlist of an ``IndexFlatIP`` per direction (exact ranking of the KL maps or the
-    search score, re-scored by the index), built at the first search of a direction and extended by later adds."""
+    """``backend="faiss"``: the shortlist of an ``IndexFlatIP`` per direction, built at its first search and
+    extended by later adds."""
 
     name = EXACT
 
@@ -249,38 +206,26 @@ class FaissFlat(SearchBackend):
 
     def added(self, embeddings: GaussianEmbeddings, first_id: int) -> None:
         for direction, built in list(self.directions.items()):
-            if not built.try_add(embeddings, first_id):  # outside the approximate index: rebuilt at the next query
+            if not built.try_add(embeddings, first_id):  # rebuilt at the next query
                 del self.directions[direction]
 
     def candidates(self, queries: GaussianEmbeddings, count: int, direction: str) -> torch.Tensor:
         return self.direction(direction).candidates(queries, count)
 
     def write_files(self, folder: Path) -> None:
-        """``<direction>.faiss`` (and a lift's ``.transform.safetensors``) of both directions, built now where no
-        query built them yet, so a loaded index answers its first query at once."""
+        """Both directions' files, built now where no query built them, so a loaded index answers at once."""
         if len(self.index):
             for direction in SEARCH_DIRECTIONS:
                 self.direction(direction).save(folder)
 
     def read_files(self, folder: Path, files: dict[str, bytes]) -> None:
-        index = self.index
         for direction in SEARCH_DIRECTIONS:
-            built = FaissDirection.from_files(
-                self.name, direction, index.dim, folder, files, index.ef_search, index.kl_weight
-            )
+            built = FaissDirection.from_files(self.name, direction, self.index, folder, files)
             if built is not None:
-                if built.size != len(index):
-                    raise ValueError(f"{folder}/{direction}.faiss holds {built.size} vectors, the index {len(index)}")
-                built.check_derived_from(index.embeddings, folder / f"{direction}.faiss")
                 self.directions[direction] = built
 
 
 class FaissHnsw(FaissFlat):
-    """``backend="faiss-hnsw"``: the shortlist of an HNSW graph per direction (``ef_search`` candidates explored per
-    query) over the lifted maps (``gausscse.search.lift``), re-scored by the index; an approximate index is rebuilt
-    when too many added items fall outside its transform."""
+    """``backend="faiss-hnsw"``: the shortlist of an HNSW graph per direction (``ef_search``) on the lifted maps."""
 
     name = HNSW
-
-
-__all__ = ["EXACT", "HNSW", "FaissDirection", "FaissFlat", "FaissHnsw", "feature_vectors"]

@@ -178,7 +178,7 @@ def test_retrieval_term_is_the_loop_transcription_over_premises(reduction):
         denominator = sum(torch.exp(reference_sim(ent, j, pre, i, reduction) / TAU) for i in range(n))
         expected = expected - torch.log(numerator / denominator) / n
     torch.testing.assert_close(with_retrieval, plain + 0.7 * expected, rtol=1e-9, atol=1e-9)
-    with pytest.raises(ValueError, match="retrieval_weight must be non-negative, got -1"):
+    with pytest.raises(ValueError, match="retrieval_weight must be a finite number >= 0, got -1"):
         GaussCSELoss("ent", TAU, reduction, retrieval_weight=-1)
 
 

@@ -9,7 +9,7 @@ from transformers import AutoModel
 
 from gausscse import GaussCSEConfig, GaussCSEModel, GaussianEmbeddings
 
-from .helpers import ACROSS_PROCESSES, MINILM_PATH, entropy, heads_by_hand, reference_similarity, tiny_encoder_config
+from ..helpers import ACROSS_PROCESSES, MINILM_PATH, entropy, heads_by_hand, reference_similarity, tiny_encoder_config
 
 SENTENCES = [
     "A man is playing a guitar on a stage in front of a large crowd.",

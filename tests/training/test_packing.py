@@ -126,7 +126,7 @@ def test_packing_unset_packs_on_the_cpu_only_and_the_recipes_leave_it_to_the_dev
     from gausscse.training.arguments import parse_arguments
     from gausscse.training.batch import packs_by_default
 
-    from .helpers import REPO_ROOT, train_args
+    from ..helpers import REPO_ROOT, train_args
 
     bert = make_tiny_model("bert").config.encoder_config
     assert packs_by_default(torch.device("cpu"), bert) and not packs_by_default(torch.device("cuda", 0), bert)

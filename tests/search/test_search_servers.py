@@ -17,11 +17,10 @@ from gausscse.cli.search import main as search_main
 from gausscse.io import write_manifest
 from gausscse.model.gaussian import stored_map
 from gausscse.search import GaussianIndex, SentenceIndex
-from gausscse.search.backends import BACKENDS
 from gausscse.search.backends.milvus_backend import connect as milvus_client
 from gausscse.search.backends.qdrant_backend import connect as qdrant_client
 
-from .helpers import assert_top_k, reference_search_score
+from ..helpers import assert_top_k, reference_search_score
 from .test_search import (
     CORPUS,
     broad_and_narrow_gaussians,
@@ -81,7 +80,7 @@ def test_exact_top_k_is_the_torch_backends_on_10000_gaussians_after_adds_and_reo
     index.add(items[:6000])
     index.add(items[6000:])
     assert_same_as(index, exact, queries, 10)
-    reopened = BACKENDS[engine].open(uri)
+    reopened = GaussianIndex.open(engine, uri)
     assert (reopened.backend, reopened.kl_weight, len(reopened)) == (engine, kl_weight, 10_000)
     torch.testing.assert_close(reopened.embeddings.logvar, items.logvar, rtol=0, atol=0)
     assert_same_as(reopened, exact, queries, 10)
@@ -190,9 +189,9 @@ def test_an_existing_collection_is_never_overwritten(engine, new_uri):
     with pytest.raises(FileExistsError, match=rf"already holds a collection '{name}'"):
         GaussianIndex(12, "sum", engine, uri=f"{place}#{name}")
     with pytest.raises(ValueError, match=rf"{KIND[engine]} '{name}' has no GaussianIndex settings"):
-        BACKENDS[engine].open(f"{place}#{name}")
+        GaussianIndex.open(engine, f"{place}#{name}")
     with pytest.raises(FileNotFoundError, match=r"holds no GaussianIndex collection"):
-        BACKENDS[engine].open(foreign)
+        GaussianIndex.open(engine, foreign)
     with pytest.raises(ValueError, match=r"sentences must be a list of 5 strings"):
         GaussianIndex.load(uri).add(items, ["only one"])
 
@@ -230,7 +229,7 @@ def test_wrong_settings_and_a_replaced_collection_are_refused(engine, new_uri, t
         SentenceIndex.load(tmp_path / "A")
     mismatched = new_uri(engine)
     GaussianIndex(12, "sum", engine, uri=mismatched, kl_weight=0.5)  # vectors of 3d + 2 = 38 values
-    table = BACKENDS[engine].open(mismatched).engine.table
+    table = GaussianIndex.open(engine, mismatched).engine.table
     stored = {**table.stored_settings()}
     stored.pop("kl_weight")  # settings that need 2d + 2 = 26
     place, name = mismatched.split("#")
@@ -239,7 +238,7 @@ def test_wrong_settings_and_a_replaced_collection_are_refused(engine, new_uri, t
     else:
         milvus_client(place).alter_collection_properties(name, properties={"gausscse": json.dumps(stored)})
     with pytest.raises(ValueError, match=r"settings \(d = 12, kl_weight = None\) need .*26"):
-        BACKENDS[engine].open(mismatched)
+        GaussianIndex.open(engine, mismatched)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -20,9 +20,9 @@ from gausscse.cli.search import read_corpus
 from gausscse.model.gaussian import similarity_matrix
 from gausscse.search import GaussianIndex, SentenceIndex
 from gausscse.search import index as index_module
-from gausscse.search.backends import BACKENDS, faiss_backend
+from gausscse.search.backends import faiss_backend
 
-from .helpers import assert_top_k, reference_search_score, reference_similarity
+from ..helpers import assert_top_k, reference_search_score, reference_similarity
 
 
 def gaussians(count: int, seed: int, dim: int = 12) -> GaussianEmbeddings:
@@ -378,7 +378,7 @@ def test_the_index_classes_are_exported_from_the_package():
 
 def test_gaussians_of_another_copy_of_the_class_are_accepted():
     """A model loaded with trust_remote_code in a fresh process runs its folder's own copy of gaussian.py, whose
-    GaussianEmbeddings is another class with the same fields (tests/test_model_card.py runs that case for real)."""
+    GaussianEmbeddings is another class with the same fields (tests/hub/test_model_card.py runs that case for real)."""
     from dataclasses import dataclass
 
     @dataclass
@@ -496,11 +496,11 @@ def test_the_lift_keeps_the_inner_product_up_to_a_per_query_scale_and_shift(dire
     """What the approximate backends hand to an L2 index: for each query, ⟨lifted query, lifted item⟩ = a·score + b
     with a > 0 (the ranking kept exactly), the score being −KL or the search score (scikit-learn, torch.distributions),
     for the items inside the graph."""
-    from gausscse.search.lift import fit_lift, lifted_queries
+    from gausscse.search.lift import fit_lift, query_vectors
 
     items, queries = low_rank_gaussians(400, seed=42), low_rank_gaussians(6, seed=43)
     transform, inliers, vectors = fit_lift(items, direction, kl_weight)
-    products = torch.from_numpy(lifted_queries(queries, direction, transform, kl_weight) @ vectors.T).double()
+    products = torch.from_numpy(query_vectors(queries, direction, kl_weight, transform) @ vectors.T).double()
     if kl_weight is None:
         pair = (queries, items) if direction == "entailing" else (items, queries)
         similarity = reference_similarity(pair[0].mu, pair[0].logvar, pair[1].mu, pair[1].logvar, "sum")
@@ -610,7 +610,7 @@ def test_a_load_during_saves_sees_one_whole_index(tmp_path):
     corpus's Gaussians with its own sentences and model name (the old one-file-at-a-time read mixed them in 7 %)."""
     folder = tmp_path / "index"
     two_corpora()[0].save(folder)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER.format(root=root, seconds=6, folder=str(folder))],
         stdout=subprocess.PIPE,
@@ -662,7 +662,7 @@ def test_damaged_index_files_are_named(tmp_path):
         ("index_config.json", b'{\n  "dim": 12,\n  oops\n}', False): r"index_config.json, line 3: not JSON",
         ("index_config.json", b'{"dim": 12}', False): r"index_config.json has no 'reduction'",
         ("entailing.faiss", b"garbage!", False): r"entailing.faiss is not a FAISS index FAISS can read",
-        ("sentences.jsonl", "\n".join([*lines[:5], "{oops", *lines[6:]]).encode(), False): r"sentences.jsonl, line 6: not JSON",
+        ("sentences.jsonl", "\n".join([*lines[:5], "{oops", *lines[6:]]).encode(), False): r"jsonl, line 6: not JSON",
         ("sentences.jsonl", "\n".join([*lines[:5], "7", *lines[6:]]).encode(), False): r"line 6: not a JSON string",
         ("corpus.json", b"[1]", False): r"corpus.json: not a JSON object",
     }
@@ -896,10 +896,12 @@ def test_lancedb_errors_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"sentences are stored by the LanceDB backends; backend 'torch'"):
         GaussianIndex(12, "sum").add(items, ["s"] * 5)
     with pytest.raises(FileNotFoundError, match=r"empty does not exist: no GaussianIndex database there"):
-        BACKENDS["lancedb"].open(tmp_path / "empty")
+        GaussianIndex.open("lancedb", tmp_path / "empty")
+    with pytest.raises(ValueError, match=r"must be a database backend, one of \['lancedb', .*got 'faiss'"):
+        GaussianIndex.open("faiss", tmp_path / "db")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"holds no GaussianIndex table"):
-        BACKENDS["lancedb"].open(tmp_path / "empty")
+        GaussianIndex.open("lancedb", tmp_path / "empty")
 
 
 def test_cli_builds_and_queries_a_lancedb_index(tiny_model_folder, tmp_path):

@@ -38,9 +38,9 @@ from gausscse.demo.core import (
 )
 from gausscse.drawing.gaussians import SIGMAS, covering_dimensions, projection_plane
 
-from .helpers import reference_similarity, tiny_encoder_config, write_jsonl_gz
+from ..helpers import reference_similarity, tiny_encoder_config, write_jsonl_gz
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SENTENCE_A = "a man is playing a red guitar on a stage in front of a crowd"
 SENTENCE_B = "a man is playing music"
 
@@ -124,7 +124,7 @@ def test_search_ranks_by_the_models_search_score_when_it_states_one(model, tmp_p
 
     from gausscse.demo.core import search_rule
 
-    from .helpers import reference_search_score
+    from ..helpers import reference_search_score
 
     searching = copy.deepcopy(model)
     searching.config.search_kl_weight = 0.5

@@ -21,7 +21,7 @@ from gausscse.model.configuration_gausscse import SENTENCE_TRANSFORMERS_FILES
 from gausscse.model.sentence_transformer_gausscse import GaussCSESentenceTransformer, GaussCSETransformer
 from studies import retrieval
 
-from .helpers import ACROSS_PROCESSES, nli_rows, tiny_encoder_config, write_jsonl_gz
+from ..helpers import ACROSS_PROCESSES, nli_rows, tiny_encoder_config, write_jsonl_gz
 
 CLAIMS = ["A man is outside.", "Children are playing.", "A person cooks food.", "An animal sleeps."]
 PASSAGES = [
@@ -336,7 +336,7 @@ def test_a_model_with_a_search_score_routes_to_it_through_a_saved_folder(minilm_
     model's GaussianIndex; score="similarity" keeps −KL; score="search" on a model without λ is refused."""
     from gausscse.search import GaussianIndex
 
-    from .helpers import reference_search_score
+    from ..helpers import reference_search_score
 
     model = spread_model("mean_kl")
     model.config.search_kl_weight = 0.7

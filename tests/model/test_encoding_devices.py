@@ -9,7 +9,7 @@ import torch
 from gausscse.model.devices_gausscse import EncodePool
 from gausscse.model.encoding_gausscse import length_sorted_batches, pad_token_ids, padded_batches, prefetch
 
-from .helpers import tiny_model
+from ..helpers import tiny_model
 
 WORDS = "the a man woman dog plays runs near park music old young red blue sings eats".split()
 

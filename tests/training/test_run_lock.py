@@ -28,7 +28,7 @@ from gausscse.training.run_lock import OutputDirLockedError, RunLock, lock_path
 from gausscse.training.save import save_model_folder
 from gausscse.training.trainer import GaussCSETrainer
 
-from .helpers import fresh_env, train_args
+from ..helpers import fresh_env, train_args
 
 CARD = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {}, "data_stats": {}}
 QUICK = ("--max_steps", "2", "--save_steps", "2", "--eval_strategy", "no")

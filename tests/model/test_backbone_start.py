@@ -23,7 +23,7 @@ from gausscse.training.batch import TripletCollator, split_batch_embeddings
 from gausscse.training.losses import EmbeddingKeepLoss, GaussCSELoss
 from gausscse.training.trainer import GaussCSETrainer
 
-from .helpers import ACROSS_PROCESSES, MINILM_PATH, tiny_encoder_config, tiny_inputs, train_args
+from ..helpers import ACROSS_PROCESSES, MINILM_PATH, tiny_encoder_config, tiny_inputs, train_args
 
 BACKBONE_FIELDS = {"mean_activation": "none", "head_init": "identity", "frozen_mean": True, "variance_layers": 1}
 SENTENCES = [

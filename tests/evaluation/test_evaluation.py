@@ -22,9 +22,16 @@ from gausscse.data.registry import HUB_SOURCES, NLI_LABELS, default_data_dir
 from gausscse.evaluation import EVALUATE_MODULES_DIR, METRIC_NAMES, load_metric
 from gausscse.evaluation.dev_evaluator import SNLIDevEvaluator
 from gausscse.evaluation.encoders import EncodedSentences, GaussianEncoder, load_encoder
-from gausscse.evaluation.tasks import length_rule_correct, load_nli, load_sts, sts_spearman
+from gausscse.evaluation.tasks import (
+    NLIPairs,
+    entailment_direction,
+    length_rule_correct,
+    load_nli,
+    load_sts,
+    sts_spearman,
+)
 
-from .helpers import reference_similarity
+from ..helpers import reference_similarity
 from .test_evaluation_metrics import brute_force_best_threshold, brute_force_sweep_auprc
 
 DATA_DIR = default_data_dir()
@@ -150,9 +157,28 @@ def test_encoded_sentences_scores() -> None:
     cosine = torch.nn.functional.cosine_similarity(point.mu[0], point.mu[1], dim=0)
     torch.testing.assert_close(point.entailment_score(["a"], ["b"]), ((cosine + 1) / 2)[None])
     with pytest.raises(ValueError, match="no variance"):
-        point.generality(["a"])
+        point.gaussians(["a"])
     with pytest.raises(KeyError, match="not encoded"):
         encoded.rows(["missing"])
+
+
+def test_direction_task_applies_both_rules_to_the_entailment_pairs_only() -> None:
+    premises, hypotheses = [f"p{i}" for i in range(40)], [f"h{i}" for i in range(40)]
+    encoded = hand_encoded(premises + hypotheses)
+    is_entailment = np.arange(40) % 4 != 0  # every fourth pair is not an entailment: left out
+    both_ways = np.arange(40) % 10 == 1  # and those that entail both ways
+    pairs = NLIPairs("toy", premises, hypotheses, is_entailment, both_ways)
+    result = entailment_direction(encoded, pairs)
+    kept = is_entailment & ~both_ways
+    rows_p, rows_h = encoded.rows(np.array(premises)[kept]), encoded.rows(np.array(hypotheses)[kept])
+    mu, logvar = encoded.mu, encoded.logvar
+    forward = reference_similarity(mu[rows_h], logvar[rows_h], mu[rows_p], logvar[rows_p], "sum").diagonal()
+    backward = reference_similarity(mu[rows_p], logvar[rows_p], mu[rows_h], logvar[rows_h], "sum").diagonal()
+    np.testing.assert_array_equal(result.similarity_correct, (forward > backward).numpy())
+    gap = (logvar[rows_p].double().sum(-1) - logvar[rows_h].double().sum(-1)).numpy()
+    np.testing.assert_array_equal(result.variance_correct, gap > 0)
+    assert 0 < result.metrics["similarity_rule"] < 100 and result.metrics["examples"] == int(kept.sum())
+    assert result.metrics["variance_rule"] == pytest.approx(100 * float(np.mean(gap > 0)))
 
 
 def test_sts_all_aggregation_is_one_spearman_over_the_whole_file() -> None:

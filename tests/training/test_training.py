@@ -36,9 +36,9 @@ from gausscse.training.losses import GaussCSELoss
 from gausscse.training.save import save_model_folder
 from gausscse.training.trainer import GaussCSETrainer, NonFiniteError, is_head_parameter
 
-from .helpers import nli_rows, train_args, write_jsonl_gz
+from ..helpers import nli_rows, train_args, write_jsonl_gz
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_FILE = "model.safetensors"
 
 
@@ -48,7 +48,7 @@ MODEL_FILE = "model.safetensors"
 def test_head_learning_rate_default_and_the_papers_single_rate(tmp_path):
     _, _, defaults = parse_arguments(["--output_dir", str(tmp_path)])
     assert defaults.head_learning_rate == 1e-3 and defaults.learning_rate == 3e-5
-    paper_config = Path(__file__).resolve().parent.parent / "configs" / "paper.yaml"
+    paper_config = Path(__file__).resolve().parents[2] / "configs" / "paper.yaml"
     _, _, paper = parse_arguments([str(paper_config), "--output_dir", str(tmp_path), "--bf16", "false"])
     assert paper.head_learning_rate == paper.learning_rate
 

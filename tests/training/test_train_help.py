@@ -20,7 +20,7 @@ from gausscse.training.arguments import (
     ModelArguments,
 )
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TRANSFORMERS_GROUP = "transformers TrainingArguments (all of them)"
 GAUSSCSE_GROUPS = ("Model", "Data", "GaussCSE training")
 # TrainingArguments flags (some with GaussCSE defaults): listed once, in the transformers group only

@@ -14,7 +14,7 @@ from gausscse.loading import load_model
 from gausscse.search import GaussianIndex
 from gausscse.search.ray_encode import GaussianEncoder, encode_on_ray
 
-from .helpers import ACROSS_PROCESSES, ACTIONS, PLACES, SUBJECTS, tiny_model
+from ..helpers import ACROSS_PROCESSES, ACTIONS, PLACES, SUBJECTS, tiny_model
 
 SENTENCES = [
     f"{SUBJECTS[k % 8]} {ACTIONS[k % 4]}{' and smiles' * (k % 7)} {PLACES[k // 8 % 4]} number {k}"

@@ -22,7 +22,7 @@ from gausscse.data.sources import DataError
 from gausscse.demo.core import DemoError, check_sentence, direction
 from gausscse.training.save import save_model_folder
 
-from .helpers import nli_rows, train_args, write_jsonl_gz
+from ..helpers import nli_rows, train_args, write_jsonl_gz
 
 CARD = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {}, "data_stats": {}}
 

@@ -21,7 +21,7 @@ from gausscse.search import GaussianIndex, SentenceIndex
 from .test_search import CORPUS, built_twice_in_one_database, gaussians
 from .test_search import tiny_model_folder as tiny_model_folder  # the fixture, used by name
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def exact_top(index_items: GaussianEmbeddings, queries: GaussianEmbeddings, k: int) -> list[list[int]]:

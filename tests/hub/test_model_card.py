@@ -39,7 +39,7 @@ from gausscse.hub.model_card import (
 from gausscse.training.arguments import parse_arguments
 from gausscse.training.lora import apply_lora
 
-from .helpers import MINILM_PATH, nli_rows, reference_search_score, reference_similarity, write_jsonl_gz
+from ..helpers import MINILM_PATH, nli_rows, reference_search_score, reference_similarity, write_jsonl_gz
 
 NAME = "me/gausscse-minilm"
 METRICS = {"snli_dev_auprc": 61.234567, "snli_dev_accuracy": 70.5, "snli_dev_threshold": 0.512,

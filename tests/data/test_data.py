@@ -36,7 +36,7 @@ from gausscse.data.sources import (
 from gausscse.data.tokenize import text_id, tokenize_examples, tokenizer_fingerprint
 from gausscse.training.batch import TripletCollator, text_batch_layout
 
-from .helpers import MINILM_PATH, nli_rows, write_jsonl_gz
+from ..helpers import MINILM_PATH, nli_rows, write_jsonl_gz
 
 NLI = [
     {"premise": "A man plays a guitar.", "hypothesis": "A man plays music.", "label": "entailment"},

@@ -39,7 +39,7 @@ from gausscse.loading import ModelLoadError, load_model
 from gausscse.training.lora import apply_lora
 from gausscse.training.save import HubPushError, check_hub_push
 
-from .helpers import fresh_env, train_args
+from ..helpers import fresh_env, train_args
 
 SENTENCES = ["a man is playing a red guitar in a crowded park at noon", "a man is playing music"]
 

@@ -9,7 +9,7 @@ import torch
 
 from gausscse import GaussCSEConfig, GaussianEmbeddings, similarity, similarity_matrix
 
-from .helpers import reference_similarity, tiny_encoder_config
+from ..helpers import reference_similarity, tiny_encoder_config
 
 D = 768
 TINY_BERT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
@@ -138,7 +138,7 @@ def test_encode_tokenises_each_sentence_once_and_keeps_input_order(batch_size, m
 def test_backbone_encoding_tokenises_once_and_matches_one_sentence_at_a_time(minilm_tokenizer):
     from transformers import BertConfig, BertModel
 
-    from gausscse.evaluation.encoding import encode_hidden
+    from gausscse.evaluation.encoders import encode_hidden
 
     torch.manual_seed(0)
     backbone = BertModel(BertConfig(vocab_size=minilm_tokenizer.vocab_size, **TINY_BERT)).eval()

@@ -15,7 +15,7 @@ from gausscse import GaussCSEConfig
 from gausscse.evaluation.search_weight import KL_WEIGHT_GRID, best_kl_weight, kl_weight_curve, main
 from gausscse.model.gaussian import search_score_matrix
 
-from .helpers import reference_similarity
+from ..helpers import reference_similarity
 
 
 def test_the_search_score_is_the_cosine_minus_the_weighted_kl_per_dimension():

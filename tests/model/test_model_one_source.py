@@ -17,8 +17,7 @@ from gausscse.cli.evaluate import build_parser as evaluate_parser
 from gausscse.cli.search import build_parser as search_parser
 from gausscse.data.tokenize import TRAIN_MAX_LENGTH
 from gausscse.evaluation.dev_evaluator import SNLIDevEvaluator
-from gausscse.evaluation.encoders import GaussianEncoder, PointEncoder, load_encoder
-from gausscse.evaluation.encoding import encode_hidden
+from gausscse.evaluation.encoders import GaussianEncoder, PointEncoder, encode_hidden, load_encoder
 from gausscse.model.backbone_gausscse import start_fields
 from gausscse.model.configuration_gausscse import POOLINGS, TOKEN_POOLINGS
 from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH, pool_tokens
@@ -29,7 +28,7 @@ from gausscse.training.arguments import DataArguments
 from gausscse.training.batch import TripletCollator
 from gausscse.training.precision import training_step_seconds
 
-from .helpers import tiny_encoder_config
+from ..helpers import tiny_encoder_config
 
 # ---------------------------------------------------------------------------------------------------- poolings
 
@@ -43,7 +42,7 @@ def test_the_token_poolings_are_the_models_plus_the_point_encoders_max():
 @pytest.mark.parametrize("pooling", POOLINGS)
 def test_every_model_pooling_is_a_config_a_token_pooling_and_a_start(pooling, tmp_path: Path):
     """A pooling the config takes is one ``pool_tokens`` computes and one a sentence-transformers backbone starts
-    with (packing: tests/test_packing.py runs every one of them)."""
+    with (packing: tests/training/test_packing.py runs every one of them)."""
     config = GaussCSEConfig(encoder_config=tiny_encoder_config(), pooling=pooling)
     model = GaussCSEModel(config).eval()
     hidden, mask = torch.randn(2, 5, 32), torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])

@@ -16,7 +16,7 @@ from gausscse.model.backbone_gausscse import encoder_layers
 from gausscse.training.arguments import parse_arguments
 from gausscse.training.batch import pack_sentences
 
-from .helpers import ACROSS_PROCESSES, tiny_encoder_config, tiny_inputs
+from ..helpers import ACROSS_PROCESSES, tiny_encoder_config, tiny_inputs
 
 
 def trunk_model(layers: int = 1, seed: int = 0, **config_kwargs) -> GaussCSEModel:
