@@ -119,11 +119,6 @@ def encoder_layers_path(encoder: nn.Module) -> str:
     raise ValueError(f"{type(encoder).__name__} has no list of {count} layers: variance_layers cannot copy its top")
 
 
-def encoder_layers(encoder: nn.Module) -> nn.ModuleList:
-    """The encoder's stack of layers ([`encoder_layers_path`])."""
-    return encoder.get_submodule(encoder_layers_path(encoder))
-
-
 def local_backbone(name_or_path: str | None) -> str | None:
     """A backbone's recorded name: a local folder's resolved absolute path, a Hub id as it is."""
     return str(Path(name_or_path).resolve()) if name_or_path and Path(name_or_path).is_dir() else name_or_path

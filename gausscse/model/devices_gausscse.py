@@ -17,6 +17,7 @@ from contextlib import nullcontext
 import torch
 
 IN_FLIGHT_PER_WORKER = 4  # batches handed out ahead of the results, per worker
+CLOSE_TIMEOUT = 30.0  # seconds a closing worker may take to finish its batch before it is terminated
 
 
 def forward_batches(
@@ -101,9 +102,14 @@ class EncodePool:
             raise RuntimeError(f"an encode worker on {', '.join(self.devices)} exited: {error}") from None
 
     def close(self) -> None:
-        """End the workers (each finishes its batch first)."""
+        """End the workers: each finishes its batch within ``CLOSE_TIMEOUT`` seconds, else it is terminated."""
         if self.executor is not None:
-            self.executor.shutdown(wait=True, cancel_futures=True)
+            processes = list(self.executor._processes.values())  # the executor's own; shutdown has no timeout
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.join(CLOSE_TIMEOUT)
+                if process.is_alive():
+                    process.terminate()
         self.executor = None
 
     def __enter__(self) -> EncodePool:

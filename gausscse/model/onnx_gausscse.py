@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import importlib.util
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -294,6 +295,11 @@ def remove_stale_graphs(folder: str | Path, model) -> list[Path]:
     graphs = Path(folder) / ONNX_FOLDER
     paths = sorted(graphs.glob("*.onnx"))
     if not paths:
+        return []
+    if not any(importlib.util.find_spec(name) for name in ("onnx", "onnxruntime")):
+        logger.warning(
+            f"Kept {graphs}: neither onnx nor onnxruntime is installed to read its fingerprints (checked when served)"
+        )
         return []
     fingerprint = model_fingerprint(model)
     stale = [path for path in paths if graph_fingerprint(path) != fingerprint]

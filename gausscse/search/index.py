@@ -56,9 +56,14 @@ class GaussianIndex:
     ``entailing(q, k)`` ranks the stored items x by sim(q‖x) (evidence that entails the claim q), ``entailed_by(q, k)``
     by sim(x‖q) (what q entails); with ``kl_weight`` = λ (a model's ``config.search_kl_weight``) by the search score
     cos(μ_q, μ_x) − λ · KL / d instead (KL(q‖x), resp. KL(x‖q)). Scores are exact, highest first, ties in id order:
-    a backend (``BACKENDS``: ``"torch"`` scores every item; FAISS or a vector database at ``uri``, exact or
-    approximate) gives ``candidates_per_result × k`` candidates, re-scored in float64. ``mean_dim`` similarities are
-    approximate with every backend but ``"torch"`` (their shortlist comes from the ``sum`` form).
+    a backend (``BACKENDS``) gives ``candidates_per_result × k`` candidates, re-scored in float64. ``mean_dim``
+    similarities are approximate with every backend but ``"torch"`` (their shortlist comes from the ``sum`` form).
+
+    Backends: ``"torch"`` scores every item (CPU or GPU). Exact shortlists, by a flat raw inner-product scan of the
+    feature maps: ``"faiss"``, ``"lancedb"``, ``"qdrant"``, ``"milvus"`` (the last three keep the Gaussians and the
+    sentences in a database at ``uri``). Approximate, on the maps lifted to a nearest-neighbour problem:
+    ``"faiss-hnsw"``, ``"qdrant-hnsw"``, ``"milvus-hnsw"`` (HNSW, ``ef_search``) and ``"lancedb-ann"`` (IVF,
+    ``nprobes``).
 
     Args:
         dim, reduction: the Gaussians' d and the model's ``config.similarity_reduction``.
@@ -163,11 +168,13 @@ class GaussianIndex:
         self.logvar = torch.cat([self.logvar, embeddings.logvar])
 
     def entailing(self, queries: GaussianEmbeddings, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The k stored items that best entail each query: highest sim(query‖item) first; ``(Q, k)`` scores, ids."""
+        """The k stored items that best entail each query: highest sim(query‖item) first (with ``kl_weight``: the
+        search score with KL(query‖item)); ``(Q, k)`` scores, ids."""
         return self._search(queries, k, "entailing")
 
     def entailed_by(self, queries: GaussianEmbeddings, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The k stored items each query best entails: highest sim(item‖query) first; ``(Q, k)`` scores, ids."""
+        """The k stored items each query best entails: highest sim(item‖query) first (with ``kl_weight``: the search
+        score with KL(item‖query)); ``(Q, k)`` scores, ids."""
         return self._search(queries, k, "entailed_by")
 
     def _search(self, queries: GaussianEmbeddings, k: int, direction: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -323,8 +330,10 @@ class GaussianIndex:
             index.store(index.checked(stored, "stored"))
         except ValueError as error:
             raise ValueError(f"{folder / GAUSSIANS_FILE}: {error}") from None
-        if len(index) != settings.get("size"):
-            stated = settings.get("size", "nothing of its size")
-            raise ValueError(f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {stated}")
+        size = settings.get("size")
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise ValueError(f"{settings_file} has no valid 'size' (got {size!r}): the index is damaged")
+        if len(index) != size:
+            raise ValueError(f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {size}")
         index.engine.read_files(folder, files)
         return index

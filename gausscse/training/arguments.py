@@ -97,7 +97,7 @@ class ModelArguments:
     lora_r: int = arg(0, "LoRA rank on the backbone; 0 trains the backbone fully.", fixes_run=True)
     lora_alpha: float = arg(16.0, "LoRA alpha.", fixes_run=True)
     lora_dropout: float = arg(0.1, "LoRA dropout.", fixes_run=True)
-    lora_target_modules: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+    lora_target_modules: list[str] | None = arg(
         None, "Backbone modules that get adapters (default: peft's choice for the architecture).", fixes_run=True
     )
     merge_lora: bool = arg(
@@ -129,13 +129,13 @@ class DataArguments:
         "Offline folder in the layout of ../shared/data (default: $GAUSSCSE_DATA_DIR or ../shared/data; "
         "with none, the built-in sources and SNLI dev come from the Hub).",
     )
-    train_datasets: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+    train_datasets: list[str] | None = arg(
         None,
         f"Built-in NLI sources to train on, any of {TRAIN_SOURCES} (default: snli mnli, unless "
         "--train_file or --dataset_name is given).",
         fixes_run=True,
     )
-    train_file: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+    train_file: list[str] | None = arg(
         None,
         "Training files: CSV, TSV, JSON, JSON Lines or Parquet (CSV/TSV/JSON optionally .gz), with NLI "
         "rows (premise, hypothesis, label), triplets (anchor, positive, negative) or pairs (anchor, positive).",
@@ -146,17 +146,17 @@ class DataArguments:
         "NLI rows (premise, hypothesis, label) to evaluate on instead of SNLI dev; its metrics are "
         "named validation_* (e.g. --metric_for_best_model validation_auprc).",
     )
-    dataset_name: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+    dataset_name: list[str] | None = arg(
         None, "Hub datasets to train on, e.g. stanfordnlp/snli sentence-transformers/all-nli.", fixes_run=True
     )
-    dataset_config_name: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+    dataset_config_name: list[str] | None = arg(
         None, "One config per --dataset_name ('none' for a dataset without one), e.g. triplet.", fixes_run=True
     )
     train_split: str = arg("train", "Split of the --dataset_name datasets.", fixes_run=True)
     data_shape: str = arg(
         "auto", f"Shape of --train_file/--dataset_name rows, one of {SHAPES} (auto: from column names).", fixes_run=True
     )
-    columns: list[str] | None = arg(  # noqa: RUF009 (arg returns a dataclasses.field)
+    columns: list[str] | None = arg(
         None,
         "Column names for the roles premise/hypothesis/label/anchor/positive/negative, as role=name "
         "items, e.g. --columns premise=sentence_A hypothesis=sentence_B label=gold.",

@@ -186,6 +186,7 @@ class SupervisedSimCSELoss(nn.Module):
 
     def __init__(self, temperature: float, gather: bool = True, keep_weight: float = 0.0):
         super().__init__()
+        check_terms(LossTermArguments(keep_weight=keep_weight))
         self.temperature = check_temperature(temperature)
         self.gather = gather
         self.keep_weight = keep_weight
@@ -282,7 +283,7 @@ class GaussCSELoss(nn.Module):
     ``GaussCSELoss("ent+con+rev", 0.05, model.config.similarity_reduction)(batch)``.
     """
 
-    def __init__(self, variant: str, temperature: float, reduction: str, gather: bool = True, **terms: float | None):
+    def __init__(self, variant: str, temperature: float, reduction: str, *, gather: bool = True, **terms: float | None):
         super().__init__()
         if variant not in GAUSSCSE_VARIANTS:
             raise ValueError(
@@ -290,7 +291,11 @@ class GaussCSELoss(nn.Module):
             )
         values = LossTermArguments(**terms)
         check_terms(values)
-        vars(self).update(vars(values))  # loss.retrieval_weight, loss.keep_weight, ...
+        weights = {item.name for item in fields(LossTermArguments) if TERM in item.metadata}
+        # loss.retrieval_weight, loss.keep_weight, ...: an unset weight is 0
+        vars(self).update(
+            {name: 0.0 if value is None and name in weights else value for name, value in vars(values).items()}
+        )
         self.variant = variant
         self.temperature = check_temperature(temperature)
         self.reduction = check_reduction(reduction)

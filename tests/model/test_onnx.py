@@ -6,6 +6,7 @@ numbers can only come from ONNX Runtime; int8 files, saving, and the errors."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import re
 
@@ -167,6 +168,20 @@ def test_saving_new_weights_removes_the_stale_graph(saved_model, make_tiny_model
     reloaded = GaussCSEModel.from_pretrained(folder)
     onnx, reference = reloaded.encode(SENTENCES, backend="onnx"), reloaded.encode(SENTENCES)
     torch.testing.assert_close(onnx.mu, reference.mu, atol=1e-5, rtol=1e-4)
+
+
+def test_a_save_without_any_onnx_reader_keeps_the_graphs(saved_model, make_tiny_model, minilm_tokenizer, monkeypatch):
+    """With neither onnx nor ONNX Runtime installed nothing can read a graph's fingerprint: a save of other weights
+    keeps the graphs (serving checks them) rather than remove graphs it cannot judge."""
+    model, folder = saved_model()
+    export_onnx(model, folder)
+    find_spec = importlib.util.find_spec
+    readers = ("onnx", "onnxruntime")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name in readers else find_spec(name))
+    other = make_tiny_model(seed=1, similarity_reduction="sum")
+    other.get_tokenizer(minilm_tokenizer)
+    other.save_pretrained(folder)
+    assert (folder / ONNX_FILE).is_file()
 
 
 def test_the_final_training_save_removes_the_earlier_models_graph(make_tiny_model, minilm_tokenizer, tmp_path,

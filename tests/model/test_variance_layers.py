@@ -12,11 +12,16 @@ import torch
 
 from gausscse import GaussCSEConfig, GaussCSEModel
 from gausscse.cli.train import build_model
-from gausscse.model.backbone_gausscse import encoder_layers
+from gausscse.model.backbone_gausscse import encoder_layers_path
 from gausscse.training.arguments import parse_arguments
 from gausscse.training.batch import pack_sentences
 
 from ..helpers import ACROSS_PROCESSES, tiny_encoder_config, tiny_inputs
+
+
+def encoder_layers(encoder):
+    """The encoder's stack of layers."""
+    return encoder.get_submodule(encoder_layers_path(encoder))
 
 
 def trunk_model(layers: int = 1, seed: int = 0, **config_kwargs) -> GaussCSEModel:

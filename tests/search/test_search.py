@@ -594,7 +594,7 @@ def two_corpora() -> list[SentenceIndex]:
 WRITER = """
 import sys, time
 sys.path.insert(0, {root!r})
-from tests.test_search import two_corpora
+from tests.search.test_search import two_corpora
 corpora = two_corpora()
 end = time.monotonic() + {seconds}
 saves = 0
@@ -654,7 +654,10 @@ def test_damaged_index_files_are_named(tmp_path):
         return copy
 
     lines = (tmp_path / "index" / "sentences.jsonl").read_text().splitlines()
+    sizeless = json.loads((tmp_path / "index" / "index_config.json").read_text())
+    sizeless["size"] = "5"
     cases = {
+        ("index_config.json", json.dumps(sizeless).encode(), False): r"has no valid .size. \(got .5.\)",
         ("gaussians.safetensors", b"garbage", True): r"gaussians.safetensors changed after it was saved",
         ("sentences.jsonl", None, True): r"sentences.jsonl is missing \(listed in manifest.json\)",
         ("manifest.json", b"{", True): r"manifest.json is damaged",

@@ -136,7 +136,7 @@ WRITER = """
 import os, sys, time
 sys.path.insert(0, {root!r})
 from gausscse.search import GaussianIndex
-from tests.test_search import gaussians
+from tests.search.test_search import gaussians
 index = GaussianIndex.load({uri!r})
 open({ready!r}, "w").close()
 while not os.path.exists({go!r}):

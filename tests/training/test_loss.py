@@ -180,6 +180,11 @@ def test_retrieval_term_is_the_loop_transcription_over_premises(reduction):
     torch.testing.assert_close(with_retrieval, plain + 0.7 * expected, rtol=1e-9, atol=1e-9)
     with pytest.raises(ValueError, match="retrieval_weight must be a finite number >= 0, got -1"):
         GaussCSELoss("ent", TAU, reduction, retrieval_weight=-1)
+    with pytest.raises(ValueError, match="keep_weight must be a finite number >= 0, got nan"):
+        SupervisedSimCSELoss(TAU, keep_weight=float("nan"))
+    with pytest.raises(TypeError):  # the terms go by name: a fourth positional argument is not a weight
+        GaussCSELoss("ent", TAU, reduction, 0.5)
+    assert GaussCSELoss("ent", TAU, reduction).retrieval_weight == 0.0  # unset: off
 
 
 def test_retrieval_term_by_the_search_score_is_its_loop_transcription():
