@@ -270,18 +270,27 @@ def rows(batch: NLIBatchEmbeddings, start: int, stop: int) -> NLIBatchEmbeddings
     )
 
 
+def losses_under_ddp() -> tuple:
+    return (
+        ("gausscse", GaussCSELoss("ent+con+rev", TAU, "mean_dim", simcse_weight=0.3, retrieval_weight=0.5)),
+        ("simcse", SupervisedSimCSELoss(TAU)),
+    )
+
+
+def loss_and_grads(loss_fn, batch: NLIBatchEmbeddings) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """The loss and its gradients with respect to three of the batch's leaves."""
+    loss = loss_fn(batch)
+    leaves = [batch.premise.mu, batch.entailment.logvar, batch.contradiction.mu]
+    return loss, torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
+
+
 def _ddp_worker(rank: int, init_file: str, output: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     share = DDP_BATCH // WORLD
     local = rows(ddp_batch(), rank * share, (rank + 1) * share)
     results = {}
-    for name, loss_fn in (
-        ("gausscse", GaussCSELoss("ent+con+rev", TAU, "mean_dim", simcse_weight=0.3, retrieval_weight=0.5)),
-        ("simcse", SupervisedSimCSELoss(TAU)),
-    ):
-        loss = loss_fn(local)
-        leaves = [local.premise.mu, local.entailment.logvar, local.contradiction.mu]
-        grads = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
+    for name, loss_fn in losses_under_ddp():
+        loss, grads = loss_and_grads(loss_fn, local)
         results[name] = (loss.detach(), [grad / WORLD for grad in grads])  # DDP averages over processes
     torch.save(results, f"{output}.{rank}")
     dist.destroy_process_group()
@@ -294,13 +303,8 @@ def test_two_process_gather_equals_single_process_on_concatenated_batch(tmp_path
     per_rank = [torch.load(f"{output}.{rank}") for rank in range(WORLD)]
     full = ddp_batch()
     share = DDP_BATCH // WORLD
-    for name, loss_fn in (
-        ("gausscse", GaussCSELoss("ent+con+rev", TAU, "mean_dim", simcse_weight=0.3, retrieval_weight=0.5)),
-        ("simcse", SupervisedSimCSELoss(TAU)),
-    ):
-        loss = loss_fn(full)
-        leaves = [full.premise.mu, full.entailment.logvar, full.contradiction.mu]
-        grads = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
+    for name, loss_fn in losses_under_ddp():
+        loss, grads = loss_and_grads(loss_fn, full)
         torch.testing.assert_close(sum(r[name][0] for r in per_rank) / WORLD, loss.detach(), rtol=1e-10, atol=1e-10)
         for rank, result in enumerate(per_rank):
             for local_grad, grad in zip(result[name][1], grads, strict=True):
