@@ -227,7 +227,8 @@ class GaussianIndex:
         step = max(1, min(QUERY_CHUNK, RESCORE_ELEMENTS // max(1, candidate_ids.shape[1] * self.dim)))
         for start in range(0, len(queries), step):
             ids = candidate_ids[start : start + step]
-            items = (self.mu[ids.clamp_min(0)].cpu(), self.logvar[ids.clamp_min(0)].cpu())
+            rows_of = ids.clamp_min(0)  # -1: no candidate (its score stays -inf)
+            items = (self.mu[rows_of].cpu(), self.logvar[rows_of].cpu())
             rows = queries[start : start + step]
             chunk = self.score((rows.mu[:, None].cpu(), rows.logvar[:, None].cpu()), items, direction, paired=True)
             scores[start : start + step] = torch.where(ids >= 0, chunk, float("-inf"))

@@ -291,10 +291,10 @@ class GaussCSELoss(nn.Module):
             )
         values = LossTermArguments(**terms)
         check_terms(values)
-        weights = {item.name for item in fields(LossTermArguments) if TERM in item.metadata}
+        self.terms = {item.name: item.metadata[TERM] for item in fields(LossTermArguments) if TERM in item.metadata}
         # loss.retrieval_weight, loss.keep_weight, ...: an unset weight is 0
         vars(self).update(
-            {name: 0.0 if value is None and name in weights else value for name, value in vars(values).items()}
+            {name: 0.0 if value is None and name in self.terms else value for name, value in vars(values).items()}
         )
         self.variant = variant
         self.temperature = check_temperature(temperature)
@@ -326,10 +326,9 @@ class GaussCSELoss(nn.Module):
         columns = batch_columns(batch, self.gather)
         logits, keep, offset = self.similarity_blocks(batch, columns)
         loss = masked_cross_entropy(logits, keep, torch.arange(len(batch), device=logits[0].device) + offset)
-        for item in fields(LossTermArguments):
-            weight = getattr(self, item.name)
-            if TERM in item.metadata and weight:
-                loss = loss + weight * item.metadata[TERM](self, batch, columns)
+        for name, term in self.terms.items():
+            if getattr(self, name):
+                loss = loss + getattr(self, name) * term(self, batch, columns)
         return loss
 
 

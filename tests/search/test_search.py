@@ -924,3 +924,20 @@ def test_cli_builds_and_queries_a_lancedb_index(tiny_model_folder, tmp_path):
         search_main([*build, "--backend", "lancedb"])
     with pytest.raises(ValueError, match=r"--uri is the database of --backend lancedb / lancedb-ann, not of torch"):
         search_main([*build, "--uri", str(tmp_path / "other")])
+
+
+def test_a_shortlist_slot_without_a_candidate_ranks_last():
+    """A backend pads a short shortlist with id −1 (an ANN that found fewer, a row another handle added later):
+    re-scoring gives it −inf, after every real candidate, whose scores are the exact similarities."""
+    index = GaussianIndex(12, "sum")
+    items, queries = gaussians(6, seed=0), gaussians(2, seed=1)
+    index.add(items)
+    candidates = torch.tensor([[3, -1, 0, 5], [-1, -1, 2, 1]])
+    scores, ids = index.rescore(queries, candidates, "entailing")
+    exact = reference_similarity(queries.mu, queries.logvar, items.mu, items.logvar, "sum")
+    for row in range(2):
+        real = candidates[row][candidates[row] >= 0]
+        expected = exact[row, real].sort(descending=True)
+        assert ids[row, : len(real)].tolist() == real[expected.indices].tolist()
+        torch.testing.assert_close(scores[row, : len(real)].double(), expected.values, rtol=1e-5, atol=1e-7)
+        assert torch.isinf(scores[row, len(real) :]).all() and (ids[row, len(real) :] == -1).all()
