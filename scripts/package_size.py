@@ -6,6 +6,7 @@ python scripts/package_size.py
 from __future__ import annotations
 
 import ast
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -42,11 +43,12 @@ def line_kinds(source: str) -> Counter:
 
 
 def main() -> None:
+    package = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else PACKAGE
     total, by_folder = Counter(), Counter()
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(package.rglob("*.py")):
         kinds = line_kinds(path.read_text(encoding="utf-8"))
         total += kinds
-        by_folder[str(path.parent.relative_to(PACKAGE.parent))] += sum(kinds.values())
+        by_folder[str(path.parent.relative_to(package.parent))] += sum(kinds.values())
     print(
         f"gausscse/: {sum(total.values())} lines — "
         + ", ".join(f"{kind} {total[kind]}" for kind in ("code", "docstring", "comment", "blank"))
