@@ -20,6 +20,12 @@ from huggingface_hub.utils.sha import sha_fileobj
 
 from gausscse.model.configuration_gausscse import write_bytes_atomic
 
+RENAME_EXCHANGE = 2  # linux/fs.h
+AT_FDCWD = -100
+MANIFEST_FILE = "manifest.json"
+READ_ATTEMPTS = 20  # whole-folder reads retried when the folder is replaced while it is read
+BY_HANDLE = os.open in os.supports_dir_fd and os.listdir in os.supports_fd  # a folder read through one handle
+
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
@@ -64,9 +70,6 @@ def write_json(path: str | Path, payload: Any) -> None:
     write_atomic(path, json.dumps(json_safe(payload), indent=2, default=str) + "\n")
 
 
-JSON_KINDS = {dict: "object", str: "string", list: "array"}
-
-
 def json_value(text: str | bytes, path: str | Path, kind: type = dict, line: int | None = None, error=ValueError):
     """The JSON value of ``text`` (the file ``path``, or its line ``line``) if it is a ``kind``; else ``error`` naming
     the file and line (not UTF-8, not JSON, another kind)."""
@@ -78,7 +81,8 @@ def json_value(text: str | bytes, path: str | Path, kind: type = dict, line: int
         where = line or json_error.lineno
         raise error(f"{path}, line {where}: not JSON ({json_error.msg}, column {json_error.colno})") from None
     if not isinstance(value, kind):
-        raise error(f"{path}{'' if line is None else f', line {line}'}: not a JSON {JSON_KINDS[kind]}: {value!r:.80}")
+        kind_name = {dict: "object", str: "string", list: "array"}[kind]
+        raise error(f"{path}{'' if line is None else f', line {line}'}: not a JSON {kind_name}: {value!r:.80}")
     return value
 
 
@@ -98,10 +102,6 @@ def first_line(error: BaseException) -> str:
     """The first line of an error's message (FAISS and HTTP clients add C++ positions and bodies)."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-RENAME_EXCHANGE = 2  # linux/fs.h
-AT_FDCWD = -100
 
 
 def exchange_paths(first: str | Path, second: str | Path) -> bool:
@@ -155,18 +155,14 @@ def check_replaceable(folder: str | Path, marker: str, flag: str = "") -> None:
 
 
 def check_output_location(path: str | Path, flag: str) -> Path:
-    """The absolute path of the output folder ``path`` (argument ``flag``); ``ValueError`` naming ``flag`` before any
-    long work when it is a file, is or holds the working directory (it is replaced whole), or its nearest existing
-    parent takes no new entries (the staging folder and lock go there)."""
+    """The absolute path of the output folder ``path`` (argument ``flag``); ``ValueError`` naming ``flag`` when it is a
+    file, is or holds the working directory, or its nearest existing parent takes no new entries (for staging)."""
     target = Path(path).expanduser().absolute()
     if target.exists() and not target.is_dir():
         raise ValueError(f"{flag} {path} is a file, not a folder")
     resolved = target.resolve()
     if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents:
-        raise ValueError(
-            f"{flag} {path} is the working directory or holds it: the folder is replaced whole when written; pass a "
-            "folder inside it (e.g. outputs/run)"
-        )
+        raise ValueError(f"{flag} {path} is the working directory or holds it (replaced whole): pass a folder inside")
     parent = resolved.parent
     while not parent.exists():
         parent = parent.parent
@@ -180,8 +176,7 @@ def check_output_location(path: str | Path, flag: str) -> Path:
 
 
 def check_not_nested(first: str | Path, first_flag: str, second: str | Path, second_flag: str, why: str) -> None:
-    """``ValueError``, saying ``why``, when the folders ``first`` and ``second`` (resolved) are one or one holds the
-    other."""
+    """``ValueError``, saying ``why``, when the folders ``first`` and ``second`` are one or one holds the other."""
     one, other = Path(first).resolve(), Path(second).resolve()
     if one == other or one in other.parents or other in one.parents:
         relation = "is" if one == other else "holds" if one in other.parents else "lies inside"
@@ -190,8 +185,7 @@ def check_not_nested(first: str | Path, first_flag: str, second: str | Path, sec
 
 @contextmanager
 def staging_folder(folder: Path, prefix: str) -> Iterator[Path]:
-    """A new empty folder (``prefix`` + random) beside ``folder``, with the usual permissions, deleted when the block
-    ends."""
+    """A new empty folder (``prefix`` + random) beside ``folder``, usual permissions, deleted when the block ends."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=prefix))
     try:
@@ -221,11 +215,6 @@ def atomic_folder(folder: str | Path, marker: str) -> Iterator[Path]:
             raise OSError(f"could not replace {folder} atomically")
 
 
-MANIFEST_FILE = "manifest.json"
-READ_ATTEMPTS = 20  # whole-folder reads retried when the folder is replaced while it is read
-BY_HANDLE = os.open in os.supports_dir_fd and os.listdir in os.supports_fd  # a folder read through one handle
-
-
 def write_manifest(folder: Path) -> None:
     """``manifest.json`` in ``folder``: the size and SHA-256 of each of its files ([`read_folder`] checks them)."""
     files = {}
@@ -236,32 +225,27 @@ def write_manifest(folder: Path) -> None:
     write_json(folder / MANIFEST_FILE, {"files": files})
 
 
-class FolderReplacedError(OSError):
-    """The folder was replaced by a new save while it was being read (the read is retried)."""
-
-
 def read_folder(folder: str | Path, kind: str) -> dict[str, bytes]:
-    """Every file of a folder written by [`atomic_folder`], all from one version of it: ``{name: bytes}``, read through
-    one handle on the folder (a read the swap of a new save overtakes starts again). ``ValueError`` naming the file
-    when one listed in ``manifest.json`` is missing or differs from its size and SHA-256 (a folder without a manifest
-    is read as it is); ``kind`` names the folder in messages."""
+    """``{name: bytes}`` of every file of a folder written by [`atomic_folder`], all from one version of it (read
+    through one handle; retried when a save swaps it). ``ValueError`` naming a file ``manifest.json`` lists that is
+    missing or differs (a folder without a manifest is read as it is); ``kind`` names the folder in messages."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a saved {kind}: no such folder")
     for _ in range(READ_ATTEMPTS):
         handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if BY_HANDLE else None
         try:
-            return _read_folder_once(folder, kind, handle)
-        except FolderReplacedError:
-            continue
+            files = _read_folder_once(folder, kind, handle)
         finally:
             if handle is not None:
                 os.close(handle)
+        if files is not None:
+            return files
     raise OSError(f"{folder} was replaced {READ_ATTEMPTS} times while being read; try again")
 
 
-def _read_folder_once(folder: Path, kind: str, handle: int | None) -> dict[str, bytes]:
-    """One attempt of [`read_folder`] through ``handle`` (``None``: by path)."""
+def _read_folder_once(folder: Path, kind: str, handle: int | None) -> dict[str, bytes] | None:
+    """One try of [`read_folder`] through ``handle`` (``None``: by path); ``None`` when a save swapped the folder."""
 
     def read(name: str) -> bytes | None:
         try:
@@ -271,13 +255,21 @@ def _read_folder_once(folder: Path, kind: str, handle: int | None) -> dict[str, 
             return None
 
     manifest = read(MANIFEST_FILE)  # none: an older folder (its files as they are), or one deleted after a swap
-    listed = None if manifest is None else manifest_records(manifest, folder / MANIFEST_FILE, kind)
+    try:
+        entries = None if manifest is None else json.loads(manifest)["files"].items()
+        listed = None if entries is None else {name: (int(row["size"]), str(row["sha256"])) for name, row in entries}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{folder / MANIFEST_FILE} is damaged ({error!r}): save the {kind} again") from None
     names = listed
     if names is None:
         names = [name for name in os.listdir(folder if handle is None else handle) if not name.startswith(".")]
     files = {name: read(name) for name in names}
-    if (listed is None or None in files.values()) and handle is not None and swapped(folder, handle):
-        raise FolderReplacedError(str(folder))
+    if (listed is None or None in files.values()) and handle is not None:  # a save may have swapped the folder
+        try:
+            if not os.path.samestat(os.fstat(handle), os.stat(folder)):
+                return None
+        except FileNotFoundError:
+            return None
     if listed is None:
         return {name: data for name, data in files.items() if data is not None}
     for name, (size, sha256) in listed.items():
@@ -285,26 +277,5 @@ def _read_folder_once(folder: Path, kind: str, handle: int | None) -> dict[str, 
         if data is None:
             raise ValueError(f"{folder / name} is missing (listed in {MANIFEST_FILE}): save the {kind} again")
         if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:  # files are never rewritten in place
-            raise ValueError(
-                f"{folder / name} changed after it was saved (size or SHA-256 differs from {MANIFEST_FILE}): "
-                f"the {kind} is damaged; save it again"
-            )
+            raise ValueError(f"{folder / name} changed after it was saved (size or SHA-256): save the {kind} again")
     return files
-
-
-def manifest_records(manifest: bytes, path: Path, kind: str) -> dict[str, tuple[int, str]]:
-    """``{name: (size, SHA-256)}`` of a ``manifest.json``; ``ValueError`` naming it when it is damaged."""
-    try:
-        return {
-            name: (int(record["size"]), str(record["sha256"])) for name, record in json.loads(manifest)["files"].items()
-        }
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise ValueError(f"{path} is damaged ({error!r}): save the {kind} again") from None
-
-
-def swapped(folder: Path, handle: int) -> bool:
-    """Whether the folder ``handle`` opened is no longer the one at its path (a save swapped it)."""
-    try:
-        return not os.path.samestat(os.fstat(handle), os.stat(folder))
-    except FileNotFoundError:
-        return True

@@ -80,8 +80,7 @@ def load_model(
 
     ``revision``: a Hub branch, tag or commit (pin one to reproduce); ``device``: where to put it (default: the
     CPU); ``token``: for a private repo; ``dtype``: of the weights (default: as saved). Raises [`ModelLoadError`]
-    when nothing loads there or the model is not a GaussCSE model (saying what to do instead).
-    """
+    when nothing loads there or the model is not a GaussCSE model (saying what to do instead)."""
     check_model_reference(name_or_path)
     hub_kwargs = {key: value for key, value in (("revision", revision), ("token", token)) if value is not None}
     try:  # the config as JSON: AutoConfig would offer to run the code of a folder whose model type it does not know

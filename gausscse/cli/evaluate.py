@@ -1,10 +1,7 @@
 """Command line: ``gausscse-evaluate --model PATH --tasks nli,direction,sts --output DIR``
-(or ``python -m gausscse.cli.evaluate``).
 
-Writes ``DIR/results.json``, ``DIR/report.md`` and PNG plots, and merges the results into a ``--model`` folder's
-GaussCSE model card (not with ``--max_examples``). Several ``--model`` paths are seeds of one configuration (mean ± std;
-significance tests use the first); ``--baseline`` paths (GaussCSE folders or any encoder) are scored by the same code.
-"""
+Writes ``DIR/results.json``, ``DIR/report.md``, PNGs and, without ``--max_examples``, a ``--model`` folder's model card.
+Several ``--model`` paths are seeds (mean ± std; significance uses the first); ``--baseline``: any encoders."""
 
 from __future__ import annotations
 
@@ -23,7 +20,7 @@ from tqdm.auto import tqdm
 from gausscse.drawing.reports import plot_gaussians_2d, plot_generality_gap, plot_pr_curves
 from gausscse.evaluation.encoders import DEFAULT_BATCH_SIZE, load_encoder
 from gausscse.evaluation.report import Entry, markdown_report
-from gausscse.evaluation.suite import ModelRun, aggregate_seeds, flatten, run_encoder, significance_tests
+from gausscse.evaluation.suite import aggregate_seeds, flatten, run_encoder, significance_tests
 from gausscse.evaluation.tasks import (
     NLI_DEV,
     NLI_TEST_SETS,
@@ -40,7 +37,6 @@ from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The CLI's arguments."""
     parser = argparse.ArgumentParser(prog="gausscse-evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", nargs="+", required=True, help="model folder(s) or Hub id(s); several = seeds")
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
@@ -79,31 +75,8 @@ def _labels(paths: list[str], names: list[str] | None, argument: str, taken: set
     return labels
 
 
-PLOT_PATTERNS = ("pr_curves.png", "generality_gap_*.png", "gaussians_2d_*.png")
 RUN_SETTINGS = ("data_dir", "max_examples", "batch_size", "max_length", "bf16", "device")  # into results.json's meta
 UNITS = "percent (0-100) except thresholds (0-1), counts and p-values"
-
-
-def check_output_folder(output: Path) -> Path:
-    """Create ``output`` and make sure a file can be written there, or raise ``ValueError`` naming it."""
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=output, prefix=".write-check-"):
-            pass
-    except OSError as error:
-        raise ValueError(f"--output {output}: cannot write there ({error.strerror or error})") from error
-    return output
-
-
-def remove_stale_plots(output: Path, written: list[Path]) -> None:
-    """Delete the plots an earlier run left in ``output`` (they would pass for this run's)."""
-    keep = {Path(path).resolve() for path in written}
-    for pattern in PLOT_PATTERNS:
-        for path in output.glob(pattern):
-            if path.resolve() not in keep:
-                path.unlink()
-
-
 # results block -> (model-index task type, the (dataset, split) of each of its sets, prefix of its metric types)
 CARD_BLOCKS = {
     "nli": ("binary-classification", NLI_TEST_SETS, ""),
@@ -128,35 +101,25 @@ def card_eval_results(results: dict) -> list[EvalResult]:
     return entries
 
 
-def update_model_cards(paths: list[str], runs: list[ModelRun], max_examples: int | None) -> None:
-    """Merge each ``--model`` folder's results into its GaussCSE model card if any; not after ``--max_examples``."""
-    if max_examples is not None:
-        print("Model cards left as they were: --max_examples scores subsets, not the test splits", file=sys.stderr)
-        return
-    for path, run in zip(paths, runs, strict=True):
-        try:
-            updated = update_model_card(path, card_eval_results(run.results))
-        except OSError as error:  # a read-only folder: the results are in --output all the same
-            print(f"Model card {Path(path) / 'README.md'} left as it was: {error}", file=sys.stderr)
-            continue
-        if updated:
-            print(f"Wrote the results into the model card {Path(path) / 'README.md'}", file=sys.stderr)
-
-
-def task_plots(shown: list[ModelRun], data: TaskData, tasks: tuple[str, ...], output: Path) -> list[Path]:
-    """Precision–recall curves (nli) and each Gaussian model's generality gap (direction) of the models ``shown``."""
-    plots = [plot_pr_curves(shown, data.nli_test, output / "pr_curves.png")] if "nli" in tasks else []
-    if "direction" in tasks:
-        plots += [
-            plot_generality_gap(run, output / f"generality_gap_{_file_label(run.name)}.png")
-            for run in shown
-            if run.is_gaussian
-        ]
-    return plots
-
-
-def _run_models(args, data: TaskData, jobs: list[tuple[str, str]], output: Path):
-    """Each ``(path, label)`` loaded, encoded and scored: ``(runs, seconds per model, Gaussian pictures written)``."""
+def main(argv: list[str] | None = None) -> dict:
+    """Run the CLI; returns the ``results.json`` payload."""
+    args = build_parser().parse_args(argv)
+    command = argv if argv is not None else sys.argv[1:]
+    tasks = parse_tasks(args.tasks)
+    if args.max_examples is not None and args.max_examples < 1:
+        raise ValueError(f"--max_examples must be a positive integer, got {args.max_examples}")
+    output = Path(args.output)
+    try:  # before any computing: a bad folder must not lose the run
+        output.mkdir(parents=True, exist_ok=True)
+        tempfile.NamedTemporaryFile(dir=output, prefix=".write-check-").close()  # a file can be written there
+    except OSError as error:
+        raise ValueError(f"--output {output}: cannot write there ({error.strerror or error})") from error
+    started = time.perf_counter()
+    data = TaskData.load(tasks, data_dir=args.data_dir, max_examples=args.max_examples)
+    taken: set[str] = set()
+    models = _labels(args.model, args.model_names, "--model_names", taken)
+    baselines = _labels(args.baseline, args.baseline_names, "--baseline_names", taken)
+    jobs = list(zip(args.model + args.baseline, models + baselines, strict=True))
     runs, timings, pictures = {}, {}, []
     for path, label in tqdm(jobs, desc="Models", unit="model"):
         job_started = time.perf_counter()
@@ -167,27 +130,16 @@ def _run_models(args, data: TaskData, jobs: list[tuple[str, str]], output: Path)
         timings[label] = time.perf_counter() - job_started
         if not args.no_plots and runs[label].is_gaussian:
             pictures.append(plot_gaussians_2d(encoder, output / f"gaussians_2d_{_file_label(label)}.png"))
-    return runs, timings, pictures
-
-
-def main(argv: list[str] | None = None) -> dict:
-    """Run the CLI; returns the ``results.json`` payload."""
-    args = build_parser().parse_args(argv)
-    command = argv if argv is not None else sys.argv[1:]
-    tasks = parse_tasks(args.tasks)
-    if args.max_examples is not None and args.max_examples < 1:
-        raise ValueError(f"--max_examples must be a positive integer, got {args.max_examples}")
-    output = check_output_folder(Path(args.output))  # before any computing: a bad folder must not lose the run
-    started = time.perf_counter()
-    data = TaskData.load(tasks, data_dir=args.data_dir, max_examples=args.max_examples)
-    taken: set[str] = set()
-    models = _labels(args.model, args.model_names, "--model_names", taken)
-    baselines = _labels(args.baseline, args.baseline_names, "--baseline_names", taken)
-    jobs = list(zip(args.model + args.baseline, models + baselines, strict=True))
-    runs, timings, pictures = _run_models(args, data, jobs, output)
-    tests = significance_tests(runs[models[0]], [runs[label] for label in baselines], tasks)
+    tests = significance_tests(runs[models[0]], [runs[label] for label in baselines])
     shown = [runs[models[0]], *(runs[label] for label in baselines)]
-    plots = [] if args.no_plots else [*task_plots(shown, data, tasks, output), *pictures]
+    plots = []
+    if not args.no_plots:
+        if "nli" in tasks:
+            plots.append(plot_pr_curves(shown, data.nli_test, output / "pr_curves.png"))
+        for run in shown:
+            if "direction" in tasks and run.is_gaussian:
+                plots.append(plot_generality_gap(run, output / f"generality_gap_{_file_label(run.name)}.png"))
+        plots += pictures
     meta = {"command": ["gausscse-evaluate", *command], "tasks": list(tasks)}
     meta |= {key: getattr(args, key) for key in RUN_SETTINGS}
     meta |= {"torch_threads": torch.get_num_threads(), "platform": platform.platform()}
@@ -204,7 +156,9 @@ def main(argv: list[str] | None = None) -> dict:
     group = models[0] if len(models) == 1 else f"{models[0]} (mean ± std, {len(models)} runs)"
     entries = [Entry(group, [runs[label] for label in models]), *(Entry(label, [runs[label]]) for label in baselines)]
     write_json(output / "results.json", payload)
-    remove_stale_plots(output, plots)
+    for pattern in ("pr_curves.png", "generality_gap_*.png", "gaussians_2d_*.png"):  # an earlier run's plots
+        for stale in set(output.glob(pattern)) - set(plots):
+            stale.unlink()
     truncation = f"truncated to {args.max_length} tokens" if args.max_length else "truncated at each encoder's limit"
     rows = f"; first {args.max_examples} rows of every split only" if args.max_examples else ""
     notes = [
@@ -212,7 +166,15 @@ def main(argv: list[str] | None = None) -> dict:
         f"Sentences {truncation}{rows}. Wall-clock: {meta['seconds_total']:.0f} s on {args.device}.",
     ]
     write_atomic(output / "report.md", markdown_report(entries, tests, notes))
-    update_model_cards(args.model, [runs[label] for label in models], args.max_examples)
+    if args.max_examples is not None:
+        print("Model cards left as they were: --max_examples scores subsets, not the test splits", file=sys.stderr)
+    else:
+        for path, label in zip(args.model, models, strict=True):
+            try:  # into the folder's GaussCSE model card, if it has one
+                if update_model_card(path, card_eval_results(runs[label].results)):
+                    print(f"Wrote the results into the model card {Path(path) / 'README.md'}", file=sys.stderr)
+            except OSError as error:  # a read-only folder: the results are in --output all the same
+                print(f"Model card {Path(path) / 'README.md'} left as it was: {error}", file=sys.stderr)
     print(f"Wrote {output / 'results.json'} and {output / 'report.md'}", file=sys.stderr)
     return payload
 

@@ -1,12 +1,8 @@
 """Command line: entailment search over a corpus (``gausscse-search`` or ``python -m gausscse.cli.search``).
 
-    gausscse-search build --model M --corpus sentences.txt --index DIR
-    gausscse-search query --index DIR --entailing "A man is playing music." -k 5
-    gausscse-search query --index DIR --entailed_by "A man plays a guitar on stage." -k 5
-
-``build`` saves a ``SentenceIndex`` of the corpus's distinct sentences; ``query`` prints, for each query, the stored
-sentences that entail it (``--entailing``) or that it entails (``--entailed_by``), with the model the index was built
-with unless ``--model`` is given.
+gausscse-search build --model M --corpus sentences.txt --index DIR
+gausscse-search query --index DIR --entailing "A man is playing music." -k 5
+gausscse-search query --index DIR --entailed_by "A man plays a guitar on stage." -k 5
 """
 
 from __future__ import annotations
@@ -24,8 +20,8 @@ from gausscse.data.sources import read_table
 from gausscse.io import check_not_nested, check_output_location, check_replaceable
 from gausscse.loading import ModelLoadError, load_model
 from gausscse.model import GaussCSEModel
-from gausscse.search.backends import BACKENDS, database_groups
-from gausscse.search.corpus import SCORES
+from gausscse.search.backends import BACKENDS, uri_usage
+from gausscse.search.corpus import SCORES, ModelMismatchError, SentenceIndex
 from gausscse.search.index import SETTINGS_FILE
 
 
@@ -39,28 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--column", default=None, help="the text column of a table corpus (.jsonl/.csv/.tsv/.parquet)")
     build.add_argument("--index", required=True, help="folder to write (replaced whole if it holds an index)")
     build.add_argument("--backend", choices=BACKENDS, default="torch")
-    build.add_argument(
-        "--uri",
-        help="a database backend's new database (default INDEX.lancedb, INDEX.qdrant or INDEX.milvus.db): a LanceDB "
-        "folder, a Qdrant folder or server URL, a Milvus Lite .db file or server URL ('#name': the collection)",
-    )
-    build.add_argument(
-        "--score",
-        choices=SCORES,
-        default="auto",
-        help="rank by the model's search score cos − λ·KL/d ('search'), its similarity, or the search score when its "
-        "config states λ ('auto')",
-    )
+    build.add_argument("--uri", help="new database (default INDEX.lancedb/.qdrant/.milvus.db; URI#name: a collection)")
+    score_help = "'search': cos − λ·KL/d (λ in the model config); 'similarity': sim(q‖x); 'auto': 'search' if λ is set"
+    build.add_argument("--score", choices=SCORES, default="auto", help=score_help)
     build.add_argument("--batch_size", type=int, default=64)
     build.add_argument("--max_length", type=int, default=None, help="truncation in tokens (default: the encoder's)")
     build.add_argument("--device", default=device)
-    build.add_argument(
-        "--ray",
-        nargs="?",
-        const="local",
-        metavar="ADDRESS",
-        help="encode on the Ray cluster at ADDRESS ('auto': this machine's), or a local Ray of --ray_workers CPUs",
-    )
+    ray_help = "encode on the Ray cluster at ADDRESS ('auto': this machine's), or a local Ray of --ray_workers CPUs"
+    build.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS", help=ray_help)
     build.add_argument("--ray_workers", type=int, default=2, help="Ray workers, one model each (with --ray)")
     query = commands.add_parser("query", help="search a saved index")
     query.add_argument("--index", required=True, help="a folder written by `build`")
@@ -70,11 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     direction.add_argument("--entailed_by", nargs="+", metavar="PREMISE", help="find what these entail")
     query.add_argument("-k", type=int, default=5, help="hits per query")
     query.add_argument("--json", action="store_true", help="print the hits as JSON")
-    query.add_argument(
-        "--allow_model_mismatch",
-        action="store_true",
-        help="search with a --model other than the one the index was built with (its scores are not comparable)",
-    )
+    query.add_argument("--allow_model_mismatch", action="store_true", help="search with another --model anyway")
     query.add_argument("--device", default=device)
     return parser
 
@@ -111,24 +89,17 @@ def read_corpus(path: Path, column: str | None) -> list[str]:
 
 
 def database_uri(args: argparse.Namespace) -> str:
-    """The ``--uri`` of a database backend (default: ``--index`` + the engine's suffix), checked before encoding:
-    a local place outside the index folder, and no index there yet."""
-    backend = BACKENDS[args.backend]
-    uri = args.uri or str(Path(args.index).with_name(Path(args.index).name + backend.store_class.default_suffix))
+    """``--uri`` (default: ``--index`` + the engine's suffix), checked before encoding: outside the index, unused."""
+    store = BACKENDS[args.backend].store_class
+    uri = args.uri or str(Path(args.index).with_name(Path(args.index).name + store.default_suffix))
     if uri.partition("#")[0] == ":memory:":
         raise ValueError("--uri :memory: does not outlive the command: give a folder, a file or a server URL")
-    place = backend.store_class.local_path(uri)
+    place = store.local_path(uri)
     if place is not None:
         check_output_location(place, "--uri")
-        check_not_nested(
-            place,
-            "--uri",
-            args.index,
-            "--index",
-            "saving the index would replace the database; give each its own folder",
-        )
+        check_not_nested(place, "--uri", args.index, "--index", "saving the index would replace the database")
     try:  # refused before the corpus is encoded, not after
-        backend.check_new_place(uri)
+        store.check_new(store.normalized(uri))
     except (FileExistsError, ValueError) as error:
         raise ValueError(f"--uri {error}") from None
     return uri
@@ -144,65 +115,45 @@ def load_search_model(name_or_path: str, device: str) -> GaussCSEModel:
 
 def build_index(args: argparse.Namespace) -> None:
     """``build``: check the output places, read the corpus, encode it (here or on Ray), index it, save the index."""
-    from gausscse.search.corpus import SentenceIndex
-
     check_output_location(args.index, "--index")
     check_replaceable(args.index, SETTINGS_FILE, "--index")
     index_kwargs = {}
     if BACKENDS[args.backend].database:
         index_kwargs["uri"] = database_uri(args)
-    elif args.uri:  # a backend that keeps no database
-        first, *others = (" / ".join(names) for names in database_groups("kind").values())
-        raise ValueError(
-            f"--uri is the database of --backend {first}, not of {args.backend}; {' and '.join(others)} take one too"
-        )
+    elif args.uri:
+        raise ValueError(f"--uri is not for --backend {args.backend}: {uri_usage()}")
     sentences = read_corpus(Path(args.corpus), args.column)
     model = load_search_model(args.model, args.device)
+    encoding = {"batch_size": args.batch_size, "max_length": args.max_length}
     embeddings = None
     if args.ray is not None:
         from gausscse.search.ray_encode import encode_on_ray
 
         address = None if args.ray == "local" else args.ray
-        workers, batch_size, max_length = args.ray_workers, args.batch_size, args.max_length
-        embeddings = encode_on_ray(
-            args.model, sentences, address=address, num_workers=workers, batch_size=batch_size, max_length=max_length
-        )
-    corpus = SentenceIndex.build(
-        model,
-        sentences,
-        backend=args.backend,
-        batch_size=args.batch_size,
-        max_length=args.max_length,
-        score=args.score,
-        embeddings=embeddings,
-        **index_kwargs,
-    )
+        embeddings = encode_on_ray(args.model, sentences, address=address, num_workers=args.ray_workers, **encoding)
+    options = {"backend": args.backend, "score": args.score, "embeddings": embeddings, **encoding, **index_kwargs}
+    corpus = SentenceIndex.build(model, sentences, **options)
     corpus.save(args.index)
     print(f"indexed {len(corpus)} distinct sentences of {args.corpus} into {args.index} ({corpus.index})")
 
 
 def query_index(args: argparse.Namespace) -> list[list[dict]]:
     """``query``: check the queries, load the index and its model, search, print the hits and return them."""
-    from gausscse.search.corpus import ModelMismatchError, SentenceIndex
-
     if args.k < 1:
         raise ValueError(f"-k must be a positive integer, got {args.k}")
-    queries = args.entailing or args.entailed_by
+    direction = "entailing" if args.entailing else "entailed_by"
+    queries = getattr(args, direction)
     blank = [index for index, query in enumerate(queries, start=1) if not query.strip()]
     if blank:
-        flag = "--entailing" if args.entailing else "--entailed_by"
-        raise ValueError(f"{flag}: query {blank[0]} is empty; give the sentences to search with")
+        raise ValueError(f"--{direction}: query {blank[0]} is empty; give the sentences to search with")
     corpus = SentenceIndex.load(args.index)
     model_name = args.model or corpus.model_name
     if model_name is None:
         raise ValueError(f"--index {args.index} does not record its model: pass --model")
     if args.model is None and Path(model_name).is_absolute() and not Path(model_name).exists():
-        raise FileNotFoundError(
-            f"--index {args.index} was built with the model folder {model_name}, which is not there any more: pass "
-            "--model with its new place"
-        )
+        raise FileNotFoundError(f"the model folder {model_name} of --index {args.index} is gone: pass --model")
     model = load_search_model(model_name, args.device)
-    search = corpus.entailing if args.entailing else corpus.entailed_by
+    search = getattr(corpus, direction)
     try:
         rows = search(model, queries, min(args.k, len(corpus)), allow_model_mismatch=args.allow_model_mismatch)
     except ModelMismatchError as error:

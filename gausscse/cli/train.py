@@ -1,9 +1,5 @@
-"""``gausscse-train`` / ``train_gausscse.py``: fine-tune an encoder into a GaussCSE model on NLI data.
-
-As in Hugging Face's example scripts the final (best) model goes into ``--output_dir`` itself (weights, config with
-``auto_map`` and code, tokenizer, card, ``train_results.json``), checkpoints into ``<output_dir>/checkpoint-N``;
-``--push_to_hub --hub_model_id ...`` uploads the model files. Data: ``gausscse.data.sources``.
-"""
+"""``gausscse-train`` / ``train_gausscse.py``: fine-tune an encoder into a GaussCSE model on NLI data; the final
+model goes into ``--output_dir`` itself, checkpoints into ``<output_dir>/checkpoint-N``."""
 
 from __future__ import annotations
 
@@ -22,11 +18,11 @@ import torch.distributed as dist
 from transformers import AutoConfig, AutoTokenizer, set_seed
 
 from gausscse import GaussCSEModel
-from gausscse.data.sources import DataError, DataStats, load_file_source, load_training_examples, source_rows
+from gausscse.data.sources import DataError, DataSpec, DataStats, load_file_source, load_training_examples, source_rows
 from gausscse.data.tokenize import tokenize_examples
 from gausscse.io import check_not_nested, check_output_location
 from gausscse.loading import is_complete_checkpoint, latest_complete_checkpoint, load_model
-from gausscse.model.adapters_gausscse import recorded_backbone
+from gausscse.model.adapters_gausscse import has_adapter, recorded_backbone
 from gausscse.model.modeling_gausscse import resolve_max_length
 from gausscse.training.arguments import (
     MODEL_FIELDS,
@@ -37,7 +33,7 @@ from gausscse.training.arguments import (
     run_fixed_flags,
 )
 from gausscse.training.batch import TripletCollator, packs_by_default
-from gausscse.training.lora import apply_lora, has_lora, make_adapters_trainable
+from gausscse.training.lora import apply_lora, make_adapters_trainable
 from gausscse.training.losses import uses_contradictions
 from gausscse.training.run_lock import OutputDirLockedError, RunLock
 from gausscse.training.save import check_hub_push, push_model_folder, save_model_folder
@@ -47,39 +43,29 @@ logger = logging.getLogger(__name__)
 RUN_FIXED_FLAGS = run_fixed_flags()
 
 
-def load_backbone_config(model_args: ModelArguments):
-    """The config of ``--model_name_or_path``; its shipped code (``auto_map``) runs only with --trust_remote_code."""
-    try:
-        return AutoConfig.from_pretrained(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
+def build_model(model_args: ModelArguments) -> GaussCSEModel:
+    """A GaussCSE folder (full or adapter) continues with its own config (a flag contradicting it is an error); any
+    other encoder gets fresh heads as ``--start`` and the model flags set them up. Then LoRA or a frozen backbone."""
+    name = model_args.model_name_or_path
+    try:  # the code a config ships (auto_map) runs only with --trust_remote_code
+        config = AutoConfig.from_pretrained(name, trust_remote_code=model_args.trust_remote_code)
     except ValueError as error:
         if "trust_remote_code" not in str(error):
             raise
         raise ValueError(
-            f"--model_name_or_path {model_args.model_name_or_path} needs its own Python code (the auto_map of its "
-            "config.json) to load; gausscse-train runs it only with --trust_remote_code: read that code first"
+            f"--model_name_or_path {name} needs its own Python code (auto_map), run only with --trust_remote_code"
         ) from error
-
-
-def build_model(model_args: ModelArguments) -> GaussCSEModel:
-    """A GaussCSE folder (full or adapter) continues with its own config (a flag contradicting it is an error); any
-    other encoder gets fresh heads as ``--start`` and the model flags given set them up. Then LoRA or a frozen
-    backbone."""
-    config = load_backbone_config(model_args)
-    name = model_args.model_name_or_path
     overrides = {key: getattr(model_args, key) for key in MODEL_FIELDS if getattr(model_args, key) is not None}
     if config.model_type == "gausscse":
-        conflicts = [
+        conflicts = ", ".join(
             f"--{key} {value} (the model has {getattr(config, key)!r})"
             for key, value in overrides.items()
             if getattr(config, key) != value
-        ]
+        )
         if conflicts:
-            raise ValueError(
-                f"--model_name_or_path {name} is a GaussCSE model being continued; its config fixes these, drop the "
-                f"flags or start from its encoder: {', '.join(conflicts)}"
-            )
+            raise ValueError(f"--model_name_or_path {name} fixes {conflicts}: drop the flags or start from its encoder")
         model = load_model(name).train()
-        if has_lora(model):
+        if has_adapter(model.encoder):
             if model_args.lora_r > 0:
                 raise ValueError(
                     f"--model_name_or_path {name} carries LoRA adapters already: they continue training; drop --lora_r"
@@ -87,8 +73,7 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
             make_adapters_trainable(model)
         elif model_args.lora_r > 0 and not model_args.merge_lora:
             raise ValueError(
-                f"--lora_r on the GaussCSE model {name} needs --merge_lora: an unmerged adapter names its backbone, "
-                "and this model's fine-tuned encoder is not one anyone can fetch"
+                f"--lora_r on the GaussCSE model {name} needs --merge_lora: an unmerged adapter names its backbone"
             )
     else:
         encoder_kwargs = {"trust_remote_code": model_args.trust_remote_code}
@@ -97,50 +82,41 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
         model.encoder.requires_grad_(False)
         if model.variance_layers is not None:
             model.variance_layers.requires_grad_(False)
-    if model_args.lora_r > 0 and model.variance_layers is not None:
-        raise ValueError(
-            "--lora_r with --variance_layers: the encoder is the model's frozen μ path and its trained part is the "
-            "copied top layers already; drop --lora_r (or train two paths: --variance_layers 0)"
-        )
     if model_args.lora_r > 0:
+        if model.variance_layers is not None:
+            raise ValueError(
+                "--lora_r with --variance_layers: the trained part is the copied top layers already; drop --lora_r (or "
+                "--variance_layers 0)"
+            )
         args = model_args
         apply_lora(model, args.lora_r, args.lora_alpha, args.lora_dropout, args.lora_target_modules)
     return model
 
 
-def validation_pairs(data_args: DataArguments):
-    """The labelled rows of ``--validation_file`` as ``NLIPairs`` named ``validation``; ``DataError`` without rows of
-    both classes."""
-    from gausscse.evaluation.tasks import NLIPairs
-
-    path = data_args.validation_file
-    source = load_file_source(path, "nli", data_args.column_overrides)
-    rows = list(source_rows(source, data_args.drop_bad_rows, DataStats()))[: data_args.eval_max_examples]
-    if not rows:
-        raise DataError(f"{path}: no labelled row to evaluate on")
-    premises, hypotheses, labels = (list(column) for column in zip(*rows, strict=True))
-    is_entailment = np.array([label == "entailment" for label in labels])
-    if is_entailment.all() or not is_entailment.any():
-        raise DataError(
-            f"--validation_file {path}: all {len(rows)} labelled rows are "
-            f"{'entailment' if is_entailment.all() else 'neutral or contradiction'}; the binary NLI evaluation needs "
-            "entailment rows and others (or pass --eval_strategy no)"
-        )
-    both_ways = np.zeros(len(rows), dtype=bool)
-    return NLIPairs("validation", premises, hypotheses, is_entailment, entails_both_ways=both_ways)
-
-
 def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArguments):
-    """The dev evaluator on SNLI dev, or on ``--validation_file`` (metrics ``validation_*``; a ``snli_dev_*``
-    best-model metric follows); ``None`` when evaluation is off."""
+    """The dev evaluator on SNLI dev, or on the labelled rows of ``--validation_file`` (metrics ``validation_*``; a
+    ``snli_dev_*`` best-model metric follows; ``DataError`` without rows of both classes); ``None`` when evaluation
+    is off."""
     if training_args.eval_strategy == "no":
         return None
     from gausscse.evaluation.dev_evaluator import SNLIDevEvaluator
+    from gausscse.evaluation.tasks import NLIPairs
 
-    pairs, name = None, "snli_dev"
-    if data_args.validation_file is not None:
-        pairs, name = validation_pairs(data_args), "validation"
-        metric = training_args.metric_for_best_model
+    pairs, name, path = None, "snli_dev", data_args.validation_file
+    if path is not None:
+        source = load_file_source(path, "nli", data_args.column_overrides)
+        rows = list(source_rows(source, data_args.drop_bad_rows, DataStats()))[: data_args.eval_max_examples]
+        if not rows:
+            raise DataError(f"{path}: no labelled row to evaluate on")
+        premises, hypotheses, labels = (list(column) for column in zip(*rows, strict=True))
+        is_entailment = np.array([label == "entailment" for label in labels])
+        if is_entailment.all() or not is_entailment.any():
+            kind = "entailment" if is_entailment.all() else "neutral or contradiction"
+            need = "entailment rows and others (or pass --eval_strategy no)"
+            raise DataError(f"--validation_file {path}: all {len(rows)} labelled rows are {kind}; it needs {need}")
+        both_ways = np.zeros(len(rows), dtype=bool)
+        pairs = NLIPairs("validation", premises, hypotheses, is_entailment, entails_both_ways=both_ways)
+        name, metric = "validation", training_args.metric_for_best_model
         if metric and metric.startswith("snli_dev_"):
             training_args.metric_for_best_model = "validation_" + metric.removeprefix("snli_dev_")
     return SNLIDevEvaluator(
@@ -154,28 +130,6 @@ def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArg
     )
 
 
-def resolve_resume(training_args: GaussCSETrainingArguments) -> str | None:
-    """``--resume_from_checkpoint``: ``true`` → the latest complete ``checkpoint-N`` of ``--output_dir``; a path →
-    that checkpoint, which must be complete; unset/``false`` → ``None``."""
-    value = training_args.resume_from_checkpoint
-    if value is None or str(value).lower() in ("", "false"):
-        return None
-    if str(value).lower() == "true":
-        value = latest_complete_checkpoint(training_args.output_dir)
-        if value is None:
-            raise ValueError(
-                f"--resume_from_checkpoint true: no complete checkpoint-N in --output_dir {training_args.output_dir}"
-            )
-    elif not Path(value).is_dir():
-        raise ValueError(f"--resume_from_checkpoint {value}: no such checkpoint folder")
-    elif not is_complete_checkpoint(value):
-        raise ValueError(
-            f"--resume_from_checkpoint {value}: the checkpoint is incomplete (its save was cut short); use "
-            "--resume_from_checkpoint true for the latest complete one"
-        )
-    return str(value)
-
-
 def run_arguments(*arguments) -> dict:
     """The ``RUN_FIXED_FLAGS`` values of the parsed argument dataclasses as JSON values (what a checkpoint records)."""
     return {
@@ -186,55 +140,46 @@ def run_arguments(*arguments) -> dict:
     }
 
 
-def check_resume_arguments(checkpoint: str, current: dict) -> None:
-    """Refuse to resume ``checkpoint`` with run-fixing flags that differ from its run's, naming each; a checkpoint
-    that records none is resumed with a warning."""
-    recorded_file = Path(checkpoint) / RUN_ARGUMENTS_FILE
+def resolve_resume(training_args: GaussCSETrainingArguments, fixed: dict) -> str | None:
+    """The checkpoint of ``--resume_from_checkpoint`` (``true``: the latest complete ``checkpoint-N``; a path: if
+    complete; unset/``false``: ``None``), after refusing a non-empty ``--output_dir`` not overwritten nor resumed from,
+    and a resume whose ``fixed`` flags differ from those its checkpoint records (none recorded: a warning)."""
+    output_dir, resume = Path(training_args.output_dir), training_args.resume_from_checkpoint
+    if resume is None or str(resume).lower() in ("", "false"):
+        resume = None
+    elif str(resume).lower() == "true":
+        resume = latest_complete_checkpoint(output_dir)
+        if resume is None:
+            raise ValueError(f"--resume_from_checkpoint true: no complete checkpoint-N in --output_dir {output_dir}")
+    elif not Path(resume).is_dir():
+        raise ValueError(f"--resume_from_checkpoint {resume}: no such checkpoint folder")
+    elif not is_complete_checkpoint(resume):
+        raise ValueError(
+            f"--resume_from_checkpoint {resume}: the checkpoint is incomplete (its save was cut short); use "
+            "--resume_from_checkpoint true for the latest complete one"
+        )
+    own_checkpoint = resume and Path(resume).resolve().parent == output_dir.resolve()
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not (training_args.overwrite_output_dir or own_checkpoint):
+        elsewhere = f"; --resume_from_checkpoint {resume} is not one of its checkpoints" if resume else ""
+        raise ValueError(
+            f"--output_dir {output_dir} is not empty (an earlier run{elsewhere}): pass --overwrite_output_dir to "
+            "replace it, --resume_from_checkpoint true to continue it, or choose another --output_dir"
+        )
+    if resume is None:
+        return None
+    recorded_file = Path(resume) / RUN_ARGUMENTS_FILE
     if not recorded_file.is_file():
-        logger.warning("%s records no run arguments: the resumed run is not checked against them", checkpoint)
-        return
-    recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
-    changed = [
-        f"--{name} {current[name]!r} (the checkpoint's run: {recorded[name]!r})"
-        for name in RUN_FIXED_FLAGS
-        if name in recorded and name in current and recorded[name] != current[name]
-    ]
-    if changed:
-        raise ValueError(
-            f"--resume_from_checkpoint {checkpoint} was trained with other settings, and a resumed run must keep them "
-            f"(give the values of the checkpoint's run, or start a new run): {'; '.join(changed)}"
-        )
-
-
-def check_output_dir(training_args: GaussCSETrainingArguments) -> None:
-    """Refuse a non-empty ``--output_dir`` (an earlier run) unless ``--overwrite_output_dir`` or a resume from one of
-    its own checkpoints."""
-    output_dir = Path(training_args.output_dir)
-    resume = training_args.resume_from_checkpoint
-    if training_args.overwrite_output_dir or (resume and Path(resume).resolve().parent == output_dir.resolve()):
-        return
-    if output_dir.is_dir() and any(output_dir.iterdir()):
-        held = sorted(path.name for path in output_dir.iterdir())[:5]
-        elsewhere = f" (--resume_from_checkpoint {resume} is not one of its checkpoints)" if resume else ""
-        raise ValueError(
-            f"--output_dir {output_dir} is not empty (it holds {', '.join(held)}, ...){elsewhere}: an earlier run "
-            "would be replaced. Pass --overwrite_output_dir to replace it, --resume_from_checkpoint true to continue "
-            "it, or choose another --output_dir"
-        )
-
-
-def check_output_dir_apart(model_args: ModelArguments, training_args: GaussCSETrainingArguments) -> None:
-    """Refuse an ``--output_dir`` that is, holds or lies in the local folder the run starts from or, for an adapter
-    folder, the backbone its adapter names: the final save would overwrite that model."""
-    model_path = Path(model_args.model_name_or_path)
-    if not model_path.exists():  # a Hub id
-        return
-    why = "the final model would overwrite the model the run starts from; choose an --output_dir outside it"
-    check_not_nested(training_args.output_dir, "--output_dir", model_path, "--model_name_or_path", why)
-    backbone = recorded_backbone(model_path)
-    if backbone is not None and Path(backbone).exists():
-        flag = f"the backbone of --model_name_or_path {model_args.model_name_or_path},"
-        check_not_nested(training_args.output_dir, "--output_dir", backbone, flag, why)
+        logger.warning("%s records no run arguments: the resumed run is not checked against them", resume)
+    else:
+        recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
+        changed = [
+            f"--{name} {fixed[name]!r} (the checkpoint's run: {recorded[name]!r})"
+            for name in RUN_FIXED_FLAGS
+            if name in recorded and name in fixed and recorded[name] != fixed[name]
+        ]
+        if changed:
+            raise ValueError(f"--resume_from_checkpoint {resume} was trained with other settings: {'; '.join(changed)}")
+    return str(resume)
 
 
 @contextmanager
@@ -276,34 +221,25 @@ def main(argv: list[str] | None = None) -> Path:
             training_args.hub_model_id, training_args.hub_token, model_args.model_name_or_path if adapter else None
         )
     training_args.push_to_hub = False  # push the final folder only, not every checkpoint
-    check_output_location(training_args.output_dir, "--output_dir")
-    check_output_dir_apart(model_args, training_args)
+    output_dir, model_path = training_args.output_dir, Path(model_args.model_name_or_path)
+    check_output_location(output_dir, "--output_dir")
+    if model_path.exists():  # a local model: the final save must not overwrite it (nor an adapter's backbone)
+        why = "the final model would overwrite the model the run starts from; choose an --output_dir outside it"
+        check_not_nested(output_dir, "--output_dir", model_path, "--model_name_or_path", why)
+        backbone = recorded_backbone(model_path)
+        if backbone is not None and Path(backbone).exists():
+            flag = f"the backbone of --model_name_or_path {model_args.model_name_or_path},"
+            check_not_nested(output_dir, "--output_dir", backbone, flag, why)
     with hold_output_dir(training_args):
         return train_and_save(model_args, data_args, training_args, push)
-
-
-def dev_curve(log_history: list[dict]) -> list[dict]:
-    """The dev evaluations during training (before ``train_runtime``'s summary entry, so not the final one):
-    ``{"step", "elapsed_seconds", <metric>: value}`` each."""
-    curve = []
-    for entry in log_history:
-        if "train_runtime" in entry:
-            break
-        metrics = {name.removeprefix("eval_"): value for name, value in entry.items() if name.startswith("eval_")}
-        if metrics:
-            curve.append({"step": entry["step"], "elapsed_seconds": entry.get("elapsed_seconds"), **metrics})
-    return curve
 
 
 def train_and_save(
     model_args: ModelArguments, data_args: DataArguments, training_args: GaussCSETrainingArguments, push: bool
 ) -> Path:
     """The body of [`main`] while it holds ``--output_dir``: resume checks, training, evaluation, save, push."""
-    training_args.resume_from_checkpoint = resolve_resume(training_args)
-    check_output_dir(training_args)
     fixed = run_arguments(model_args, data_args, training_args)
-    if training_args.resume_from_checkpoint:
-        check_resume_arguments(training_args.resume_from_checkpoint, fixed)
+    training_args.resume_from_checkpoint = resolve_resume(training_args, fixed)
     set_seed(training_args.seed)
     trainer, data_stats = build_trainer(model_args, data_args, training_args, fixed)
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -311,6 +247,13 @@ def train_and_save(
     model_dir = Path(training_args.output_dir)
     if not trainer.is_world_process_zero():
         return model_dir
+    curve = []  # the dev evaluations during training: the entries before train_runtime's summary
+    for entry in trainer.state.log_history:
+        if "train_runtime" in entry:
+            break
+        scores = {name.removeprefix("eval_"): value for name, value in entry.items() if name.startswith("eval_")}
+        if scores:
+            curve.append({"step": entry["step"], "elapsed_seconds": entry.get("elapsed_seconds"), **scores})
     results = {
         **train_output.metrics,
         **metrics,
@@ -319,13 +262,18 @@ def train_and_save(
         "loss": training_args.loss,
         "train_examples": len(trainer.train_dataset),
         "eval_max_examples": data_args.eval_max_examples,  # SNLI-dev pairs behind the eval_* metrics (None: all)
-        "dev_curve": dev_curve(trainer.state.log_history),
+        "dev_curve": curve,
         "data": data_stats.as_dict(),
         **set_search_kl_weight(trainer, data_args),
     }
     card = model_card_fields(model_args, data_args, trainer, metrics, data_stats)
+    evaluator, figure = trainer.evaluator, None
     with tempfile.TemporaryDirectory() as scratch:
-        figure = evaluation_figure(trainer.evaluator, card["model_name"], Path(scratch) / "evaluation.png")
+        if evaluator is not None and evaluator.last_encoded is not None:  # the final evaluation's figure for the card
+            from gausscse.drawing.reports import plot_dev_summary
+
+            title = f"{card['model_name']}: final evaluation on {evaluator.name} ({len(evaluator.pairs)} pairs)"
+            figure = plot_dev_summary(evaluator.last_encoded, evaluator.pairs, title, Path(scratch) / "evaluation.png")
         tokenizer, merge = trainer.processing_class, model_args.merge_lora
         save_model_folder(trainer.model, tokenizer, model_dir, card, results, merge=merge, figure=figure)
     logger.info("Final model saved to %s", model_dir)
@@ -336,22 +284,22 @@ def train_and_save(
     return model_dir
 
 
-def evaluation_figure(evaluator, model_name: str, path: Path) -> Path | None:
-    """The final evaluation's summary figure at ``path`` for the card (``None`` without an evaluation)."""
-    if evaluator is None or evaluator.last_encoded is None:
-        return None
-    from gausscse.drawing.reports import plot_dev_summary
-
-    title = f"{model_name}: final evaluation on {evaluator.name} ({len(evaluator.pairs)} pairs)"
-    return plot_dev_summary(evaluator.last_encoded, evaluator.pairs, title, path)
-
-
 def build_trainer(
     model_args: ModelArguments, data_args: DataArguments, training_args: GaussCSETrainingArguments, fixed: dict
 ) -> tuple[GaussCSETrainer, DataStats]:
     """The [`GaussCSETrainer`] of the run (data read, cut and tokenised; evaluator, tokenizer and model built) and the
     data's stats; ``fixed``: the [`run_arguments`] recorded with each checkpoint."""
-    examples, data_stats = load_training_examples(data_args.data_spec(), drop_bad_rows=data_args.drop_bad_rows)
+    spec = DataSpec(
+        train_datasets=data_args.train_datasets or (),
+        train_files=data_args.train_file or (),
+        dataset_names=data_args.dataset_name or (),
+        dataset_config_names=data_args.dataset_config_name or (),
+        train_split=data_args.train_split,
+        data_dir=data_args.data_dir,
+        shape=data_args.data_shape,
+        columns=data_args.column_overrides,
+    )
+    examples, data_stats = load_training_examples(spec, drop_bad_rows=data_args.drop_bad_rows)
     if data_args.max_train_examples is not None:
         examples = examples.select(range(min(data_args.max_train_examples, len(examples))))
     evaluator = build_evaluator(data_args, training_args)  # its data read now: a bad file stops before training
@@ -360,8 +308,7 @@ def build_trainer(
     model = build_model(model_args)
     if training_args.loss == "simcse" and model.config.frozen_mean:
         raise ValueError(
-            "--loss simcse trains μ alone, and this model takes μ from a frozen copy of its backbone (frozen_mean, "
-            f"what --start {model_args.start} sets up for {name}): nothing would train; pass --frozen_mean false"
+            "--loss simcse with a frozen_mean model (its μ is frozen): nothing would train; pass --frozen_mean false"
         )
     model.config.point_embeddings = training_args.loss == "simcse"
     model.get_tokenizer(tokenizer)  # its saves (checkpoints, the final folder) write this one, not a reloaded copy
@@ -442,11 +389,10 @@ def set_search_kl_weight(trainer: GaussCSETrainer, data_args: DataArguments) -> 
 
 
 def run() -> None:
-    """``gausscse-train``: an error in the input (flags, data, a backbone needing --trust_remote_code, an impossible
-    push, a held --output_dir) ends it with one line and exit status 2, without a traceback."""
+    """``gausscse-train``: an error in the input (flags, data, an impossible push, a held --output_dir: ValueError,
+    FileNotFoundError, FileExistsError) ends it with one line and exit status 2, without a traceback."""
     try:
         main(sys.argv[1:])
-    # HubPushError and DataError are ValueErrors, OutputDirLockedError (a held --output_dir) a FileExistsError
     except (ValueError, FileNotFoundError, FileExistsError) as error:
         print(f"gausscse-train: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -43,11 +43,6 @@ HUB_REVISIONS = {"RobZamp/sick": "refs/convert/parquet"}
 HUB_COLUMNS = {"sentence1": "premise", "sentence2": "hypothesis", "sentence_A": "premise", "sentence_B": "hypothesis"}
 
 
-def hub_dataset_id(name: str) -> str | None:
-    """The Hub id of a known dataset (``mnli`` → ``nyu-mll/glue``), ``None`` for any other name."""
-    return HUB_DATASETS[name][0] if name in HUB_DATASETS else None
-
-
 def default_data_dir() -> Path | None:
     """``$GAUSSCSE_DATA_DIR``, else ``shared/data`` beside or inside the checkout (or the current folder), else
     ``None`` (use the Hub)."""
@@ -62,9 +57,8 @@ def default_data_dir() -> Path | None:
 
 
 def load_split(name: str, split: str, data_dir: str | Path | None = None) -> datasets.Dataset:
-    """One split (``train``, ``validation``, ``test``, ``validation_matched``, ...) of a known dataset (``snli``,
-    ``mnli``, ``sick``, ``sts12``…``sts16``, ``stsb``, ``sickr``) from ``data_dir`` (default [`default_data_dir`]),
-    or from the Hub (``HUB_SOURCES``) where there is no local folder."""
+    """One split of a dataset of ``LOCAL_FILES`` (``snli``/``train``, ``sts12``/``test``, ...) from ``data_dir``
+    (default [`default_data_dir`]), or from the Hub (``HUB_SOURCES``) where there is no local folder."""
     if (name, split) not in LOCAL_FILES:
         known = ", ".join(f"{n}/{s}" for n, s in LOCAL_FILES)
         raise ValueError(f"Unknown dataset split {name}/{split}; known: {known}")

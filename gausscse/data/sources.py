@@ -1,19 +1,17 @@
-"""Training data from built-in names, your files (CSV/TSV/JSON/JSON Lines/Parquet, each optionally ``.gz``) and Hub
-datasets, in three shapes recognised from the column names (``COLUMN_ALIASES``) or set with ``--data_shape`` /
-``--columns role=name`` → examples (premise, entailment, contradiction or ``None``), tokenised by
-``gausscse.data.tokenize``."""
+"""Training data from built-in names, your files (CSV/TSV/JSON/JSON Lines/Parquet, optionally ``.gz``) and Hub datasets,
+in three shapes (``SHAPE_ROLES``, recognised from ``COLUMN_ALIASES`` or set with ``--data_shape``/``--columns``) →
+examples (premise, entailment, contradiction or ``None``), tokenised by ``gausscse.data.tokenize``."""
 
 from __future__ import annotations
 
 import codecs
-import contextlib
 import csv
 import gzip
 import itertools
 import json
 import logging
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -45,8 +43,8 @@ SHAPE_ROLES: dict[str, tuple[str, ...]] = {
     "pair": ("anchor", "positive"),
 }
 # suffix (after an optional .gz) -> datasets builder and its keyword arguments; CSV/TSV are read by [`read_delimited`].
-# JSON with a column of mixed types must fail in the builder wherever the types change (``on_mixed_types=None``,
-# where datasets has it), so that [`read_json`] reads it rather than pyarrow turning some values into JSON text.
+# A JSON column of mixed types must fail in the builder (``on_mixed_types=None``, where datasets has it), so that
+# [`read_json`] reads it rather than pyarrow turning some values into JSON text.
 _JSON_KWARGS = {"on_mixed_types": None} if "on_mixed_types" in {f.name for f in fields(JsonConfig)} else {}
 FILE_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
     ".csv": ("csv", {}),
@@ -55,9 +53,8 @@ FILE_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
     ".jsonl": ("json", _JSON_KWARGS),
     ".parquet": ("parquet", {}),
 }
-JSON_BUILDER_LOGGER = "datasets.packaged_modules.json.json"  # logs an error before failing on mixed types
-UNLABELLED = (-1, "-")  # SNLI's gold label "-" (no majority) and the Hub's −1
-INTEGER_LABEL_TEXT = {str(number): label for number, label in enumerate(NLI_LABELS)}  # the Hub's ids 0/1/2
+# label text (lower-cased) -> label: the names, the Hub's ids 0/1/2, and unlabelled (SNLI's "-", the Hub's -1)
+LABELS = {"-": None, "-1": None, **{str(n): name for n, name in enumerate(NLI_LABELS)}, **{n: n for n in NLI_LABELS}}
 
 
 class DataError(ValueError):
@@ -70,18 +67,14 @@ class BadRowError(DataError):
 
 @dataclass
 class SourceRows:
-    """The ``rows`` of one source (``name``: e.g. ``snli`` or the file name), read from ``location``, in ``shape`` with
-    ``columns`` (role → column name); ``line_numbers``: row k is line k + 1 of the file (for messages)."""
+    """The ``rows`` of one source, read from ``location`` (a path or Hub split), in ``shape`` with ``columns`` (role →
+    column name); ``line_numbers``: row k is line k + 1 of the file (for messages)."""
 
-    name: str
     location: str
     rows: datasets.Dataset
     shape: str
     columns: dict[str, str]
     line_numbers: bool = False
-
-    def where(self, index: int) -> str:
-        return f"{self.location}: line {index + 1}" if self.line_numbers else f"{self.location}: row {index}"
 
 
 @dataclass
@@ -114,33 +107,24 @@ def resolve_shape(
     unknown_roles = sorted(set(overrides) - set(COLUMN_ALIASES))
     if unknown_roles:
         raise DataError(f"Unknown column role(s) {unknown_roles}; expected roles: {', '.join(COLUMN_ALIASES)}")
-    present = set(column_names)
     found: dict[str, str] = {}
     for role, aliases in COLUMN_ALIASES.items():
-        name = overrides.get(role) or next((alias for alias in aliases if alias in present), None)
-        if name is not None and name in present:
+        name = overrides.get(role) or next((alias for alias in aliases if alias in column_names), None)
+        if name in column_names:
             found[role] = name
     candidates = [shape] if shape != "auto" else list(SHAPE_ROLES)
-    if shape == "auto" and any(role in overrides for role in SHAPE_ROLES["nli"]):
+    if shape == "auto" and any(role in overrides for role in SHAPE_ROLES["nli"]):  # NLI columns given
         candidates = ["nli"]
     for candidate in candidates:
         if all(role in found for role in SHAPE_ROLES[candidate]):
             return candidate, {role: found[role] for role in SHAPE_ROLES[candidate]}
-    if len(candidates) == 1:
-        missing = [
-            f"{role} (column {overrides.get(role) or ' / '.join(COLUMN_ALIASES[role])})"
-            for role in SHAPE_ROLES[candidates[0]]
-            if role not in found
-        ]
-        raise DataError(
-            f"{location}: missing column(s) for the {candidates[0]} shape: {', '.join(missing)}; the columns are "
-            f"{', '.join(column_names)} (map them with --columns role=name)"
-        )
-    raise DataError(
-        f"{location}: cannot tell the data shape from the columns {', '.join(column_names)}; expected "
-        "premise/hypothesis/label (NLI rows), anchor/positive/negative (triplets) or anchor/positive (pairs); "
-        "set --data_shape and --columns role=name"
-    )
+    columns_are = f"the columns are {', '.join(column_names)} (map them with --columns role=name)"
+    if len(candidates) > 1:
+        shapes = "premise/hypothesis/label (NLI rows), anchor/positive/negative (triplets) or anchor/positive (pairs)"
+        raise DataError(f"{location}: cannot tell the data shape; expected {shapes}; {columns_are} or set --data_shape")
+    absent = [role for role in SHAPE_ROLES[candidates[0]] if role not in found]
+    missing = [f"{role} (column {overrides.get(role) or ' / '.join(COLUMN_ALIASES[role])})" for role in absent]
+    raise DataError(f"{location}: missing column(s) for the {candidates[0]} shape: {', '.join(missing)}; {columns_are}")
 
 
 def parse_column_overrides(pairs: Sequence[str] | None) -> dict[str, str]:
@@ -154,84 +138,57 @@ def parse_column_overrides(pairs: Sequence[str] | None) -> dict[str, str]:
     return overrides
 
 
-def file_format(path: Path) -> tuple[str, dict[str, Any], bool]:
-    """``(datasets builder, its keyword arguments, gzip-compressed)`` from a data file's suffixes."""
-    suffixes = [suffix.lower() for suffix in path.suffixes]
-    compressed = bool(suffixes) and suffixes[-1] == ".gz"
-    suffix = suffixes[-2] if compressed and len(suffixes) > 1 else (suffixes[-1] if suffixes else "")
+def read_table(path: str | Path) -> datasets.Dataset:
+    """The rows of one data file (see ``FILE_FORMATS``); [`DataError`] naming the file (and line) when it is missing,
+    empty, not gzip or a corrupt gzip, not UTF-8 (naming the byte), cannot be read or holds no row. CSV/TSV cells are
+    text verbatim ([`read_delimited`]); JSON values keep their types, a column mixing types is text ([`read_json`])."""
+    path = Path(path)
+    name = path.name.lower()
+    compressed = name.endswith(".gz")
+    suffix = Path(name.removesuffix(".gz")).suffix
     if suffix not in FILE_FORMATS or (compressed and suffix == ".parquet"):
         known = ", ".join(FILE_FORMATS)
         raise DataError(f"{path}: unknown data file format; expected {known} (optionally .gz, not for .parquet)")
     builder, kwargs = FILE_FORMATS[suffix]
-    return builder, kwargs, compressed
-
-
-def check_readable(path: Path, compressed: bool, text: bool) -> None:
-    """[`DataError`] naming the file when it is missing, empty, not gzip or a corrupt gzip, or (``text``) not UTF-8
-    (naming the line and byte)."""
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     if path.stat().st_size == 0:
         raise DataError(f"{path}: the file is empty")
-    if compressed:
+    if builder != "parquet":  # text: check gzip and UTF-8 here, where the line can be named
         with path.open("rb") as handle:
-            if handle.read(2) != b"\x1f\x8b":
+            if compressed and handle.read(2) != b"\x1f\x8b":
                 raise DataError(f"{path}: not a gzip file (the name ends in .gz); decompress it or rename it")
-    if not (compressed or text):
-        return
-    decoder, lines_before = codecs.getincrementaldecoder("utf-8")(), 0
-    try:
-        with gzip.open(path, "rb") if compressed else path.open("rb") as handle:
-            while block := handle.read(1 << 20):
-                if text:
+        decoder, lines_before = codecs.getincrementaldecoder("utf-8")(), 0
+        try:
+            with gzip.open(path, "rb") if compressed else path.open("rb") as handle:
+                while block := handle.read(1 << 20):
                     decoder.decode(block)
                     lines_before += block.count(b"\n")
-    except (OSError, EOFError, zlib.error) as error:
-        raise DataError(f"{path}: corrupt gzip file ({error})") from error
-    except UnicodeDecodeError as error:
-        line = lines_before + block.count(b"\n", 0, error.start) + 1
-        column = error.start - (block.rfind(b"\n", 0, error.start) + 1) + 1
-        raise DataError(
-            f"{path}, line {line}: not UTF-8 text (byte 0x{block[error.start : error.start + 1].hex()} at column "
-            f"{column}); re-save the file as UTF-8"
-        ) from None
-
-
-def read_table(path: str | Path) -> datasets.Dataset:
-    """The rows of one data file (see ``FILE_FORMATS``); [`DataError`] naming the file (and line) when it cannot be
-    read or holds no row. CSV/TSV cells are text verbatim, only an empty cell is missing (see [`read_delimited`]);
-    JSON values keep their types, a column mixing types is read as text (see [`read_json`])."""
-    path = Path(path)
-    builder, kwargs, compressed = file_format(path)
-    check_readable(path, compressed, text=builder != "parquet")
+        except (OSError, EOFError, zlib.error) as error:
+            raise DataError(f"{path}: corrupt gzip file ({error})") from error
+        except UnicodeDecodeError as error:
+            line = lines_before + block.count(b"\n", 0, error.start) + 1
+            column = error.start - block.rfind(b"\n", 0, error.start)
+            byte = f"byte 0x{block[error.start : error.start + 1].hex()} at column {column}"
+            raise DataError(f"{path}, line {line}: not UTF-8 text ({byte}); re-save the file as UTF-8") from None
     if builder in ("csv", "tsv"):
         rows = read_delimited(path, compressed, tsv=builder == "tsv")
     else:
+        json_logger = logging.getLogger("datasets.packaged_modules.json.json")  # logs an error on mixed types
+        was_disabled, json_logger.disabled = json_logger.disabled, True
         try:
-            with quiet_logger(JSON_BUILDER_LOGGER):
-                rows = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+            rows = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
         except Exception as error:  # datasets/pyarrow raise many types; the user needs the file name
             if "corresponds to no data" in str(error):  # datasets' words for a file with a header and no row
                 raise DataError(f"{path}: no rows") from error
             if builder != "json":
-                raise DataError(
-                    f"{path}: could not be read as {builder.upper()} ({type(error).__name__}: {error})"
-                ) from error
+                raise DataError(f"{path}: could not be read as {builder.upper()} ({error!r})") from error
             rows = read_json(path, compressed)  # mixed types in a column, or not JSON (it names the line)
+        finally:
+            json_logger.disabled = was_disabled
     if len(rows) == 0:
         raise DataError(f"{path}: no rows")
     return rows
-
-
-@contextlib.contextmanager
-def quiet_logger(name: str) -> Iterator[None]:
-    """Drop the records of logger ``name`` while the block runs."""
-    target, drop = logging.getLogger(name), lambda record: False
-    target.addFilter(drop)
-    try:
-        yield
-    finally:
-        target.removeFilter(drop)
 
 
 def read_delimited(path: Path, compressed: bool, tsv: bool) -> datasets.Dataset:
@@ -241,53 +198,59 @@ def read_delimited(path: Path, compressed: bool, tsv: bool) -> datasets.Dataset:
     header: list[str] = []
     columns: list[list[str | None]] = []
     with open_text(path, compressed, newline="\n" if tsv else "") as handle:
-        cells = (text.removesuffix("\n").removesuffix("\r").split("\t") for text in handle)  # TSV: no quoting
-        for line, fields in enumerate(cells, start=1) if tsv else csv_records(handle, path):
-            if fields in ([], [""]):  # a blank line
-                continue
-            if not header:
-                header = fields
-                repeated = sorted({name for name in header if header.count(name) > 1})
-                if repeated:
-                    raise DataError(f"{path}, line {line}: repeated column name(s) {repeated} in the header")
-                columns = [[] for _ in header]
-                continue
-            if len(fields) != len(header):
-                hint = "; a TSV cell cannot hold a tab" if tsv and len(fields) > len(header) else ""
-                raise DataError(
-                    f"{path}, line {line}: {len(fields)} fields, expected {len(header)} as in the header "
-                    f"({', '.join(header)}){hint}"
-                )
-            for column, value in zip(columns, fields, strict=True):
-                column.append(value or None)
+        if tsv:  # no quoting: a record is a line
+            records = (text.removesuffix("\n").removesuffix("\r").split("\t") for text in handle)
+        else:
+            records = csv.reader(handle, strict=True)
+        end = 0  # the last line of the records read
+        try:
+            for fields in records:
+                line = end + 1  # where this record starts
+                end = line if tsv else records.line_num
+                if fields in ([], [""]):  # a blank line
+                    continue
+                if not header:
+                    header = fields
+                    repeated = sorted({name for name in header if header.count(name) > 1})
+                    if repeated:
+                        raise DataError(f"{path}, line {line}: repeated column name(s) {repeated} in the header")
+                    columns = [[] for _ in header]
+                    continue
+                if len(fields) != len(header):
+                    hint = "; a TSV cell cannot hold a tab" if tsv and len(fields) > len(header) else ""
+                    expected = f"expected {len(header)} as in the header ({', '.join(header)})"
+                    raise DataError(f"{path}, line {line}: {len(fields)} fields, {expected}{hint}")
+                for column, value in zip(columns, fields, strict=True):
+                    column.append(value or None)
+        except csv.Error as error:
+            rule = 'a quoted cell ends with a quote, a quote inside it is doubled ("")'
+            raise DataError(f"{path}, line {end + 1}: malformed CSV ({error}); {rule}") from None
     features = datasets.Features({name: datasets.Value("string") for name in header})
     return datasets.Dataset.from_dict(dict(zip(header, columns, strict=True)), features=features)
 
 
 def open_text(path: Path, compressed: bool, newline: str) -> TextIO:
     """``path`` as UTF-8 text (a leading BOM dropped), decompressed where ``compressed``."""
-    if compressed:
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline=newline)
-    return path.open(encoding="utf-8-sig", newline=newline)
+    return (gzip.open if compressed else open)(path, "rt", encoding="utf-8-sig", newline=newline)
 
 
 def read_json(path: Path, compressed: bool) -> datasets.Dataset:
-    """A JSON Lines file or one JSON array of objects, read with the json module (for a column mixing JSON types).
-
-    A key missing from a row is ``None``. A column of one type keeps it; a column mixing types is text: strings as
-    they are, ``null`` as ``None``, other values their JSON text (``0`` → ``"0"``), as a CSV cell holds them (so
-    labels ``0``, ``"entailment"``, ``-1`` stay labels). [`DataError`] naming the file and line for text that is not
-    JSON or a row that is not an object."""
+    """A JSON Lines file or one JSON array of objects, by the json module: a missing key is ``None``, a column mixing
+    JSON types is text as a CSV holds it (strings as they are, ``null`` → ``None``, other values their JSON text).
+    [`DataError`] naming the file and line for text that is not JSON or a row that is not an object."""
     with open_text(path, compressed, newline="\n") as handle:
-        records = list(json_records(handle, path))
-    columns: dict[str, list[Any]] = {}
+        first = handle.readline()
+        if first.lstrip().startswith("["):  # one JSON array
+            records = json_value(first + handle.read(), path, list, error=DataError)
+        else:
+            records = list(json_lines(itertools.chain([first], handle), path, dict, DataError))
     for index, record in enumerate(records):
-        for name in record:
-            columns.setdefault(name, [None] * index)  # a key first seen here: null in the rows before
-        for name, values in columns.items():
-            values.append(record.get(name))
+        if not isinstance(record, dict):
+            raise DataError(f"{path}: item {index} of the JSON array is not an object: {record!r:.80}")
+    names = dict.fromkeys(name for record in records for name in record)
     arrays = {}
-    for name, values in columns.items():
+    for name in names:
+        values = [record.get(name) for record in records]
         try:
             arrays[name] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # values of more than one JSON type
@@ -298,61 +261,12 @@ def read_json(path: Path, compressed: bool) -> datasets.Dataset:
     return datasets.Dataset(pa.table(arrays))
 
 
-def json_records(handle: TextIO, path: Path) -> Iterable[dict[str, Any]]:
-    """The objects of a JSON Lines file or of one JSON array (its first character ``[``); [`DataError`] naming the
-    file and line for text that is not JSON or a value that is not an object."""
-    first = handle.readline()
-    if not first.lstrip().startswith("["):
-        return json_lines(itertools.chain([first], handle), path, dict, DataError)
-    values = json_value(first + handle.read(), path, list, error=DataError)
-    for index, value in enumerate(values):
-        if not isinstance(value, dict):
-            raise DataError(f"{path}: item {index} of the JSON array is not an object: {value!r:.80}")
-    return values
-
-
-def csv_records(handle: Iterable[str], path: Path) -> Iterable[tuple[int, list[str]]]:
-    """``(first line, fields)`` of each record of a CSV file (strict quoting); [`DataError`] naming the file and the
-    line where a malformed record starts."""
-    reader = csv.reader(handle, strict=True)
-    while True:
-        start = reader.line_num + 1
-        try:
-            fields = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as error:
-            raise DataError(
-                f"{path}, line {start}: malformed CSV ({error}); a quoted cell must end with a quote and a quote "
-                'inside it is written twice (""), or the cell is not quoted at all'
-            ) from None
-        yield start, fields
-
-
 def load_file_source(path: str | Path, shape: str = "auto", columns: Mapping[str, str] | None = None) -> SourceRows:
     """One training file (see ``FILE_FORMATS``) as a [`SourceRows`]; errors name the file."""
     path = Path(path)
     rows = read_table(path)
-    found_shape, mapping = resolve_shape(rows.column_names, str(path), shape, columns)
     lines = ".jsonl" in [suffix.lower() for suffix in path.suffixes]  # row k is line k + 1
-    return SourceRows(path.name, str(path), rows, found_shape, mapping, line_numbers=lines)
-
-
-def load_hub_source(
-    name: str,
-    config_name: str | None = None,
-    split: str = "train",
-    shape: str = "auto",
-    columns: Mapping[str, str] | None = None,
-) -> SourceRows:
-    """One split of a Hub dataset (``datasets.load_dataset(name, config_name, split=split)``)."""
-    location = hub_location(name, config_name, split)
-    try:
-        rows = datasets.load_dataset(name, config_name, split=split)
-    except Exception as error:
-        raise DataError(f"{location}: could not be loaded ({type(error).__name__}: {error})") from error
-    found_shape, mapping = resolve_shape(rows.column_names, location, shape, columns)
-    return SourceRows(name, location, rows, found_shape, mapping)
+    return SourceRows(str(path), rows, *resolve_shape(rows.column_names, str(path), shape, columns), lines)
 
 
 def hub_location(name: str, config: str | None, split: str) -> str:
@@ -372,25 +286,18 @@ def load_source(name: str, data_dir: str | Path | None = None) -> SourceRows:
         location, line_numbers = str(folder / relative_path), row_filter is None
     else:
         location, line_numbers = hub_location(*HUB_SOURCES[(name, "train")]), False
-    shape, mapping = resolve_shape(rows.column_names, location, "nli")
-    return SourceRows(name, location, rows, shape, mapping, line_numbers)
+    return SourceRows(location, rows, *resolve_shape(rows.column_names, location, "nli"), line_numbers)
 
 
 def normalize_label(label: Any) -> str | None:
     """``entailment``/``neutral``/``contradiction`` from a string (any case) or the Hub's id 0/1/2 (also as text);
     ``None`` for an unlabelled row (−1 or ``-``); ``ValueError`` for anything else."""
-    if isinstance(label, bool):
-        raise ValueError(f"unknown label {label!r}")
-    text = str(label) if isinstance(label, int) else label.strip() if isinstance(label, str) else None
-    if label in UNLABELLED or text in ("-1", "-"):
+    text = str(label) if isinstance(label, int) and not isinstance(label, bool) else label
+    if isinstance(text, str) and text.strip().lower() in LABELS:
+        return LABELS[text.strip().lower()]
+    if label == -1:  # a float -1.0
         return None
-    if text in INTEGER_LABEL_TEXT:
-        return INTEGER_LABEL_TEXT[text]
-    if text is not None and text.lower() in NLI_LABELS:
-        return text.lower()
-    raise ValueError(
-        f"unknown label {label!r} (expected one of {', '.join(NLI_LABELS)}, or 0/1/2; -1 or '-' = unlabelled)"
-    )
+    raise ValueError(f"unknown label {label!r} (expected one of {', '.join(NLI_LABELS)}, 0/1/2, or -1/- = unlabelled)")
 
 
 def text_problem(column: str, value: Any) -> str | None:
@@ -427,7 +334,8 @@ def source_rows(source: SourceRows, drop_bad_rows: bool, stats: DataStats) -> It
         elif drop_bad_rows:
             stats.bad_rows_dropped += 1
         else:
-            raise BadRowError(f"{source.where(index)}: {problem} (pass --drop_bad_rows to skip such rows)")
+            where = f"line {index + 1}" if source.line_numbers else f"row {index}"
+            raise BadRowError(f"{source.location}: {where}: {problem} (pass --drop_bad_rows to skip such rows)")
 
 
 def build_examples(sources: Sequence[SourceRows], drop_bad_rows: bool = False) -> tuple[datasets.Dataset, DataStats]:
@@ -487,18 +395,22 @@ class DataSpec:
     columns: Mapping[str, str] = field(default_factory=dict)
 
     def load_sources(self) -> list[SourceRows]:
-        if self.dataset_config_names and len(self.dataset_config_names) != len(self.dataset_names):
+        configs = [None if config == "none" else config for config in self.dataset_config_names]
+        if configs and len(configs) != len(self.dataset_names):
             raise DataError(
                 f"--dataset_config_name takes one value per --dataset_name ({len(self.dataset_names)}), got "
-                f"{len(self.dataset_config_names)}; write 'none' for a dataset without config"
+                f"{len(configs)}; 'none' for a dataset without config"
             )
-        configs = [None if config == "none" else config for config in self.dataset_config_names]
         sources = [load_source(name, self.data_dir) for name in self.train_datasets]
         sources += [load_file_source(path, self.shape, self.columns) for path in self.train_files]
-        sources += [
-            load_hub_source(name, config, self.train_split, self.shape, self.columns)
-            for name, config in zip(self.dataset_names, configs or [None] * len(self.dataset_names), strict=True)
-        ]
+        for name, config in zip(self.dataset_names, configs or [None] * len(self.dataset_names), strict=True):
+            location = hub_location(name, config, self.train_split)  # a split of a Hub dataset
+            try:
+                rows = datasets.load_dataset(name, config, split=self.train_split)
+            except Exception as error:
+                raise DataError(f"{location}: could not be loaded ({type(error).__name__}: {error})") from error
+            shape, mapping = resolve_shape(rows.column_names, location, self.shape, self.columns)
+            sources.append(SourceRows(location, rows, shape, mapping))
         if not sources:
             raise DataError("No training data: pass --train_datasets, --train_file or --dataset_name")
         return sources
@@ -513,11 +425,10 @@ def load_training_examples(
         spec = DataSpec(train_datasets=list(spec), data_dir=data_dir)
     dataset, stats = build_examples(spec.load_sources(), drop_bad_rows)
     logger.info(
-        "Training examples: %d (%d complete triplets, %d without a contradiction) from %d rows %s; %d neutral and "
-        "%d unlabelled rows unused, %d repeated rows counted once, %d bad rows dropped, %d premises without an "
-        "entailment hypothesis",
-        *(getattr(stats, name) for name in ("examples", "complete_triplets", "entailment_only", "rows", "per_source")),
-        *(getattr(stats, name) for name in ("neutral_rows", "unlabelled_rows", "duplicate_rows", "bad_rows_dropped")),
-        stats.premises_without_entailment,
+        "Training examples: %(examples)d (%(complete_triplets)d complete triplets, %(entailment_only)d without a "
+        "contradiction) from %(rows)d rows %(per_source)s; %(neutral_rows)d neutral and %(unlabelled_rows)d "
+        "unlabelled rows unused, %(duplicate_rows)d repeated rows counted once, %(bad_rows_dropped)d bad rows "
+        "dropped, %(premises_without_entailment)d premises without an entailment hypothesis",
+        stats.as_dict(),
     )
     return dataset, stats

@@ -31,8 +31,7 @@ SEARCH_HELP = "Type a claim: the app ranks the sentences of its corpus that enta
 
 
 def error_message(error: Exception) -> str:
-    """What the page and the API say of a failure: a [`DemoError`]'s message, else its type and message (the stack
-    trace goes to the server's log)."""
+    """What the page and the API say of a failure: a [`DemoError`]'s message, else its type and message (and a log)."""
     if isinstance(error, DemoError):
         return str(error)
     LOGGER.error("the demo failed", exc_info=error)
@@ -42,19 +41,9 @@ def error_message(error: Exception) -> str:
 def answer_button(label: str, tab: str, answer: Callable[..., tuple], cleared: tuple) -> Callable[[list, list], None]:
     """A tab's button and, below it, its error box (``<tab>-error``: hidden until an answer fails, hidden and emptied
     again by the next good answer); returns the function that, given the tab's inputs and outputs, makes the button
-    show [`in_page`] ``answer``."""
+    show the error box update and ``answer``'s outputs (``cleared`` on failure)."""
     button = gr.Button(label, variant="primary")
-    error = gr.Markdown(visible=False, elem_id=f"{tab}-error", elem_classes=["demo-error"])
-
-    def wire(inputs: list, outputs: list) -> None:
-        button.click(in_page(answer, cleared), inputs, [error, *outputs], api_visibility="private")
-
-    return wire
-
-
-def in_page(answer: Callable[..., tuple], cleared: tuple) -> Callable[..., tuple]:
-    """``answer`` for a button: the tab's error box update, then its outputs; on failure the box shows the message
-    and the outputs become ``cleared``."""
+    error_box = gr.Markdown(visible=False, elem_id=f"{tab}-error", elem_classes=["demo-error"])
 
     @functools.wraps(answer)
     def shown(*inputs):
@@ -64,7 +53,10 @@ def in_page(answer: Callable[..., tuple], cleared: tuple) -> Callable[..., tuple
             return gr.update(value=f"**Error:** {error_message(error)}", visible=True), *cleared
         return gr.update(value="", visible=False), *outputs
 
-    return shown
+    def wire(inputs: list, outputs: list) -> None:
+        button.click(shown, inputs, [error_box, *outputs], api_visibility="private")
+
+    return wire
 
 
 @contextlib.contextmanager
@@ -78,19 +70,11 @@ def api_errors() -> Iterator[None]:
 
 class Answers:
     """The app's answers on one model: for the page (numbers rounded to ``DISPLAY_DIGITS`` decimals, with figures) and
-    for the API (full precision; failures raised by [`api_errors`]). Without a model every answer fails with the
-    reason (``problem``)."""
+    for the API (full precision; failures raised by [`api_errors`]); without a model, each fails saying ``problem``."""
 
     def __init__(self, model: GaussCSEModel | None, problem: str | None = None):
         self.model, self.problem = model, problem
         self.corpus = core.Corpus(model) if model is not None else None
-
-    @classmethod
-    def load(cls, model_name: str) -> "Answers":
-        try:
-            return cls(core.load_model(model_name))
-        except DemoError as error:
-            return cls(None, str(error))
 
     def require_model(self) -> GaussCSEModel:
         if self.problem is not None:
@@ -160,59 +144,54 @@ def direction_tab(answers: Answers) -> None:
         show([sentence_a, sentence_b], [verdict, scores, picture])
 
 
-def similarity_tab(answers: Answers) -> None:
-    """The Similarity tab: the asymmetric matrix S_ij = sim(s_i‖s_j) of a list of sentences, as a heatmap."""
-    with gr.Tab("Similarity"):
-        gr.Markdown(
-            f"Up to {core.MAX_SENTENCES} sentences, one per line → the matrix S_ij = sim(s_i‖s_j). It is not "
-            "symmetric: S_ij is high when sentence j (column) entails sentence i (row)."
-        )
-        sentences = gr.Textbox(label="Sentences, one per line", lines=6, value="\n".join(core.SIMILARITY_EXAMPLE))
-        show = answer_button("Similarity matrix", "similarity", answers.similarity_page, cleared=(None, None))
-        heatmap = gr.Plot(label="sim(row‖column)", format="png", elem_id="similarity-plot")
-        matrix = gr.JSON(label="matrix", visible=True)
-        show([sentences], [matrix, heatmap])
-
-
-def search_tab(answers: Answers) -> None:
-    """The Search tab: the corpus sentences that entail a claim, best first (``search_rule``)."""
-    with gr.Tab("Search"):
-        search_help = gr.Markdown(
-            elem_id="search-help",
-            value=SEARCH_HELP.format(
-                rule=core.search_rule(answers.model), corpus="The corpus is encoded on the first search."
-            ),
-        )
-        with gr.Row():
-            claim = gr.Textbox(label="Claim", value=core.SEARCH_EXAMPLES[0], scale=4)
-            k = gr.Slider(1, core.MAX_RESULTS, value=5, step=1, label="results", scale=1)
-        show = answer_button("Find sentences that entail it", "search", answers.search_page, cleared=(gr.skip(), None))
-        hits = gr.Dataframe(headers=["rank", "score", "sentence"], label="entailing sentences", elem_id="search-hits")
-        gr.Examples([[example] for example in core.SEARCH_EXAMPLES], inputs=[claim])
-        show([claim, k], [search_help, hits])
-
-
 def build_app(model_name: str | None = None, answers: Answers | None = None) -> gr.Blocks:
     """The app on the model ``model_name`` (default ``$GAUSSCSE_MODEL``, else ``outputs/quickstart``), or on
     ``answers`` where given (``model_name`` is then only shown); a model that cannot be loaded is named in the header
-    and each tab's error box. The API endpoints ``/direction``, ``/similarity`` and ``/search`` answer with data."""
+    and each tab's error box. The tabs' API endpoints ``/direction``, ``/similarity`` and ``/search`` give data."""
     model_name = model_name or os.environ.get("GAUSSCSE_MODEL") or core.DEFAULT_MODEL
-    answers = answers if answers is not None else Answers.load(model_name)
-    model, problem = answers.model, answers.problem
+    if answers is None:
+        try:
+            answers = Answers(core.load_model(model_name))
+        except DemoError as error:
+            answers = Answers(None, str(error))
 
     with gr.Blocks(title="GaussCSE demo") as app:
-        formula = (
-            "1 / (1 + KL(N_a‖N_b))"
-            if model is None
-            else f"{similarity_formula(model.config.similarity_reduction)} (this model's "
-            f"`{model.config.similarity_reduction}` reduction)"
-        )
+        formula = "1 / (1 + KL(N_a‖N_b))"
+        if answers.model is not None:
+            reduction = answers.model.config.similarity_reduction
+            formula = f"{similarity_formula(reduction)} (this model's `{reduction}` reduction)"
         gr.Markdown(INTRODUCTION.format(model=model_name, formula=formula))
-        if problem is not None:
-            gr.Markdown(f"**The model could not be loaded.** {problem}", elem_id="model-error")
+        if answers.problem is not None:
+            gr.Markdown(f"**The model could not be loaded.** {answers.problem}", elem_id="model-error")
         direction_tab(answers)
-        similarity_tab(answers)
-        search_tab(answers)
+        with gr.Tab("Similarity"):
+            gr.Markdown(
+                f"Up to {core.MAX_SENTENCES} sentences, one per line → the matrix S_ij = sim(s_i‖s_j). It is not "
+                "symmetric: S_ij is high when sentence j (column) entails sentence i (row)."
+            )
+            sentences = gr.Textbox(label="Sentences, one per line", lines=6, value="\n".join(core.SIMILARITY_EXAMPLE))
+            show = answer_button("Similarity matrix", "similarity", answers.similarity_page, cleared=(None, None))
+            heatmap = gr.Plot(label="sim(row‖column)", format="png", elem_id="similarity-plot")
+            matrix = gr.JSON(label="matrix", visible=True)
+            show([sentences], [matrix, heatmap])
+        with gr.Tab("Search"):
+            search_help = gr.Markdown(
+                elem_id="search-help",
+                value=SEARCH_HELP.format(
+                    rule=core.search_rule(answers.model), corpus="The corpus is encoded on the first search."
+                ),
+            )
+            with gr.Row():
+                claim = gr.Textbox(label="Claim", value=core.SEARCH_EXAMPLES[0], scale=4)
+                k = gr.Slider(1, core.MAX_RESULTS, value=5, step=1, label="results", scale=1)
+            show = answer_button(
+                "Find sentences that entail it", "search", answers.search_page, cleared=(gr.skip(), None)
+            )
+            hits = gr.Dataframe(
+                headers=["rank", "score", "sentence"], label="entailing sentences", elem_id="search-hits"
+            )
+            gr.Examples([[example] for example in core.SEARCH_EXAMPLES], inputs=[claim])
+            show([claim, k], [search_help, hits])
         gr.api(answers.direction, api_name="direction")
         gr.api(answers.similarity, api_name="similarity")
         gr.api(answers.search, api_name="search")

@@ -97,8 +97,8 @@ def load_model(name_or_path: str) -> GaussCSEModel:
         return load_gausscse_model(name_or_path)
     except ModelLoadError as error:
         raise DemoError(
-            f"No GaussCSE model at {name_or_path!r} (GAUSSCSE_MODEL): set GAUSSCSE_MODEL to a trained model's folder "
-            f"or Hub id, or train one with `bash scripts/quickstart.sh`. ({error})"
+            f"No GaussCSE model at {name_or_path!r}: set GAUSSCSE_MODEL to a model folder or Hub id, or train one "
+            f"with `bash scripts/quickstart.sh` ({error})"
         ) from error
 
 
@@ -113,29 +113,6 @@ def check_sentence(argument: str, text: str | None) -> str:
     if len(text) > MAX_CHARACTERS:
         raise DemoError(f"{argument} has {len(text)} characters; at most {MAX_CHARACTERS}")
     return text
-
-
-def result_count(k: object) -> int:
-    """``k`` as a whole number of results from 1 to ``MAX_RESULTS`` (a whole float such as the slider's 3.0 too);
-    [`DemoError`] naming ``k`` otherwise."""
-    whole = isinstance(k, int) or (isinstance(k, float) and k.is_integer())
-    if isinstance(k, bool) or not whole:
-        raise DemoError(f"k must be a whole number of results from 1 to {MAX_RESULTS}, got {k!r}")
-    if not 1 <= int(k) <= MAX_RESULTS:
-        raise DemoError(f"k must be between 1 and {MAX_RESULTS}, got {k!r}")
-    return int(k)
-
-
-def split_sentences(text: str | None) -> list[str]:
-    """One sentence per non-empty line, 2 to ``MAX_SENTENCES`` of them, each checked by [`check_sentence`]."""
-    if text is not None and not isinstance(text, str):
-        raise DemoError(f"sentences must be text (one sentence per line), got {type(text).__name__}")
-    lines = [line for line in (text or "").splitlines() if line.strip()]
-    if len(lines) < 2:
-        raise DemoError(f"sentences: give at least 2 sentences, one per line (got {len(lines)})")
-    if len(lines) > MAX_SENTENCES:
-        raise DemoError(f"sentences: at most {MAX_SENTENCES} sentences, got {len(lines)}")
-    return [check_sentence(f"sentence {row + 1}", line) for row, line in enumerate(lines)]
 
 
 @dataclass
@@ -202,8 +179,15 @@ def direction(model: GaussCSEModel, sentence_a: str | None, sentence_b: str | No
 
 
 def similarity_figure(model: GaussCSEModel, text: str | None) -> tuple[list[str], list[list[float]], Figure]:
-    """The sentences (one per line), S_ij = sim(s_i‖s_j) and its heatmap."""
-    sentences = split_sentences(text)
+    """The sentences (one per non-empty line, 2 to ``MAX_SENTENCES``, each checked by [`check_sentence`]),
+    S_ij = sim(s_i‖s_j) and its heatmap."""
+    if text is not None and not isinstance(text, str):
+        raise DemoError(f"sentences must be text (one sentence per line), got {type(text).__name__}")
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if not 2 <= len(lines) <= MAX_SENTENCES:
+        limits = f"at least 2 sentences, one per line, and at most {MAX_SENTENCES} sentences"
+        raise DemoError(f"sentences: give {limits}, got {len(lines)}")
+    sentences = [check_sentence(f"sentence {row + 1}", line) for row, line in enumerate(lines)]
     matrix = model.similarity(sentences, sentences)
     labels = [f"{row + 1}. {line if len(line) <= 40 else line[:39] + '…'}" for row, line in enumerate(sentences)]
     size = 2.5 + 0.75 * len(sentences)
@@ -213,16 +197,6 @@ def similarity_figure(model: GaussCSEModel, text: str | None) -> tuple[list[str]
     axis.set_title(f"sim(row‖column) = {formula}: high where the column entails the row", fontsize=9)
     plt.close(figure)
     return sentences, matrix.tolist(), figure
-
-
-def corpus_sentences(data_dir: str | Path | None = None) -> tuple[list[str], str]:
-    """The search corpus and where it comes from: the first ``CORPUS_SIZE`` distinct SNLI-test premises of the data
-    folder (``data_dir``, else the registry's default) where there is one, else ``EXAMPLE_CORPUS``."""
-    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
-    if data_dir is None or not (data_dir / "snli" / "test.jsonl.gz").is_file():
-        return list(EXAMPLE_CORPUS), f"{len(EXAMPLE_CORPUS)} example sentences written for this demo"
-    premises = list(dict.fromkeys(load_split("snli", "test", data_dir)["premise"]))[:CORPUS_SIZE]
-    return premises, f"the first {len(premises)} distinct premises of the SNLI test set"
 
 
 def search_rule(model: GaussCSEModel | None) -> str:
@@ -237,17 +211,24 @@ def search_rule(model: GaussCSEModel | None) -> str:
 
 
 class Corpus:
-    """The search corpus, encoded into a [`SentenceIndex`] on first use (once, also under concurrent requests)."""
+    """The search corpus, encoded into a [`SentenceIndex`] on first use (once, also under concurrent requests): the
+    first ``CORPUS_SIZE`` distinct SNLI-test premises of the data folder where there is one, else ``EXAMPLE_CORPUS``."""
 
     def __init__(self, model: GaussCSEModel, data_dir: str | Path | None = None):
-        self.model, self.data_dir, self.description = model, data_dir, ""
+        self.model, self.description = model, ""
+        self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
         self._lock = threading.Lock()
         self._index: SentenceIndex | None = None
 
     def index(self) -> SentenceIndex:
         with self._lock:
             if self._index is None:
-                sentences, self.description = corpus_sentences(self.data_dir)
+                sentences = list(EXAMPLE_CORPUS)
+                self.description = f"{len(EXAMPLE_CORPUS)} example sentences written for this demo"
+                if self.data_dir is not None and (self.data_dir / "snli" / "test.jsonl.gz").is_file():
+                    premises = load_split("snli", "test", self.data_dir)["premise"]
+                    sentences = list(dict.fromkeys(premises))[:CORPUS_SIZE]
+                    self.description = f"the first {len(sentences)} distinct premises of the SNLI test set"
                 self._index = SentenceIndex.build(self.model, sentences, show_progress_bar=False)
             return self._index
 
@@ -257,7 +238,13 @@ class Corpus:
         return self._index.sentences if self._index is not None else []
 
     def search(self, claim: str | None, k: int) -> list[tuple[float, str]]:
-        """The ``(score, sentence)`` of the ``k`` corpus sentences that best entail ``claim``, best first."""
-        claim, k = check_sentence("claim", claim), result_count(k)
+        """The ``(score, sentence)`` of the ``k`` corpus sentences that best entail ``claim``, best first; ``k``: whole,
+        from 1 to ``MAX_RESULTS`` (a whole float such as the slider's 3.0 too)."""
+        claim = check_sentence("claim", claim)
+        if isinstance(k, bool) or not (isinstance(k, int) or (isinstance(k, float) and k.is_integer())):
+            raise DemoError(f"k must be a whole number of results from 1 to {MAX_RESULTS}, got {k!r}")
+        if not 1 <= k <= MAX_RESULTS:
+            raise DemoError(f"k must be between 1 and {MAX_RESULTS}, got {k!r}")
         index = self.index()
-        return [(hit.score, hit.sentence) for hit in index.entailing(self.model, [claim], k=min(k, len(index)))[0]]
+        hits = index.entailing(self.model, [claim], k=min(int(k), len(index)))[0]
+        return [(hit.score, hit.sentence) for hit in hits]

@@ -1,2 +1,1 @@
-"""Figures (matplotlib, Agg backend): ``gaussians`` draws Gaussians and scores on an axis (the demo and the model card
-use it; it needs only the model's tensors), ``reports`` composes the evaluation's PNG figures from its results."""
+"""Figures (matplotlib, Agg): ``gaussians`` draws on an axis (demo, model card), ``reports`` the evaluation's PNGs."""

@@ -1,8 +1,5 @@
-"""Matplotlib panels (Agg backend) of Gaussians and scores, shared by the report figures, the model card and the demo.
-
-A diagonal Gaussian N(μ, diag σ²) is drawn projected onto a plane P (2×d), exactly N(P μ, P diag(σ²) Pᵀ)
-(``draw_gaussians_2d``), or on two embedding dimensions, N((μ_i, μ_j), diag(σ_i², σ_j²)) (``draw_direction``).
-"""
+"""Matplotlib panels (Agg backend) of Gaussians and scores for the report figures, the model card and the demo: a
+Gaussian on two embedding dimensions (``draw_direction``); ``projection_plane``: reports.plot_gaussians_2d's plane."""
 
 from __future__ import annotations
 
@@ -21,10 +18,8 @@ from matplotlib.patches import Ellipse
 
 from gausscse.io import atomic_path
 
-SIGMA_STYLES = {  # the direction picture's contours: solid 1σ (filled), dashed 2σ
-    1.0: {"alpha": 0.3, "linestyle": "-", "linewidth": 2},
-    2.0: {"alpha": 0.8, "linestyle": "--", "linewidth": 1},
-}
+# the direction picture's contours: solid 1σ (filled), dashed 2σ
+SIGMA_STYLES = {1.0: dict(alpha=0.3, linestyle="-", linewidth=2), 2.0: dict(alpha=0.8, linestyle="--", linewidth=1)}
 SIGMAS = tuple(SIGMA_STYLES)
 DEGENERATE = 1e-6  # a direction this short (relative; after removing the axes already chosen) adds nothing
 
@@ -40,20 +35,15 @@ def save_png(figure: Figure, path: str | Path) -> Path:
     return path
 
 
-def _principal_directions(centred: torch.Tensor) -> torch.Tensor:
-    _, singular_values, right_vectors = torch.linalg.svd(centred, full_matrices=False)
-    return right_vectors[singular_values > DEGENERATE * max(float(singular_values.max()), 1.0)]
-
-
 def projection_plane(mu: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
     """An orthonormal plane ``(2, d)`` for Gaussians ``(N, d)``: the principal directions of the centred μ, completed
     where they span less than two dimensions by those of the centred σ², then by the first coordinate axes."""
     mu, var = mu.double(), var.double()
-    candidates = [
-        *_principal_directions(mu - mu.mean(dim=0)),
-        *_principal_directions(var - var.mean(dim=0)),
-        *torch.eye(2, mu.shape[-1], dtype=torch.float64),
-    ]
+    candidates: list[torch.Tensor] = []
+    for values in (mu, var):  # the principal directions of the centred μ, then of the centred σ²
+        _, singular_values, right_vectors = torch.linalg.svd(values - values.mean(dim=0), full_matrices=False)
+        candidates += list(right_vectors[singular_values > DEGENERATE * max(float(singular_values.max()), 1.0)])
+    candidates += list(torch.eye(2, mu.shape[-1], dtype=torch.float64))  # then the first coordinate axes
     axes: list[torch.Tensor] = []
     for candidate in candidates:
         for axis in axes:
@@ -65,46 +55,13 @@ def projection_plane(mu: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
     return torch.stack(axes)
 
 
-def _colours() -> list[str]:
-    return plt.rcParams["axes.prop_cycle"].by_key()["color"]
-
-
-def draw_gaussians_2d(axis: Axes, mu: torch.Tensor, logvar: torch.Tensor, labels: Sequence[str]) -> None:
-    """Each row's Gaussian on the [`projection_plane`] as its 1σ ellipse and centre, legend "Σlogσ² = …: label"."""
-    mu, var = mu.double(), logvar.double().exp()
-    plane = projection_plane(mu, var)
-    centres = (mu @ plane.T).numpy()
-    colours = _colours()
-    extent = 0.0
-    for row, label in enumerate(labels):
-        eigenvalues, eigenvectors = np.linalg.eigh(((plane * var[row]) @ plane.T).numpy())
-        angle = float(np.degrees(np.arctan2(eigenvectors[1, -1], eigenvectors[0, -1])))
-        width, height = 2.0 * np.sqrt(np.clip(eigenvalues[::-1], 0.0, None))
-        extent = max(extent, float(np.abs(centres[row]).max() + width / 2))
-        colour = colours[row % len(colours)]
-        axis.add_patch(Ellipse(centres[row], width, height, angle=angle, fill=False, color=colour, linewidth=2))
-        generality = float(logvar[row].double().sum())
-        axis.plot(*centres[row], "o", color=colour, label=f"Σlogσ² = {generality:.1f}: {label}")
-    extent *= 1.1
-    axis.set(xlim=(-extent, extent), ylim=(-extent, extent), aspect="equal", xlabel="axis 1", ylabel="axis 2")
-    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12))
-
-
-def finish_pr_axis(axis: Axes, positive_rate: float, title: str) -> None:
-    """A precision–recall panel's chance line (the share of positives), labels, limits and legend."""
-    axis.axhline(positive_rate, color="grey", linestyle=":", label=f"chance ({100 * positive_rate:.1f})")
-    axis.set(title=title, xlabel="recall", ylabel="precision", xlim=(0, 1), ylim=(0, 1.02))
-    axis.legend(fontsize=7, loc="lower left")
-
-
 def draw_generality_gap(axis: Axes, gap: np.ndarray, title: str) -> None:
     """Histogram of Σlogσ²(premise) − Σlogσ²(hypothesis); the title gives the share > 0 (the variance rule)."""
     axis.hist(gap, bins=50, color="tab:blue", alpha=0.8)
     axis.axvline(0.0, color="black", linewidth=1)
+    share = 100 * float(np.mean(gap > 0))
     axis.set(
-        title=f"{title}: {100 * float(np.mean(gap > 0)):.1f}% > 0",
-        xlabel="Σlogσ²(premise) − Σlogσ²(hypothesis)",
-        ylabel="entailment pairs",
+        title=f"{title}: {share:.1f}% > 0", xlabel="Σlogσ²(premise) − Σlogσ²(hypothesis)", ylabel="entailment pairs"
     )
 
 
@@ -124,28 +81,19 @@ def draw_similarity_matrix(axis: Axes, matrix: np.ndarray, labels: Sequence[str]
     axis.set(xlabel="column j: the entailing side (premise)", ylabel="row i: the entailed side (hypothesis)")
 
 
-def _broader_row(logvar: torch.Tensor) -> int:
+def _coverage(mu: torch.Tensor, logvar: torch.Tensor) -> tuple[int, np.ndarray]:
+    """The broader row of two Gaussians ``(2, d)`` (the larger Σlogσ²) and, per dimension, (σ_broad − σ_narrow −
+    |μ_broad − μ_narrow|) / σ_broad: ≥ 0 where the broader one's 1σ interval contains the narrower one's."""
     generality = logvar.double().sum(dim=-1)
-    return int(generality[1] > generality[0])
-
-
-def _coverage_margin(mu: torch.Tensor, logvar: torch.Tensor) -> np.ndarray:
-    """Per dimension, (σ_broad − σ_narrow − |μ_broad − μ_narrow|) / σ_broad: ≥ 0 where the broader Gaussian's 1σ
-    interval contains the narrower one's."""
-    broad = _broader_row(logvar)
+    broad = int(generality[1] > generality[0])
     mu, std = mu.double().numpy(), logvar.double().mul(0.5).exp().numpy()
-    return (std[broad] - std[1 - broad] - np.abs(mu[broad] - mu[1 - broad])) / std[broad]
+    return broad, (std[broad] - std[1 - broad] - np.abs(mu[broad] - mu[1 - broad])) / std[broad]
 
 
 def covering_dimensions(mu: torch.Tensor, logvar: torch.Tensor, count: int = 2) -> list[int]:
     """The ``count`` dimensions where the broader of two Gaussians ``(2, d)`` covers the other with the widest margin,
     widest first (ties: the lower dimension)."""
-    return [int(dimension) for dimension in np.argsort(-_coverage_margin(mu, logvar), kind="stable")[:count]]
-
-
-def _axis_label(dimension: int, names: Sequence[str], std: np.ndarray) -> str:
-    deviations = ", ".join(f"σ({name}) = {value:.3g}" for name, value in zip(names, std, strict=True))
-    return f"dimension {dimension}: {deviations}"
+    return [int(dimension) for dimension in np.argsort(-_coverage(mu, logvar)[1], kind="stable")[:count]]
 
 
 def draw_direction(
@@ -156,7 +104,7 @@ def draw_direction(
     dimensions = covering_dimensions(mu, logvar)
     centres = mu.double()[:, dimensions].numpy()
     std = logvar.double()[:, dimensions].mul(0.5).exp().numpy()
-    colours = _colours()
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for row, (name, sentence) in enumerate(zip(names, sentences, strict=True)):
         for sigmas, style in SIGMA_STYLES.items():
             face = colours[row] if sigmas == SIGMAS[0] else "none"
@@ -166,14 +114,19 @@ def draw_direction(
         axis.plot(*centres[row], "o", color=colours[row], label=f"{name} (Σlogσ² = {generality:.1f}): {sentence}")
     reach = max(SIGMAS) * std * 1.1
     low, high = (centres - reach).min(axis=0), (centres + reach).max(axis=0)
-    broad = _broader_row(logvar)
-    covered = int((_coverage_margin(mu, logvar) >= 0).sum())
+    broad, margin = _coverage(mu, logvar)
+    covered = int((margin >= 0).sum())
     axis.set_title(
         f"{names[broad]}, the broader Gaussian, covers {names[1 - broad]} (1σ intervals) in {covered} of "
         f"{mu.shape[-1]} dimensions;\ndrawn: the 2 where it does so with the widest margin (filled: 1σ, dashed: 2σ)",
         fontsize=9,
     )
-    xlabel, ylabel = (_axis_label(dimension, names, std[:, column]) for column, dimension in enumerate(dimensions))
+    deviations = [
+        ", ".join(f"σ({name}) = {value:.3g}" for name, value in zip(names, column, strict=True)) for column in std.T
+    ]
+    xlabel, ylabel = (
+        f"dimension {dimension}: {label}" for dimension, label in zip(dimensions, deviations, strict=True)
+    )
     axis.set(xlim=(low[0], high[0]), ylim=(low[1], high[1]), aspect="equal", xlabel=xlabel, ylabel=ylabel)
     axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     return dimensions

@@ -1,6 +1,5 @@
 """Evaluation as the paper measured it, plus STS, entailment retrieval and point-embedding baselines: the suite
-(``gausscse-evaluate``), :class:`SNLIDevEvaluator` for training, the :class:`SentenceEncoder` protocol every task scores
-through, and :func:`load_metric` for the repository's ``evaluate`` modules."""
+(``gausscse-evaluate``), :class:`SNLIDevEvaluator` for training, the :class:`SentenceEncoder` protocol."""
 
 from __future__ import annotations
 

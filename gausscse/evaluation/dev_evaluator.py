@@ -13,13 +13,9 @@ from .tasks import NLI_DEV, NLIPairs, binary_nli, entailment_direction, load_nli
 
 @dataclass(eq=False)
 class SNLIDevEvaluator:
-    """``evaluator(model, tokenizer=None)`` → ``{name}_auprc``, ``{name}_accuracy`` (at the best grid threshold),
-    ``{name}_threshold`` (the smallest of the best) and, Gaussian models, ``{name}_direction_accuracy`` (similarity
-    rule), in percent, on SNLI dev (its first ``max_examples`` pairs) or on ``pairs``.
-
-    Each call encodes every distinct sentence once (no grad, the model's train/eval mode restored; a
-    ``DistributedDataParallel`` is unwrapped); ``point`` scores by the cosine of μ (supervised SimCSE loss).
-    """
+    """``evaluator(model, tokenizer=None)`` → ``{name}_auprc``, ``{name}_accuracy`` and ``{name}_threshold`` (the
+    smallest best grid threshold) and, Gaussian models, ``{name}_direction_accuracy`` (similarity rule), in percent, on
+    SNLI dev (its first ``max_examples`` pairs) or ``pairs``; ``point`` scores by the cosine of μ (SimCSE loss)."""
 
     data_dir: InitVar[str | Path | None] = None
     max_examples: InitVar[int | None] = None

@@ -1,10 +1,6 @@
-"""Sentence encoders behind one protocol: each task encodes its distinct sentences once
-(:meth:`SentenceEncoder.encode_unique`) and looks pairs up in the returned :class:`EncodedSentences`.
-
-:class:`GaussianEncoder`: a GaussCSE model, sentences as N(μ, diag σ²) scored by sim(a‖b) = 1/(1 + KL(N_a‖N_b)) with
-its ``similarity_reduction``. :class:`PointEncoder`: any ``AutoModel`` with a sentence-transformers folder's pooling
-and ``Normalize`` (else mean pooling), scored by the cosine, mapped to [0, 1] as (cos + 1) / 2 for NLI.
-"""
+"""Sentence encoders behind one protocol (:meth:`SentenceEncoder.encode_unique`: each distinct sentence once, pairs
+looked up in the :class:`EncodedSentences`): :class:`GaussianEncoder` (a GaussCSE model, scored by sim(a‖b) with its
+``similarity_reduction``) and :class:`PointEncoder` (any ``AutoModel``, scored by the cosine, (cos + 1) / 2 for NLI)."""
 
 from __future__ import annotations
 
@@ -27,7 +23,6 @@ from gausscse.model.gaussian import GaussianEmbeddings, similarity
 from gausscse.model.onnx_gausscse import ONNX_FILE
 
 DEFAULT_BATCH_SIZE = 128
-ENCODER_OPTIONS = ("batch_size", "max_length", "bf16")  # what every encoder here takes, as encode_hidden does
 MODEL_ENCODE_OPTIONS = ("batch_size", "tokenizer", "max_length", "backend", "onnx_file")  # to GaussCSEModel.encode
 
 
@@ -49,11 +44,6 @@ def rows_of(index: dict[str, int], sentences: Sequence[str]) -> torch.Tensor:
         raise KeyError(f"sentence was not encoded in this run: {error.args[0]!r}") from None
 
 
-def _check_pooling(pooling: str) -> None:
-    if pooling not in TOKEN_POOLINGS:
-        raise ValueError(f"pooling must be one of {TOKEN_POOLINGS}, got {pooling!r}")
-
-
 @torch.inference_mode()
 def encode_hidden(
     backbone: torch.nn.Module,
@@ -67,10 +57,9 @@ def encode_hidden(
 ) -> dict[str, torch.Tensor]:
     """Pooled last hidden states of an ``AutoModel`` encoder, ``{pooling: (N, h) float32}`` in the order of
     ``sentences``: each sentence tokenised once, batches sorted by token count, every pooling from one forward."""
-    for pooling in poolings:
-        _check_pooling(pooling)
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+    for pooling in poolings:  # checked before any work, also with no sentences
+        if pooling not in TOKEN_POOLINGS:
+            raise ValueError(f"pooling must be one of {TOKEN_POOLINGS}, got {pooling!r}")
     max_length = resolve_max_length(tokenizer, backbone.config, max_length)
     device = next(backbone.parameters()).device
     pooled = {pooling: torch.empty(len(sentences), backbone.config.hidden_size) for pooling in poolings}
@@ -91,9 +80,8 @@ def encode_hidden(
 
 @dataclass
 class EncodedSentences:
-    """Embeddings of distinct sentences, looked up by text: ``index`` (sentence → row), ``mu`` ``(N, d)`` (the means
-    or point embeddings), ``logvar`` (log σ², ``None`` for a point encoder), the model's similarity ``reduction`` and
-    search λ ``search_kl_weight`` (``None`` where it has none)."""
+    """Embeddings of distinct sentences looked up by text (``index``: sentence → row); ``mu`` ``(N, d)``: the means or
+    point embeddings; ``logvar``, ``reduction`` and ``search_kl_weight``: ``None`` where the encoder has none."""
 
     index: dict[str, int]
     mu: torch.Tensor
@@ -103,7 +91,6 @@ class EncodedSentences:
 
     @property
     def is_gaussian(self) -> bool:
-        """Whether there are variances (asymmetric similarity, direction rules)."""
         return self.logvar is not None
 
     def rows(self, sentences: Sequence[str]) -> torch.Tensor:
@@ -118,9 +105,7 @@ class EncodedSentences:
         rows_a, rows_b = self.rows(a), self.rows(b)
         if not self.is_gaussian:
             return (F.cosine_similarity(self.mu[rows_a], self.mu[rows_b], dim=-1) + 1.0) / 2.0
-        return similarity(
-            self.mu[rows_a], self.logvar[rows_a], self.mu[rows_b], self.logvar[rows_b], reduction=self.reduction
-        )
+        return similarity(self.mu[rows_a], self.logvar[rows_a], self.mu[rows_b], self.logvar[rows_b], self.reduction)
 
     def symmetric_similarities(self, a: Sequence[str], b: Sequence[str]) -> dict[str, torch.Tensor]:
         """STS scores: ``cosine`` cos(μ_a, μ_b) and, Gaussian only, ``symmetric_kl`` ½ [sim(a‖b) + sim(b‖a)]."""
@@ -148,8 +133,7 @@ class SentenceEncoder(Protocol):
 @dataclass(eq=False)
 class GaussianEncoder:
     """A GaussCSE model (or a ``DistributedDataParallel`` around one; its train/eval mode is kept) as a
-    :class:`SentenceEncoder`. ``batch_size``, ``max_length``, ``tokenizer``, ``backend`` and ``onnx_file`` go to
-    ``model.encode``; ``bf16`` runs it under bfloat16 autocast (the KL stays float32); ``point`` scores by the cosine
+    :class:`SentenceEncoder`; ``bf16``: under bfloat16 autocast (the KL stays float32); ``point``: scored by the cosine
     of μ alone (a model trained with the supervised SimCSE loss, which never trains σ²)."""
 
     model: Any
@@ -170,13 +154,11 @@ class GaussianEncoder:
         options = {name: getattr(self, name) for name in MODEL_ENCODE_OPTIONS}
         with torch.autocast(self.model.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
             embeddings = self.model.encode(distinct, show_progress_bar=show_progress_bar, **options)
-        return EncodedSentences(
-            index=index_of(distinct),
-            mu=embeddings.mu,
-            logvar=None if self.point else embeddings.logvar,
-            reduction=None if self.point else self.model.config.similarity_reduction,
-            search_kl_weight=None if self.point else getattr(self.model.config, "search_kl_weight", None),
-        )
+        if self.point:
+            return EncodedSentences(index_of(distinct), embeddings.mu, None)
+        config = self.model.config
+        reduction, weight = config.similarity_reduction, getattr(config, "search_kl_weight", None)
+        return EncodedSentences(index_of(distinct), embeddings.mu, embeddings.logvar, reduction, weight)
 
 
 @dataclass(eq=False)
@@ -195,7 +177,8 @@ class PointEncoder:
     def __post_init__(self) -> None:
         folder_pooling, folder_normalize = sentence_transformers_pooling(self.name_or_path) or ("mean", False)
         self.pooling = self.pooling or folder_pooling
-        _check_pooling(self.pooling)
+        if self.pooling not in TOKEN_POOLINGS:
+            raise ValueError(f"pooling must be one of {TOKEN_POOLINGS}, got {self.pooling!r}")
         self.normalize = folder_normalize if self.normalize is None else self.normalize
         self.model = AutoModel.from_pretrained(self.name_or_path, trust_remote_code=False).to(self.device).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=False)
@@ -205,10 +188,9 @@ class PointEncoder:
     @torch.inference_mode()
     def encode_unique(self, sentences: Iterable[str], show_progress_bar: bool = False) -> EncodedSentences:
         distinct = unique_sentences(sentences)
-        options = {name: getattr(self, name) for name in ENCODER_OPTIONS}
-        pooled = encode_hidden(
-            self.model, self.tokenizer, distinct, (self.pooling,), **options, show_progress_bar=show_progress_bar
-        )[self.pooling]
+        options = {name: getattr(self, name) for name in ("batch_size", "max_length", "bf16")}
+        options["show_progress_bar"] = show_progress_bar
+        pooled = encode_hidden(self.model, self.tokenizer, distinct, (self.pooling,), **options)[self.pooling]
         return EncodedSentences(index_of(distinct), F.normalize(pooled, dim=-1) if self.normalize else pooled, None)
 
 
@@ -223,10 +205,9 @@ def load_encoder(
     :class:`PointEncoder`; ``name_or_path``: a local folder or Hub id."""
     try:
         check_model_reference(name_or_path)
+        config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)  # never a folder's own code
     except ModelLoadError as error:
         raise ValueError(f"--model/--baseline {error}") from None
-    try:
-        config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)  # never a folder's own code
     except (OSError, ValueError) as error:
         raise ValueError(f"--model/--baseline {name_or_path!r}: no loadable model config there ({error})") from error
     options = {"batch_size": batch_size, "max_length": max_length, "bf16": bf16}

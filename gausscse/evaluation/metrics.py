@@ -1,5 +1,4 @@
-"""The repository's `evaluate` modules (``binary_nli``, ``mcnemar``, ``retrieval``, ``spearman``: the metric math, each
-self-contained under :data:`EVALUATE_MODULES_DIR`), loaded once per process, and the mean ± std over seeds."""
+"""The repository's `evaluate` modules (the metric math), loaded once per process, and the mean ± std over seeds."""
 
 from __future__ import annotations
 
@@ -21,12 +20,6 @@ def load_metric(name: str):
     if name not in METRIC_NAMES:
         raise ValueError(f"unknown metric {name!r}; choose from {', '.join(METRIC_NAMES)}")
     return evaluate.load(str(EVALUATE_MODULES_DIR / name), keep_in_memory=True)
-
-
-def precision_recall_sweep(scores, labels):
-    """The points behind ``binary_nli``'s ``auprc`` (for plots): precision and recall at every grid threshold, then
-    the anchor (recall 0, precision 1)."""
-    return load_metric("binary_nli").precision_recall_sweep(scores, labels)
 
 
 def mean_and_std(values: Sequence[float]) -> tuple[float, float]:

@@ -18,11 +18,17 @@ PAPER_DIRECTION = {
     "GaussCSE (paper, BERT-base): similarity rule": {"snli": 97.38, "mnli_mismatched": 91.92, "sick": 86.22},
     "Length baseline (paper)": {"snli": 92.63, "mnli_mismatched": 82.64, "sick": 69.14},
 }
-
 NLI_COLUMNS = {"snli": "SNLI", "mnli_mismatched": "MNLI (mm)", "sick": "SICK", "mnli_matched": "MNLI (m)"}
 STS_LABELS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg.")
 STS_COLUMNS = dict(zip([*STS_SETS, "avg"], STS_LABELS, strict=True))
-
+STS_SCORES = {"cosine": "cosine", "symmetric_kl": "symmetric kl"}
+RETRIEVAL_COLUMNS = {"snli": "SNLI test", "mnli_mismatched": "MNLI (mm)", "sick": "SICK test", "snli_dev": "SNLI dev"}
+RETRIEVAL_SCORES = {
+    "search": "search score cos − λ·KL(claim‖premise)/d",
+    "similarity": "own similarity sim(claim‖premise)",
+    "cosine": "cosine of μ",
+}
+RETRIEVAL_KEYS = ("retrieval/{column}/{score}/ndcg@10", "retrieval/{column}/{score}/recall@10")
 REPORT_TITLE = "# GaussCSE evaluation"  # the first line of every report.md
 
 
@@ -53,7 +59,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def _paper_row(label: str, numbers: dict[str, float], columns: Sequence[str], extra: int = 0) -> list[str]:
+def _paper_row(label: str, numbers: dict[str, float], columns: Iterable[str], extra: int = 0) -> list[str]:
     return [label] + [f"{numbers[column]:.2f}" if column in numbers else "—" for column in columns] + ["—"] * extra
 
 
@@ -73,10 +79,9 @@ def _paragraphs(*parts: str) -> str:
 
 
 def nli_section(entries: Sequence[Entry]) -> str:
-    columns = list(NLI_COLUMNS)
-    accuracy_rows = [_paper_row(label, numbers, columns, extra=1) for label, numbers in PAPER_NLI_ACCURACY.items()]
+    accuracy_rows = [_paper_row(label, numbers, NLI_COLUMNS, extra=1) for label, numbers in PAPER_NLI_ACCURACY.items()]
     accuracy_rows += [
-        [entry.label, *entry.cells(columns, "nli/{column}/accuracy"), entry.cell("snli_dev/threshold", 3)]
+        [entry.label, *entry.cells(NLI_COLUMNS, "nli/{column}/accuracy"), entry.cell("snli_dev/threshold", 3)]
         for entry in entries
     ]
     area_keys = ("nli/{column}/auprc", "nli/{column}/average_precision")
@@ -89,27 +94,23 @@ def nli_section(entries: Sequence[Entry]) -> str:
         "AUPRC (%, the paper's protocol: precision/recall at each 0.001-step threshold plus the (0, 1) anchor, "
         "trapezoid over recall) / average precision (%, sklearn's step-wise AP over all distinct scores).",
         markdown_table(
-            ["model", *NLI_COLUMNS.values()], [[entry.label, *entry.cells(columns, *area_keys)] for entry in entries]
+            ["model", *NLI_COLUMNS.values()],
+            [[entry.label, *entry.cells(NLI_COLUMNS, *area_keys)] for entry in entries],
         ),
     )
 
 
-LENGTH_BASELINES = {"length_baseline": "characters", "length_baseline_words": "words"}
-DIRECTION_RULES = ("similarity_rule", "variance_rule")
-
-
 def direction_section(entries: Sequence[Entry]) -> str:
-    columns = list(NLI_COLUMNS)
-    rows = [_paper_row(label, numbers, columns) for label, numbers in PAPER_DIRECTION.items()]
+    rows = [_paper_row(label, numbers, NLI_COLUMNS) for label, numbers in PAPER_DIRECTION.items()]
     rows += [  # the length baselines depend on the data only: taken from the first entry
-        [f"Length baseline (measured, {unit})", *entries[0].cells(columns, "direction/{column}/" + key)]
-        for key, unit in LENGTH_BASELINES.items()
+        [f"Length baseline (measured, {unit})", *entries[0].cells(NLI_COLUMNS, "direction/{column}/" + key)]
+        for key, unit in (("length_baseline", "characters"), ("length_baseline_words", "words"))
         if entries
     ]
     rows += [
-        [f"{entry.label}: {rule.replace('_', ' ')}", *entry.cells(columns, "direction/{column}/" + rule)]
+        [f"{entry.label}: {rule.replace('_', ' ')}", *entry.cells(NLI_COLUMNS, "direction/{column}/" + rule)]
         for entry in entries
-        for rule in DIRECTION_RULES
+        for rule in ("similarity_rule", "variance_rule")
     ]
     return _paragraphs(
         "## Entailment direction (paper §3.2): entailment pairs only, accuracy (%)",
@@ -121,9 +122,6 @@ def direction_section(entries: Sequence[Entry]) -> str:
     )
 
 
-STS_SCORES = {"cosine": "cosine", "symmetric_kl": "symmetric kl"}
-
-
 def sts_section(entries: Sequence[Entry]) -> str:
     return _paragraphs(
         "## STS: Spearman ρ × 100",
@@ -131,15 +129,6 @@ def sts_section(entries: Sequence[Entry]) -> str:
         "cosine: cos(μ_a, μ_b); symmetric kl: ½[sim(a‖b) + sim(b‖a)].",
         _score_table(entries, STS_COLUMNS, STS_SCORES, "sts/{column}/{score}"),
     )
-
-
-RETRIEVAL_COLUMNS = {"snli": "SNLI test", "mnli_mismatched": "MNLI (mm)", "sick": "SICK test", "snli_dev": "SNLI dev"}
-RETRIEVAL_SCORES = {
-    "search": "search score cos − λ·KL(claim‖premise)/d",
-    "similarity": "own similarity sim(claim‖premise)",
-    "cosine": "cosine of μ",
-}
-RETRIEVAL_KEYS = ("retrieval/{column}/{score}/ndcg@10", "retrieval/{column}/{score}/recall@10")
 
 
 def retrieval_section(entries: Sequence[Entry]) -> str:
@@ -167,12 +156,11 @@ def significance_section(tests: dict[str, dict[str, dict]]) -> str:
         for comparison, results in tests.items()
         for key, result in results.items()
     ]
-    table = markdown_table(["A vs. B", "task/test set", "b", "c", "p (exact)", "p (χ², cc)"], rows)
     return _paragraphs(
         "## Significance: McNemar's test on per-example correctness",
         "b: only A correct, c: only B correct; exact two-sided binomial p on b + c discordant pairs, and the "
         "continuity-corrected χ² p for reference.",
-        table if rows else "(none)",
+        markdown_table(["A vs. B", "task/test set", "b", "c", "p (exact)", "p (χ², cc)"], rows) if rows else "(none)",
     )
 
 

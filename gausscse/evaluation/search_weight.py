@@ -1,8 +1,5 @@
-"""The λ of a model's search score cos(μ_q, μ_x) − λ · KL(q‖x) / d, chosen on dev data.
-
-λ = 0 is the cosine; λ is chosen by nDCG@10 of entailment retrieval on SNLI dev over a fixed grid, the smallest among
-equally good ones, by training at its end or by ``python -m gausscse.evaluation.search_weight --model DIR``.
-"""
+"""The λ of a model's search score cos(μ_q, μ_x) − λ · KL(q‖x) / d (λ = 0: the cosine): the smallest λ of a fixed grid
+with the best nDCG@10 of entailment retrieval on SNLI dev, chosen at the end of training or by this module's CLI."""
 
 from __future__ import annotations
 
@@ -20,17 +17,13 @@ KL_WEIGHT_GRID = (0.0, *(round(10 ** (exponent / 4), 6) for exponent in range(-1
 
 
 def kl_weight_curve(
-    mu_q: torch.Tensor,
-    logvar_q: torch.Tensor,
-    mu_x: torch.Tensor,
-    logvar_x: torch.Tensor,
-    relevant: list[list[int]],
-    grid: tuple[float, ...] = KL_WEIGHT_GRID,
+    mu_q: torch.Tensor, logvar_q: torch.Tensor, mu_x: torch.Tensor, logvar_x: torch.Tensor, relevant: list[list[int]]
 ) -> dict[float, float]:
-    """nDCG@10 (percent) of cos(μ_q, μ_x) − λ · KL(q‖x) / d for every λ of ``grid``."""
+    """nDCG@10 (percent) of cos(μ_q, μ_x) − λ · KL(q‖x) / d for every λ of ``KL_WEIGHT_GRID``."""
     cosine, kl = cosine_matrix(mu_q, mu_x), kl_divergence_matrix(mu_q, logvar_q, mu_x, logvar_x)
     dim = mu_q.shape[-1]
-    return {weight: ranking_metrics(search_score_from(cosine, kl, weight, dim), relevant)["ndcg@10"] for weight in grid}
+    ndcg = {weight: ranking_metrics(search_score_from(cosine, kl, weight, dim), relevant) for weight in KL_WEIGHT_GRID}
+    return {weight: metrics["ndcg@10"] for weight, metrics in ndcg.items()}
 
 
 def best_kl_weight(curve: dict[float, float]) -> float:
@@ -41,11 +34,9 @@ def best_kl_weight(curve: dict[float, float]) -> float:
 
 def choose_kl_weight(model, retrieval: RetrievalSet, batch_size: int = 128, max_length: int | None = 64):
     """``(λ, curve)`` for a GaussCSE model of a KL reduction on ``retrieval``."""
-    if model.config.similarity_reduction not in KL_REDUCTIONS:
-        raise ValueError(
-            f"the search score needs a KL reduction {KL_REDUCTIONS}; this model's is "
-            f"{model.config.similarity_reduction!r}"
-        )
+    reduction = model.config.similarity_reduction
+    if reduction not in KL_REDUCTIONS:
+        raise ValueError(f"the search score needs a KL reduction {KL_REDUCTIONS}, got {reduction!r}")
     queries = model.encode(retrieval.queries, batch_size=batch_size, max_length=max_length)
     corpus = model.encode(retrieval.corpus, batch_size=batch_size, max_length=max_length)
     curve = kl_weight_curve(queries.mu, queries.logvar, corpus.mu, corpus.logvar, retrieval.relevant)
@@ -62,9 +53,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max_length", type=int, default=64)
     args = parser.parse_args(argv)
     model = load_model(args.model).eval()
-    weight, curve = choose_kl_weight(
-        model, retrieval_set(load_nli("snli_dev", *NLI_DEV, data_dir=args.data_dir)), max_length=args.max_length
-    )
+    dev = retrieval_set(load_nli("snli_dev", *NLI_DEV, data_dir=args.data_dir))
+    weight, curve = choose_kl_weight(model, dev, max_length=args.max_length)
     model.config.search_kl_weight = weight
     model.config.save_pretrained(args.model)  # config.json (and the sentence-transformers files), each written whole
     result = {"search_kl_weight": weight, "snli_dev_ndcg@10": {str(key): value for key, value in curve.items()}}

@@ -3,6 +3,7 @@ every task scored into a :class:`ModelRun`; seed aggregation and McNemar tests b
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +27,7 @@ from .tasks import (
 @dataclass
 class ModelRun:
     """Everything measured for one encoder: JSON-ready ``results`` (``{"nli": {test_set: metrics}, "snli_dev": …,
-    "direction": …, "sts": …, "sts_dev": …, "retrieval": {set: {score: metrics}}}``) and the per-pair arrays of
-    ``nli`` and ``direction`` per test set."""
+    "direction": …, "sts": …, "sts_dev": …, "retrieval": …}``) and per test set the per-pair ``nli``/``direction``."""
 
     name: str
     is_gaussian: bool
@@ -53,8 +53,8 @@ def run_encoder(encoder: SentenceEncoder, data: TaskData, show_progress_bar: boo
     run = ModelRun(name=encoder.name, is_gaussian=encoded.is_gaussian)
     run.results["unique_sentences"] = len(encoded.index)
     if "nli" in data.tasks:
-        dev_results = on_each_split("nli", {"snli_dev": data.nli_dev}, lambda pairs: dev_metrics(encoded, pairs))
-        dev = {key.removeprefix("snli_dev_"): value for key, value in dev_results["snli_dev"].items()}
+        measured = on_each_split("nli", {"snli_dev": data.nli_dev}, lambda pairs: dev_metrics(encoded, pairs))
+        dev = {key.removeprefix("snli_dev_"): value for key, value in measured["snli_dev"].items()}
         run.results["snli_dev"] = dev
         run.nli = on_each_split("nli", data.nli_test, lambda pairs: binary_nli(encoded, pairs, dev["threshold"]))
         run.results["nli"] = {name: result.metrics for name, result in run.nli.items()}
@@ -62,17 +62,15 @@ def run_encoder(encoder: SentenceEncoder, data: TaskData, show_progress_bar: boo
         run.direction = on_each_split("direction", data.nli_test, lambda pairs: entailment_direction(encoded, pairs))
         run.results["direction"] = {name: result.metrics for name, result in run.direction.items()}
     if "sts" in data.tasks:
-        sts = on_each_split("sts", data.sts, lambda pairs: sts_spearman(encoded, pairs))
+        spearman = functools.partial(sts_spearman, encoded)
+        sts = on_each_split("sts", data.sts, spearman)
         scores = next(iter(sts.values()))
         sts["avg"] = {score: float(np.mean([sts[name][score] for name in data.sts])) for score in scores}  # "Avg."
         run.results["sts"] = sts
-        run.results["sts_dev"] = on_each_split(
-            "sts", {data.sts_dev.name: data.sts_dev}, lambda pairs: sts_spearman(encoded, pairs)
-        )
+        run.results["sts_dev"] = on_each_split("sts", {data.sts_dev.name: data.sts_dev}, spearman)
     if "retrieval" in data.tasks:
-        run.results["retrieval"] = on_each_split(
-            "retrieval", data.retrieval, lambda retrieval: entailment_retrieval(encoded, retrieval)
-        )
+        retrieval = functools.partial(entailment_retrieval, encoded)
+        run.results["retrieval"] = on_each_split("retrieval", data.retrieval, retrieval)
     return run
 
 
@@ -91,11 +89,9 @@ def flatten(results: dict, prefix: str = "") -> dict[str, float]:
 def aggregate_seeds(runs: Sequence[ModelRun]) -> dict[str, dict[str, float]]:
     """``{key: {"mean", "std" (ddof = 1), "runs"}}`` of every numeric result shared by the runs (seeds)."""
     flat_runs = [flatten(run.results) for run in runs]
-    aggregate = {}
-    for key in [key for key in flat_runs[0] if all(key in flat for flat in flat_runs)]:
-        mean, std = mean_and_std([flat[key] for flat in flat_runs])
-        aggregate[key] = {"mean": mean, "std": std, "runs": len(runs)}
-    return aggregate
+    shared = [key for key in flat_runs[0] if all(key in flat for flat in flat_runs)]
+    statistics = {key: mean_and_std([flat[key] for flat in flat_runs]) for key in shared}
+    return {key: {"mean": mean, "std": std, "runs": len(runs)} for key, (mean, std) in statistics.items()}
 
 
 def mcnemar(correct_a: np.ndarray, correct_b: np.ndarray) -> dict:
@@ -109,22 +105,20 @@ def significance(reference: ModelRun, other: ModelRun) -> dict[str, dict]:
     for name in reference.nli.keys() & other.nli.keys():
         tests[f"nli/{name}"] = mcnemar(reference.nli[name].correct, other.nli[name].correct)
     for name in reference.direction.keys() & other.direction.keys():
-        if reference.direction[name].similarity_correct is not None and other.is_gaussian:
-            tests[f"direction/{name}"] = mcnemar(
-                reference.direction[name].similarity_correct, other.direction[name].similarity_correct
-            )
+        ours, theirs = reference.direction[name].similarity_correct, other.direction[name].similarity_correct
+        if ours is not None and other.is_gaussian:
+            tests[f"direction/{name}"] = mcnemar(ours, theirs)
     return dict(sorted(tests.items()))
 
 
-def significance_tests(reference: ModelRun, baselines: Sequence[ModelRun], tasks: Sequence[str]) -> dict[str, dict]:
+def significance_tests(reference: ModelRun, baselines: Sequence[ModelRun]) -> dict[str, dict]:
     """:func:`significance` of ``reference`` against each baseline and, with the direction task, McNemar of every
     Gaussian model's similarity rule against the length baseline; comparisons with no shared task left out."""
     tests = {f"{reference.name} vs. {run.name}": significance(reference, run) for run in baselines}
-    for run in [reference, *baselines] if "direction" in tasks else []:
-        if run.is_gaussian:
-            tests[f"{run.name} similarity rule vs. length baseline"] = {
-                f"direction/{name}": mcnemar(result.similarity_correct, result.length_correct)
-                for name, result in sorted(run.direction.items())
-                if result.similarity_correct is not None
-            }
+    for run in [reference, *baselines]:  # a point encoder's similarity_correct is None
+        tests[f"{run.name} similarity rule vs. length baseline"] = {
+            f"direction/{name}": mcnemar(result.similarity_correct, result.length_correct)
+            for name, result in sorted(run.direction.items())
+            if result.similarity_correct is not None
+        }
     return {comparison: results for comparison, results in tests.items() if results}

@@ -1,10 +1,6 @@
-"""The paper's tasks, STS and entailment retrieval on top of :class:`~evaluation.encoders.EncodedSentences`.
-
-Binary NLI (§3.1): entailment vs. rest by s = sim(hyp‖pre). Direction (§3.2): on entailment pairs (SICK without those
-that entail both ways), the similarity, variance and length rules. STS: Spearman ρ of symmetric scores, "all"
-aggregation as SimCSE. Retrieval: an NLI split's entailment hypotheses (claims) as queries, its premises as the corpus.
-Every number is a percentage (0–100) except thresholds (0–1) and counts. :class:`TaskData`: the requested tasks' data.
-"""
+"""The paper's binary NLI (§3.1) and entailment direction (§3.2), STS and entailment retrieval on top of
+:class:`~evaluation.encoders.EncodedSentences`, and :class:`TaskData`, the requested tasks' data. Every number is a
+percentage (0–100) except thresholds (0–1) and counts."""
 
 from __future__ import annotations
 
@@ -18,15 +14,6 @@ import torch
 
 from gausscse.data.registry import load_split
 from gausscse.model import gaussian
-from gausscse.model.gaussian import (
-    KL_REDUCTIONS,
-    cosine_matrix,
-    kl_divergence_matrix,
-    kl_scale,
-    search_score_from,
-    similarity_from_kl,
-    similarity_matrix,
-)
 
 from .encoders import EncodedSentences
 from .metrics import load_metric
@@ -72,13 +59,8 @@ class NLIPairs:
 
     def select(self, mask: np.ndarray) -> NLIPairs:
         rows = np.flatnonzero(mask)
-        return NLIPairs(
-            self.name,
-            [self.premises[row] for row in rows],
-            [self.hypotheses[row] for row in rows],
-            self.is_entailment[rows],
-            self.entails_both_ways[rows],
-        )
+        premises, hypotheses = [self.premises[row] for row in rows], [self.hypotheses[row] for row in rows]
+        return NLIPairs(self.name, premises, hypotheses, self.is_entailment[rows], self.entails_both_ways[rows])
 
 
 @dataclass
@@ -124,13 +106,9 @@ def load_nli(
 def load_sts(name: str, dataset: str, split: str, data_dir: str | None = None, max_examples: int | None = None):
     """An STS split as :class:`STSPairs` (its first ``max_examples`` rows if given)."""
     rows = _load_rows(dataset, split, data_dir, max_examples, ("sentence1", "sentence2", "score"))
-    return STSPairs(
-        name,
-        list(rows["sentence1"]),
-        list(rows["sentence2"]),
-        np.asarray(rows["score"], dtype=np.float64),
-        list(rows["subset"]) if "subset" in rows.column_names else None,
-    )
+    subsets = list(rows["subset"]) if "subset" in rows.column_names else None
+    gold = np.asarray(rows["score"], dtype=np.float64)
+    return STSPairs(name, list(rows["sentence1"]), list(rows["sentence2"]), gold, subsets)
 
 
 @dataclass
@@ -143,9 +121,8 @@ class NLIResult:
 
 
 def binary_nli(encoded: EncodedSentences, pairs: NLIPairs, threshold: float | None = None) -> NLIResult:
-    """Entailment iff s = sim(hyp‖pre) >= ``threshold`` (default: this set's best grid threshold, the smallest among
-    ties): ``accuracy`` at it, ``best_accuracy`` (the set's own best, for reference), ``auprc`` (the paper's sweep)
-    and ``average_precision``, × 100."""
+    """Entailment iff s = sim(hyp‖pre) >= ``threshold`` (default: the set's own best grid threshold): the
+    ``binary_nli`` metrics × 100, the per-pair scores and correctness."""
     scores = encoded.entailment_score(pairs.premises, pairs.hypotheses).numpy().astype(np.float64)
     labels = pairs.is_entailment
     measured = load_metric("binary_nli").compute(predictions=scores, references=labels, threshold=threshold)
@@ -154,19 +131,16 @@ def binary_nli(encoded: EncodedSentences, pairs: NLIPairs, threshold: float | No
     return NLIResult(metrics, scores, (scores >= metrics["threshold"]) == labels)
 
 
-LENGTHS = {"characters": len, "words": lambda sentence: len(sentence.split())}
-
-
 def length_rule_correct(premises: Sequence[str], hypotheses: Sequence[str], unit: str = "characters") -> np.ndarray:
-    """Length baseline per pair: correct iff the premise is strictly longer (a tie is wrong). ``characters``:
-    ``len(sentence)`` as stored, which reproduces the paper's 92.63 / 82.64 / 69.14 on SNLI / MNLI-mm / SICK;
-    ``words``: ``len(sentence.split())``."""
-    if unit not in LENGTHS:
-        raise ValueError(f"unit must be one of {tuple(LENGTHS)}, got {unit!r}")
+    """Length baseline per pair: correct iff the premise is strictly longer (a tie is wrong), in characters as stored
+    (the paper's 92.63 / 82.64 / 69.14 on SNLI / MNLI-mm / SICK) or in whitespace ``words``."""
+    if unit not in ("characters", "words"):
+        raise ValueError(f"unit must be 'characters' or 'words', got {unit!r}")
     if len(premises) != len(hypotheses):
         raise ValueError(f"premises and hypotheses must have the same length, got {len(premises)}, {len(hypotheses)}")
-    length = LENGTHS[unit]
-    return np.array([length(pre) > length(hyp) for pre, hyp in zip(premises, hypotheses, strict=True)], dtype=bool)
+    if unit == "words":
+        premises, hypotheses = [pre.split() for pre in premises], [hyp.split() for hyp in hypotheses]
+    return np.array([len(pre) > len(hyp) for pre, hyp in zip(premises, hypotheses, strict=True)], dtype=bool)
 
 
 @dataclass
@@ -180,14 +154,9 @@ class DirectionResult:
     generality_gap: np.ndarray | None
 
 
-def _percent(correct: np.ndarray | None) -> float | None:
-    return None if correct is None else 100.0 * float(correct.mean())
-
-
 def entailment_direction(encoded: EncodedSentences, pairs: NLIPairs) -> DirectionResult:
-    """Direction on the entailment pairs (both-way SICK pairs left out), ties wrong: similarity rule
-    sim(hyp‖pre) > sim(pre‖hyp), variance rule Σlogσ²(pre) > Σlogσ²(hyp) (both ``None`` for a point encoder), and
-    the length baselines (:func:`length_rule_correct`, characters and words)."""
+    """Direction on the entailment pairs (both-way SICK pairs left out), ties wrong: sim(hyp‖pre) > sim(pre‖hyp),
+    Σlogσ²(pre) > Σlogσ²(hyp) (both ``None`` for a point encoder) and the length baselines (characters, words)."""
     selected = pairs.select(pairs.direction_mask)
     if len(selected) == 0:
         raise ValueError(f"{pairs.name}: no entailment pairs for the direction task")
@@ -196,16 +165,13 @@ def entailment_direction(encoded: EncodedSentences, pairs: NLIPairs) -> Directio
     similarity_correct = variance_correct = gap = None
     if encoded.is_gaussian:  # the model's rules (gaussian.entailment_direction), premise a, hypothesis b
         premise, hypothesis = encoded.gaussians(premises), encoded.gaussians(hypotheses)
-        rules = gaussian.entailment_direction(premise, hypothesis, encoded.reduction)
-        similarity_correct, variance_correct = rules.by_similarity.numpy(), rules.by_variance.numpy()
+        model_rules = gaussian.entailment_direction(premise, hypothesis, encoded.reduction)
+        similarity_correct, variance_correct = model_rules.by_similarity.numpy(), model_rules.by_variance.numpy()
         gap = (premise.generality - hypothesis.generality).numpy()
-    metrics = {
-        "similarity_rule": _percent(similarity_correct),
-        "variance_rule": _percent(variance_correct),
-        "length_baseline": _percent(length_correct),
-        "length_baseline_words": _percent(length_rule_correct(premises, hypotheses, unit="words")),
-        "examples": len(selected),
-    }
+    rules = dict(similarity_rule=similarity_correct, variance_rule=variance_correct, length_baseline=length_correct)
+    rules["length_baseline_words"] = length_rule_correct(premises, hypotheses, unit="words")
+    metrics = {rule: None if correct is None else 100.0 * float(correct.mean()) for rule, correct in rules.items()}
+    metrics["examples"] = len(selected)
     return DirectionResult(metrics, similarity_correct, variance_correct, length_correct, gap)
 
 
@@ -235,44 +201,19 @@ class RetrievalSet:
 def retrieval_set(pairs: NLIPairs, max_queries: int = MAX_RETRIEVAL_QUERIES) -> RetrievalSet:
     """The first ``max_queries`` distinct entailment hypotheses (file order) as queries, every distinct premise as the
     corpus, relevant = the premises labelled as entailing the query (both-way SICK pairs included)."""
-    corpus_rows: dict[str, int] = {}
-    for premise in pairs.premises:
-        corpus_rows.setdefault(premise, len(corpus_rows))
-    relevant: dict[str, list[int]] = {}
+    corpus_rows = {premise: row for row, premise in enumerate(dict.fromkeys(pairs.premises))}
+    relevant: dict[str, dict[int, None]] = {}  # claim -> the corpus rows of its premises, once each, in file order
     for premise, hypothesis, entailment in zip(pairs.premises, pairs.hypotheses, pairs.is_entailment, strict=True):
-        if not entailment or (hypothesis not in relevant and len(relevant) == max_queries):
-            continue
-        rows = relevant.setdefault(hypothesis, [])
-        if corpus_rows[premise] not in rows:
-            rows.append(corpus_rows[premise])
+        if entailment and (hypothesis in relevant or len(relevant) < max_queries):
+            relevant.setdefault(hypothesis, {})[corpus_rows[premise]] = None
     if not relevant:
         raise ValueError(f"{pairs.name}: no entailment pair to build a retrieval set from")
-    return RetrievalSet(pairs.name, list(relevant), list(corpus_rows), list(relevant.values()))
+    return RetrievalSet(pairs.name, list(relevant), list(corpus_rows), [list(rows) for rows in relevant.values()])
 
 
 def rank_corpus(scores: torch.Tensor, depth: int = RETRIEVAL_DEPTH) -> list[list[int]]:
     """Each row's best ``depth`` corpus columns, best first."""
     return scores.topk(min(depth, scores.shape[1]), dim=1).indices.tolist()
-
-
-def retrieval_scores(encoded: EncodedSentences, retrieval: RetrievalSet) -> dict[str, torch.Tensor]:
-    """``(queries, corpus)`` score matrices: ``cosine`` of μ (or of the point embeddings); for Gaussian models
-    ``similarity`` = sim(query‖premise) with the model's reduction (−KL order for ``sum``/``mean_kl``) and, where the
-    model states λ (``search_kl_weight``), ``search`` = cos − λ·KL(query‖premise)/d."""
-    queries, corpus = encoded.rows(retrieval.queries), encoded.rows(retrieval.corpus)
-    scores = {"cosine": cosine_matrix(encoded.mu[queries], encoded.mu[corpus])}
-    if not encoded.is_gaussian:
-        return scores
-    gaussians = (encoded.mu[queries], encoded.logvar[queries], encoded.mu[corpus], encoded.logvar[corpus])
-    dim = encoded.mu.shape[-1]
-    by_kl = encoded.reduction in KL_REDUCTIONS
-    kl = kl_divergence_matrix(*gaussians) if by_kl or encoded.search_kl_weight is not None else None  # once for both
-    scores["similarity"] = (
-        similarity_from_kl(kl, kl_scale(encoded.reduction, dim)) if by_kl else similarity_matrix(*gaussians, "mean_dim")
-    )
-    if encoded.search_kl_weight is not None:
-        scores["search"] = search_score_from(scores["cosine"], kl, encoded.search_kl_weight, dim)
-    return scores
 
 
 def ranking_metrics(scores: torch.Tensor, relevant: list[list[int]]) -> dict[str, float]:
@@ -282,8 +223,21 @@ def ranking_metrics(scores: torch.Tensor, relevant: list[list[int]]) -> dict[str
 
 
 def entailment_retrieval(encoded: EncodedSentences, retrieval: RetrievalSet) -> dict[str, dict[str, float]]:
-    """Per score of :func:`retrieval_scores`: its :func:`ranking_metrics`; and the size of the set."""
-    scores = retrieval_scores(encoded, retrieval)
+    """:func:`ranking_metrics` by each score and the set's size. Scores: ``cosine`` of μ (or of the point embeddings);
+    for Gaussian models ``similarity`` = sim(query‖premise) with the model's reduction (−KL order for ``sum``/
+    ``mean_kl``) and, where the model states λ (``search_kl_weight``), ``search`` = cos − λ·KL(query‖premise)/d."""
+    queries, corpus = encoded.rows(retrieval.queries), encoded.rows(retrieval.corpus)
+    scores = {"cosine": gaussian.cosine_matrix(encoded.mu[queries], encoded.mu[corpus])}
+    if encoded.is_gaussian:
+        gaussians = (encoded.mu[queries], encoded.logvar[queries], encoded.mu[corpus], encoded.logvar[corpus])
+        dim, weight, by_kl = encoded.mu.shape[-1], encoded.search_kl_weight, encoded.reduction in gaussian.KL_REDUCTIONS
+        kl = gaussian.kl_divergence_matrix(*gaussians) if by_kl or weight is not None else None  # once for both scores
+        if by_kl:
+            scores["similarity"] = gaussian.similarity_from_kl(kl, gaussian.kl_scale(encoded.reduction, dim))
+        else:
+            scores["similarity"] = gaussian.similarity_matrix(*gaussians, "mean_dim")
+        if weight is not None:
+            scores["search"] = gaussian.search_score_from(scores["cosine"], kl, weight, dim)
     results = {name: ranking_metrics(matrix, retrieval.relevant) for name, matrix in scores.items()}
     results["size"] = {"queries": len(retrieval.queries), "corpus": len(retrieval.corpus)}
     return results
@@ -318,9 +272,8 @@ class TaskData:
     def load(
         cls, tasks: Sequence[str], data_dir: str | Path | None = None, max_examples: int | None = None
     ) -> TaskData:
-        """SNLI dev (threshold) for ``nli``/``retrieval``, the NLI test sets for ``nli``/``direction``, the STS files
-        and STS-B dev for ``sts``, the retrieval sets of SNLI dev and ``RETRIEVAL_SETS``; each file cut to its first
-        ``max_examples`` rows if given."""
+        """SNLI dev for ``nli``/``retrieval``, the NLI test sets for ``nli``/``direction``, the STS files and STS-B
+        dev for ``sts``, the retrieval sets; each file cut to its first ``max_examples`` rows if given."""
         data = cls(tasks=parse_tasks(tasks))
         nli = functools.partial(load_nli, data_dir=data_dir, max_examples=max_examples)
         sts = functools.partial(load_sts, data_dir=data_dir, max_examples=max_examples)

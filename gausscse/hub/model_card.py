@@ -1,10 +1,10 @@
 """The model card (``README.md``: YAML metadata + ``model_card_template.md``) of a GaussCSE model folder, shaped as a
-sentence-transformers model's card. The metadata holds Hub ids only (a local backbone or dataset is left out, a file is
-named by its base name) and a ``model-index`` of the training's dev metrics, into which ``gausscse-evaluate`` merges
-its test results ([`update_model_card`])."""
+sentence-transformers model's. The metadata holds Hub ids only (a local backbone or dataset is left out, a file is
+named by its base name) and a ``model-index`` that ``gausscse-evaluate`` adds its results to."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import platform
@@ -17,7 +17,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from gausscse import __version__
-from gausscse.data.registry import HUB_SOURCES, hub_dataset_id
+from gausscse.data.registry import HUB_DATASETS, HUB_SOURCES
 from gausscse.data.sources import TRAIN_SOURCES
 from gausscse.io import write_atomic
 from gausscse.loading import is_hub_id, valid_repo_id
@@ -29,7 +29,30 @@ TAGS = ["sentence-transformers", "sentence-similarity", "feature-extraction", "g
 FIGURE_FILE = "evaluation.png"  # the final evaluation's figure, saved beside the weights and shown in the card
 EXAMPLE_CLAIM = "A man is playing music."  # the snippets' and the Hub widget's example; the first passage entails it
 EXAMPLE_PASSAGES = ["A man is playing a guitar on stage.", "A woman is slicing a tomato.", "Two dogs run in the snow."]
-
+LOADING_CALL = re.compile(r"""(?:SentenceTransformer|from_pretrained)\(\s*["']([^"']+)["']""")
+FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.S)
+EVALUATION_HEADING = "## Evaluation"
+TASKS = {  # model-index task type -> its name
+    "binary-classification": "Binary NLI: entailment vs neutral + contradiction, scored by sim(hyp‖pre)",
+    "entailment-direction": "Entailment direction: which sentence of an entailment pair is the premise",
+    "semantic-similarity": "Semantic textual similarity (Spearman ρ × 100)",
+    "information-retrieval": "Entailment retrieval: the premises that entail a claim",
+}
+METRIC_NAMES = {  # metric type -> its name; values are percentages except thresholds
+    "accuracy": "Accuracy at the threshold best on the dev set",
+    "threshold": "Threshold of sim(hyp‖pre) best on the dev set",
+    "auprc": "AUPRC (threshold sweep)",
+    "average_precision": "Average precision",
+    "best_accuracy": "Accuracy at this set's own best threshold (oracle)",
+    "best_threshold": "This set's own best threshold (oracle)",
+    "similarity_rule": "Similarity rule sim(hyp‖pre) > sim(pre‖hyp), accuracy",
+    "variance_rule": "Variance rule Σlog σ²(pre) > Σlog σ²(hyp), accuracy",
+    "spearman_cosine": "Spearman ρ of cos(μ_a, μ_b)",
+    "spearman_symmetric_kl": "Spearman ρ of ½[sim(a‖b) + sim(b‖a)]",
+}
+RETRIEVAL_SCORES = {"similarity": "sim(claim‖premise)", "cosine": "cos(μ)"}  # retrieval metric types: <score>_<metric>
+# the dev evaluator's metrics (without the set prefix) -> (task type, metric type); any other: binary NLI, as named
+DEV_METRICS = {"direction_accuracy": ("entailment-direction", "similarity_rule")}
 # the snippet's line giving sim(claim‖passage) from dot = −KL, per reduction
 SIMILARITY_FROM_DOT = {
     "sum": "print(1 / (1 - scores))  # sim(claim||passage) = 1 / (1 + KL): passages entailing a claim score highest",
@@ -61,49 +84,33 @@ scores = st.similarity(st.encode_query(claims), st.encode_document(passages))  #
 points = st.encode(passages)  # mu: compare with cosine similarity (STS, clustering) as for any model"""
 
 
-LOADING_CALL = re.compile(r"""(?:SentenceTransformer|from_pretrained)\(\s*["']([^"']+)["']""")
-FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.S)
-
-
-def cache_snapshot_id(folder: Path) -> str | None:
-    """The Hub id of a Hugging Face cache snapshot folder (``…/models--org--name/snapshots/<sha>``), else ``None``."""
-    found = re.search(r"(?:^|/)models--([^/]+)/snapshots/[^/]", folder.as_posix())
-    hub_id = found and found.group(1).replace("--", "/")  # a Hub id cannot hold "--"
-    return hub_id if hub_id and valid_repo_id(hub_id) else None
-
-
-def self_named_id(folder: Path) -> str | None:
-    """The ``org/name`` a copy of a Hub model names itself by: its ``README.md`` loads that one id in every usage
-    snippet and is titled ``# name`` or ``# org/name``; else ``None``."""
-    readme = folder / "README.md"
-    if not readme.is_file():
-        return None
-    body = FRONT_MATTER.sub("", readme.read_text(encoding="utf-8", errors="replace"))
-    loaded = set(LOADING_CALL.findall(body))
-    title = re.search(r"^# (.+)$", body, re.M)
-    if len(loaded) != 1 or title is None:
-        return None
-    (hub_id,) = loaded
-    if "/" not in hub_id or not valid_repo_id(hub_id):
-        return None
-    return hub_id if title.group(1).strip() in (hub_id, hub_id.split("/")[1]) else None
-
-
 def base_model_id(name_or_path: str) -> str | None:
-    """The card's ``base_model``: a Hub id as given, the id of a local copy of a Hub model (a cache snapshot or a copy
-    that names itself), else ``None``."""
+    """The card's ``base_model``: a Hub id as given, the id of a local copy of a Hub model, else ``None``. A copy is a
+    Hugging Face cache snapshot (``…/models--org--name/snapshots/<sha>``) or a folder whose ``README.md`` loads one
+    ``org/name`` in every usage snippet and is titled ``# name`` or ``# org/name``."""
     if is_hub_id(name_or_path):
         return name_or_path
     folder = Path(name_or_path)
     if not folder.is_dir():
         return None
-    return cache_snapshot_id(folder.resolve()) or self_named_id(folder)
+    snapshot = re.search(r"(?:^|/)models--([^/]+)/snapshots/[^/]", folder.resolve().as_posix())
+    hub_id = snapshot.group(1).replace("--", "/") if snapshot else ""  # a Hub id cannot hold "--"
+    if valid_repo_id(hub_id):
+        return hub_id
+    readme = folder / "README.md"
+    body = FRONT_MATTER.sub("", readme.read_text(encoding="utf-8", errors="replace")) if readme.is_file() else ""
+    loaded, title = set(LOADING_CALL.findall(body)), re.search(r"^# (.+)$", body, re.M)
+    if len(loaded) != 1 or title is None:
+        return None
+    (hub_id,) = loaded
+    named = title.group(1).strip() in (hub_id, hub_id.split("/")[-1])
+    return hub_id if named and "/" in hub_id and valid_repo_id(hub_id) else None
 
 
 def dataset_id(name: str) -> str | None:
     """The Hub id of a training source: a built-in's from the registry, a Hub id as given, ``None`` for a local one."""
     if name in TRAIN_SOURCES:
-        return hub_dataset_id(name)
+        return HUB_DATASETS[name][0]
     return name if is_hub_id(name) else None
 
 
@@ -111,44 +118,6 @@ def local_name(location: str) -> str:
     """A data location as the card may show it: a local file or folder by its base name, anything else as given."""
     path = Path(location)
     return path.name if path.is_absolute() or path.exists() else location
-
-
-def training_sources(datasets: Sequence[str], train_files: Sequence[str]) -> str:
-    """The training sources in words: Hub datasets linked by id, local ones and own files by their base names."""
-    named = []
-    for name in datasets:
-        hub_id = dataset_id(name)
-        link = f"[{hub_id}](https://huggingface.co/datasets/{hub_id})"
-        named.append(local_name(name) if hub_id is None else link if hub_id == name else f"{name} ({link})")
-    named += [f"`{Path(path).name}` (own file)" for path in train_files]
-    return ", ".join(named) or "not recorded"
-
-
-TASKS = {  # model-index task type -> its name
-    "binary-classification": "Binary NLI: entailment vs neutral + contradiction, scored by sim(hyp‖pre)",
-    "entailment-direction": "Entailment direction: which sentence of an entailment pair is the premise",
-    "semantic-similarity": "Semantic textual similarity (Spearman ρ × 100)",
-    "information-retrieval": "Entailment retrieval: the premises that entail a claim",
-}
-METRIC_NAMES = {  # metric type -> its name; values are percentages except thresholds
-    "accuracy": "Accuracy at the threshold best on the dev set",
-    "threshold": "Threshold of sim(hyp‖pre) best on the dev set",
-    "auprc": "AUPRC (threshold sweep)",
-    "average_precision": "Average precision",
-    "best_accuracy": "Accuracy at this set's own best threshold (oracle)",
-    "best_threshold": "This set's own best threshold (oracle)",
-    "similarity_rule": "Similarity rule sim(hyp‖pre) > sim(pre‖hyp), accuracy",
-    "variance_rule": "Variance rule Σlog σ²(pre) > Σlog σ²(hyp), accuracy",
-    "spearman_cosine": "Spearman ρ of cos(μ_a, μ_b)",
-    "spearman_symmetric_kl": "Spearman ρ of ½[sim(a‖b) + sim(b‖a)]",
-}
-RETRIEVAL_SCORES = {"similarity": "sim(claim‖premise)", "cosine": "cos(μ)"}  # retrieval metric types: <score>_<metric>
-DEV_METRICS = {  # the dev evaluator's metrics (without the set prefix) -> (task type, metric type)
-    "auprc": ("binary-classification", "auprc"),
-    "accuracy": ("binary-classification", "accuracy"),
-    "threshold": ("binary-classification", "threshold"),
-    "direction_accuracy": ("entailment-direction", "similarity_rule"),
-}
 
 
 def metric_name(metric_type: str) -> str:
@@ -161,8 +130,7 @@ def metric_name(metric_type: str) -> str:
 
 @dataclass(frozen=True)
 class CardDataset:
-    """A dataset split as the model-index names it: ``id`` (a Hub id or an own file's name), the ``name`` shown,
-    ``split`` and ``config``."""
+    """A dataset split as the model-index names it (``id``: a Hub id or an own file's name; ``name``: as shown)."""
 
     id: str
     name: str
@@ -172,7 +140,7 @@ class CardDataset:
 
 def hub_dataset(name: str, split: str) -> CardDataset:
     """A registry dataset's split (``snli``/``test``) as the Hub has it."""
-    hub_id, config, hub_split = HUB_SOURCES.get((name, split), (hub_dataset_id(name) or name, None, split))
+    hub_id, config, hub_split = HUB_SOURCES.get((name, split), (HUB_DATASETS.get(name, (name,))[0], None, split))
     return CardDataset(hub_id, name, hub_split, config)
 
 
@@ -192,27 +160,20 @@ def eval_result(task: str, dataset: CardDataset, metric_type: str, value: float)
 
 
 def dev_eval_results(metrics: Mapping[str, float], dataset: CardDataset) -> list[EvalResult]:
-    """The dev evaluator's metrics on ``dataset`` (see ``DEV_METRICS``; any other key a binary-NLI metric)."""
+    """The dev evaluator's metrics on ``dataset`` (see ``DEV_METRICS``)."""
     pairs = ((DEV_METRICS.get(key, ("binary-classification", key)), value) for key, value in metrics.items())
     return [eval_result(task, dataset, metric_type, value) for (task, metric_type), value in pairs]
 
 
-def training_dev_results(metrics: Mapping[str, float], arguments: Mapping[str, Any]) -> list[EvalResult]:
-    """The training's final dev metrics (``snli_dev_*``, or ``validation_*`` with ``validation_file``) on that dev set
-    (its first ``eval_max_examples`` pairs)."""
-    file, count = arguments.get("validation_file"), arguments.get("eval_max_examples")
-    if file:
-        prefix, dataset = "validation_", CardDataset(Path(file).name, Path(file).name, "validation")
-    else:
-        prefix, dataset = "snli_dev_", hub_dataset("snli", "validation")
-    if count is not None:
-        dataset = replace(dataset, name=f"{dataset.name} (first {count} pairs)", split=f"{dataset.split}[:{count}]")
-    scores = {key.removeprefix(prefix): value for key, value in metrics.items() if key.startswith(prefix)}
-    return dev_eval_results(scores, dataset)  # not the epoch, runtime, ... the Trainer adds
-
-
-def results_tables(results: Sequence[EvalResult]) -> str:
-    """The model-index as Markdown: per task, its datasets (rows) by metric types (columns), then their names."""
+def evaluation_section(results: Sequence[EvalResult]) -> str:
+    """The card's evaluation section: the model-index as Markdown tables (per task, its datasets by metric types, then
+    their names), or how to get some."""
+    if not results:
+        return (
+            f"{EVALUATION_HEADING}\n\nNo evaluation ran inside training (`--eval_strategy no`); "
+            "`gausscse-evaluate --model <this folder> --output <folder>` scores the model and writes its test results "
+            "here and into the metadata."
+        )
     by_task: dict[str, list[EvalResult]] = {}
     for result in results:
         by_task.setdefault(result.task_type, []).append(result)
@@ -230,24 +191,10 @@ def results_tables(results: Sequence[EvalResult]) -> str:
         header = [f"### {task_results[0].task_name or task}", "", f"| dataset | split | {' | '.join(columns)} |"]
         legend_lines = [f"\n{legend}."] if legend else []
         sections.append("\n".join([*header, "|---|---|" + "---:|" * len(columns), *rows, *legend_lines]))
-    return "\n\n".join(sections)
-
-
-EVALUATION_HEADING = "## Evaluation"
-
-
-def evaluation_section(results: Sequence[EvalResult]) -> str:
-    """The card's evaluation section: the tables of ``results`` (its model-index), or how to get some."""
-    if not results:
-        return (
-            f"{EVALUATION_HEADING}\n\nNo evaluation ran inside training (`--eval_strategy no`); "
-            "`gausscse-evaluate --model <this folder> --output <folder>` scores the model and writes its test results "
-            "here and into the metadata."
-        )
     return (
         f"{EVALUATION_HEADING}\n\nEvery metric of the metadata's `model-index`, in percent except thresholds: the "
         "training's final evaluation on its dev set and, once `gausscse-evaluate --model <this folder>` has scored "
-        f"the model, its test results.\n\n{results_tables(results)}"
+        "the model, its test results.\n\n" + "\n\n".join(sections)
     )
 
 
@@ -275,11 +222,11 @@ def training_setup(arguments: Mapping[str, Any], reduction: str) -> dict[str, st
     get = given.get
     steps, processes, warmup = get("max_steps", -1), get("world_size", 1), get("warmup_steps")
     precision = "bf16 mixed" if get("bf16") else "fp16 mixed" if get("fp16") else "fp32"
-    best, accumulation = (
-        get("load_best_model_at_end") and get("metric_for_best_model"),
-        get("gradient_accumulation_steps", 1),
-    )
+    accumulation = get("gradient_accumulation_steps", 1)
+    best = get("load_best_model_at_end") and get("metric_for_best_model")
     kept = f"the checkpoint with the best {best}" if best else "the last step's"
+    merged = "merged into the encoder" if get("merge_lora") else "saved as an adapter"
+    lora = f"r = {get('lora_r')}, α = {setting(get('lora_alpha'))}, dropout = {setting(get('lora_dropout'))}, {merged}"
     setup = {
         "loss": get("loss"),
         "temperature τ": get("temperature"),
@@ -291,7 +238,7 @@ def training_setup(arguments: Mapping[str, Any], reduction: str) -> dict[str, st
         "pooling": get("pooling"),
         "frozen μ path": get("frozen_mean"),
         "frozen encoder (heads only)": get("freeze_backbone") or None,
-        "LoRA": lora_setting(given) if get("lora_r", 0) > 0 else None,
+        "LoRA": lora if get("lora_r", 0) > 0 else None,
         "max steps": steps if steps > 0 else None,
         "epochs": None if steps > 0 else get("num_train_epochs"),
         "batch size": get("per_device_train_batch_size"),
@@ -312,44 +259,6 @@ def training_setup(arguments: Mapping[str, Any], reduction: str) -> dict[str, st
     return {name: setting(value) for name, value in setup.items() if value is not None}
 
 
-def lora_setting(given: Mapping[str, Any]) -> str:
-    """The LoRA row of the training setup: rank, α, dropout and whether it was merged."""
-    lora = (setting(given.get(name)) for name in ("lora_r", "lora_alpha", "lora_dropout"))
-    kept = "merged into the encoder" if given.get("merge_lora") else "saved as an adapter"
-    return "r = {}, α = {}, dropout = {}, ".format(*lora) + kept
-
-
-def library_versions(adapter: bool = False) -> dict[str, str]:
-    """gausscse's, Python's and the installed torch, transformers, sentence-transformers, tokenizers (and for an
-    adapter folder peft) versions."""
-    versions = {"gausscse": __version__, "Python": platform.python_version()}
-    for package in ("torch", "transformers", "sentence-transformers", "tokenizers", *(("peft",) if adapter else ())):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return versions
-
-
-def card_metadata(
-    model_name: str, base_model: str, datasets: Sequence[str], results: Sequence[EvalResult]
-) -> ModelCardData:
-    """The YAML metadata: sentence-transformers' library and pipeline, tags, the base model's and the datasets' Hub ids
-    (local ones left out), a sentence-similarity widget and the ``model-index`` of ``results``."""
-    return ModelCardData(
-        language="en",
-        license="apache-2.0",
-        library_name="sentence-transformers",
-        pipeline_tag="sentence-similarity",
-        tags=TAGS,
-        base_model=base_model_id(base_model),
-        datasets=list(dict.fromkeys(filter(None, map(dataset_id, datasets)))) or None,
-        model_name=model_name if results else None,  # the model-index's name; no such field without one
-        eval_results=list(results) or None,
-        widget=[{"source_sentence": EXAMPLE_CLAIM, "sentences": EXAMPLE_PASSAGES}],
-    )
-
-
 def render_model_card(
     model_name: str,
     base_model: str,
@@ -365,16 +274,45 @@ def render_model_card(
 ) -> str:
     """The ``README.md`` text of a model folder: ``model_name`` (Hub repo id or folder name) is what the snippets load;
     ``base_model`` is ``--model_name_or_path``; ``datasets`` the built-in and Hub sources trained on; ``metrics`` the
-    training's final dev metrics (``snli_dev_auprc``, ...); ``training_arguments`` the run's arguments (their
-    ``train_file``, ``validation_file`` and ``eval_max_examples`` also name the own files and the dev set);
-    ``data_stats`` is ``DataStats.as_dict()``; ``reduction``, ``embedding_size`` and ``search_kl_weight`` (λ or
-    ``None``) are the model config's; ``adapter``: the folder holds a LoRA adapter and the heads; ``figure``: the file
-    name of the final evaluation's figure in the folder."""
-    results = training_dev_results(metrics, training_arguments)
+    training's final dev metrics (``snli_dev_auprc``, ...); ``training_arguments`` the run's arguments (``train_file``,
+    ``validation_file``, ``eval_max_examples`` too); ``data_stats`` is ``DataStats.as_dict()``; ``reduction``,
+    ``embedding_size`` and ``search_kl_weight`` (λ or ``None``) are the model config's; ``adapter``: the folder holds a
+    LoRA adapter and the heads; ``figure``: the file name of the final evaluation's figure in the folder."""
+    file, count = training_arguments.get("validation_file"), training_arguments.get("eval_max_examples")
+    if file:
+        prefix, dataset = "validation_", CardDataset(Path(file).name, Path(file).name, "validation")
+    else:
+        prefix, dataset = "snli_dev_", hub_dataset("snli", "validation")
+    if count is not None:  # the training's dev set: its first eval_max_examples pairs
+        dataset = replace(dataset, name=f"{dataset.name} (first {count} pairs)", split=f"{dataset.split}[:{count}]")
+    dev_scores = {key.removeprefix(prefix): value for key, value in metrics.items() if key.startswith(prefix)}
+    results = dev_eval_results(dev_scores, dataset)  # not the epoch, runtime, ... the Trainer adds
     data_rows = [(key.replace("_", " "), value) for key, value in data_stats.items() if key != "per_source"]
     data_rows += [(f"rows from {local_name(source)}", n) for source, n in data_stats.get("per_source", {}).items()]
+    sources = []  # Hub datasets linked by id, local ones and own files by their base names
+    for name in datasets:
+        hub_id = dataset_id(name)
+        link = f"[{hub_id}](https://huggingface.co/datasets/{hub_id})"
+        sources.append(local_name(name) if hub_id is None else link if hub_id == name else f"{name} ({link})")
+    sources += [f"`{Path(path).name}` (own file)" for path in training_arguments.get("train_file") or ()]
+    versions = {"gausscse": __version__, "Python": platform.python_version()}
+    for package in ("torch", "transformers", "sentence-transformers", "tokenizers", *(("peft",) if adapter else ())):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):  # the installed ones
+            versions[package] = importlib.metadata.version(package)
+    metadata = ModelCardData(
+        language="en",
+        license="apache-2.0",
+        library_name="sentence-transformers",
+        pipeline_tag="sentence-similarity",
+        tags=TAGS,
+        base_model=base_model_id(base_model),
+        datasets=list(dict.fromkeys(filter(None, map(dataset_id, datasets)))) or None,
+        model_name=model_name if results else None,  # the model-index's name; no such field without one
+        eval_results=results or None,
+        widget=[{"source_sentence": EXAMPLE_CLAIM, "sentences": EXAMPLE_PASSAGES}],
+    )
     card = ModelCard.from_template(
-        card_metadata(model_name, base_model, datasets, results),
+        metadata,
         template_path=str(TEMPLATE),
         model_name=model_name,
         base_id=base_model_id(base_model),
@@ -386,19 +324,17 @@ def render_model_card(
         claims=json.dumps([EXAMPLE_CLAIM]),
         evaluation=evaluation_section(results),
         figure=figure,
-        sources=training_sources(datasets, training_arguments.get("train_file") or ()),
+        sources=", ".join(sources) or "not recorded",
         data_rows=data_rows,
         setup=training_setup(training_arguments, reduction),
-        versions=library_versions(adapter),
+        versions=versions,
     )
     return str(card)
 
 
-def write_model_card(output_dir: str | Path, **kwargs: Any) -> Path:
-    """Write ``README.md`` ([`render_model_card`] of ``kwargs``) into ``output_dir`` atomically; return its path."""
-    path = Path(output_dir) / "README.md"
-    write_atomic(path, render_model_card(**kwargs))
-    return path
+def write_model_card(output_dir: str | Path, **kwargs: Any) -> None:
+    """Write ``README.md`` ([`render_model_card`] of ``kwargs``) into ``output_dir`` atomically."""
+    write_atomic(Path(output_dir) / "README.md", render_model_card(**kwargs))
 
 
 def merge_test_results(card_text: str, results: Sequence[EvalResult]) -> str:

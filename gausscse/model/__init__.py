@@ -1,6 +1,5 @@
-"""The model: ``GaussCSEConfig``, ``GaussCSEModel`` and the Gaussian math. The files of ``SHIPPED_FILES``
-(``shipped_gausscse.py``) ship with the weights as Hub custom code: they import only torch, transformers (optional
-libraries lazily) and each other."""
+"""The model: ``GaussCSEConfig``, ``GaussCSEModel`` and the Gaussian math. The files of ``SHIPPED_FILES`` ship with the
+weights as Hub custom code: they import only torch, transformers (optional libraries lazily) and each other."""
 
 from transformers import AutoConfig, AutoModel
 

@@ -1,7 +1,4 @@
-"""A GaussCSE folder's two layouts (ships with the weights as Hub custom code): full weights, or an adapter folder (LoRA
-saved unmerged): the heads in ``HEADS_FILE``, config and code, and in ``ADAPTER_FOLDER`` peft's files and
-``BACKBONE_FILE``, the identity of the backbone the adapter was trained on (checked on loading).
-"""
+"""A folder's two layouts (Hub custom code): full weights, or an adapter folder (LoRA unmerged, heads apart)."""
 
 from __future__ import annotations
 
@@ -9,7 +6,6 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -32,7 +28,6 @@ ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 BACKBONE_FILE = "backbone.json"
 HEADS_FILE = "heads.safetensors"
-HEAD_NAMES = ("mean_head", "logvar_head")
 
 
 def has_adapter(encoder: nn.Module) -> bool:
@@ -43,13 +38,8 @@ def has_adapter(encoder: nn.Module) -> bool:
 def adapter_heads_file(name_or_path: str | Path, hub_kwargs: dict | None = None) -> str | None:
     """The local path of ``HEADS_FILE`` if ``name_or_path`` (folder or Hub id) is an adapter folder, else ``None``."""
     hub_kwargs = {key: value for key, value in (hub_kwargs or {}).items() if key in HUB_KWARGS}
-    return cached_file(
-        str(name_or_path),
-        HEADS_FILE,
-        **hub_kwargs,
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-    )
+    missing_ok = {"_raise_exceptions_for_missing_entries": False, "_raise_exceptions_for_connection_errors": False}
+    return cached_file(str(name_or_path), HEADS_FILE, **hub_kwargs, **missing_ok)
 
 
 def recorded_backbone(folder: str | Path) -> str | None:
@@ -65,8 +55,7 @@ def recorded_backbone(folder: str | Path) -> str | None:
 
 
 def adapter_file(name_or_path: str | Path, name: str, hub_kwargs: dict, required: bool = True) -> Path | None:
-    """The local path of ``ADAPTER_FOLDER/name`` in an adapter folder or Hub repo; ``None`` where there is none and it
-    is not ``required``; a local folder lacking a required file is a ``FileNotFoundError`` naming it."""
+    """The local ``ADAPTER_FOLDER/name``; ``None`` if absent and not ``required`` (else ``FileNotFoundError``)."""
     subfolder = "/".join(part for part in (hub_kwargs.get("subfolder", ""), ADAPTER_FOLDER) if part)
     if Path(name_or_path).is_dir():
         path = Path(name_or_path) / subfolder / name
@@ -81,38 +70,8 @@ def adapter_file(name_or_path: str | Path, name: str, hub_kwargs: dict, required
     return None if found is None else Path(found)
 
 
-def check_backbone(adapter_folder: str | Path, recorded: dict, found: dict) -> None:
-    """Refuse a backbone whose [`backbone_record`] ``found`` differs from the ``recorded`` one."""
-    differing = sorted(
-        name
-        for name in {*recorded["sha256"], *found["sha256"]}
-        if recorded["sha256"].get(name) != found["sha256"].get(name)
-    )
-    if differing:
-        raise ValueError(
-            f"{adapter_folder}: its adapter was trained on the backbone {recorded['base_model_name_or_path']} (its "
-            f"{ADAPTER_FOLDER}/{BACKBONE_FILE}), and the backbone found, {found['base_model_name_or_path']}, is not "
-            f"that one: its {', '.join(differing)} differ by SHA-256. Point {ADAPTER_FOLDER}/{ADAPTER_CONFIG_FILE}'s "
-            "base_model_name_or_path at the backbone the adapter was trained on, unchanged"
-        )
-
-
-def check_adapter_base(adapter_folder: str | Path, base: str | None, hub_kwargs: dict) -> None:
-    """Refuse an adapter whose backbone ``base`` is a GaussCSE model (the folder itself, another adapter folder, a full
-    model) rather than an encoder: loading it could recurse endlessly."""
-    base_config = read_backbone_file(base, CONFIG_NAME, hub_kwargs) if base else None
-    if isinstance(base_config, dict) and base_config.get("model_type") == GaussCSEConfig.model_type:
-        itself = Path(base).is_dir() and Path(base).resolve() == Path(adapter_folder).resolve()
-        raise ValueError(
-            f"{adapter_folder}: the backbone its adapter names ({ADAPTER_FOLDER}/{ADAPTER_CONFIG_FILE} "
-            f"base_model_name_or_path) is {'this folder itself' if itself else f'the GaussCSE model {base}'}, not an "
-            "encoder: an adapter folder's backbone is the plain encoder its adapter was trained on"
-        )
-
-
 def remove_other_layout(folder: Path, adapter: bool) -> None:
-    """Clear ``folder`` of the other layout before a save writes its own (``adapter``: an adapter folder, else full
-    weights), so that it holds one model."""
+    """Clear ``folder`` of the other layout (``adapter``: an adapter folder) before a save writes its own."""
     if adapter:
         for path in [*folder.glob("model*.safetensors"), folder / SAFE_WEIGHTS_INDEX_NAME]:
             path.unlink(missing_ok=True)
@@ -122,51 +81,39 @@ def remove_other_layout(folder: Path, adapter: bool) -> None:
 
 
 def check_loading_info(name_or_path: str | Path, info: dict) -> None:
-    """Refuse a checkpoint whose weights do not fit the model (transformers would only log it and start them at
-    random)."""
-    problems = {
-        kind: sorted(str(name) for name in info.get(kind) or ())
-        for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")
-    }
-    problems = {kind: names for kind, names in problems.items() if names}
+    """Refuse a checkpoint whose weights do not fit the model (transformers would start them at random)."""
+    kinds = ("missing_keys", "unexpected_keys", "mismatched_keys")
+    problems = {kind: sorted(map(str, info[kind])) for kind in kinds if info.get(kind)}
     if problems:
         listed = "; ".join(f"{kind.replace('_', ' ')}: {', '.join(names[:3])}" for kind, names in problems.items())
-        raise ValueError(
-            f"{name_or_path}: its weights do not fit a GaussCSE model of its config ({listed}); loading it would "
-            "start those weights at random. A folder written by an earlier gausscse (a LoRA model saved unmerged "
-            "wrote encoder.base_model.model.* names) or edited by hand: load it with the version that wrote it, merge "
-            "or save it again there"
-        )
-
-
-def share_weight_files(weight_files: Sequence[Path], like: Path) -> None:
-    """Give ``weight_files`` (which safetensors writes 0600) the mode of ``like``, a file the same save wrote."""
-    mode = like.stat().st_mode & 0o777
-    for path in weight_files:
-        path.chmod(mode)
+        fix = "load it with the gausscse version that wrote it and save it again there"
+        raise ValueError(f"{name_or_path}: its weights do not fit a GaussCSE model of its config ({listed}); {fix}")
 
 
 def load_adapter_folder(model_class, name_or_path: str | Path, heads_file: str, config=None, **kwargs):
-    """An adapter folder as a ``model_class`` model: the backbone its adapter config names (an encoder,
-    [`check_adapter_base`]; the one ``BACKBONE_FILE`` recorded, [`check_backbone`]; its own code never runs), the
-    LoRA adapters and their weights, and the heads. ``kwargs``: the Hub arguments (``revision``, ``token``, ...),
-    ``dtype``."""
+    """An adapter folder as a ``model_class`` model: the backbone its adapter names (an encoder, the one
+    ``BACKBONE_FILE`` recorded; its code never runs), the LoRA adapters and the heads; ``kwargs``: Hub args."""
     if PeftModel is None:
         raise ImportError(f"{name_or_path} holds a LoRA adapter (not merged): loading it needs `pip install peft`")
     hub_kwargs = {key: value for key, value in kwargs.items() if key in HUB_KWARGS and value is not None}
     if config is None:
         config = GaussCSEConfig.from_pretrained(name_or_path, **hub_kwargs)
     # peft's files, fetched beside each other: peft then reads a local folder
-    adapter_files = [
-        adapter_file(name_or_path, name, hub_kwargs) for name in (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE)
-    ]
+    adapter_config_file = adapter_file(name_or_path, ADAPTER_CONFIG_FILE, hub_kwargs)
+    adapter_weights_file = adapter_file(name_or_path, ADAPTER_WEIGHTS_FILE, hub_kwargs)
     # None for a folder saved before backbones were recorded: its backbone loads unchecked
     recorded_file = adapter_file(name_or_path, BACKBONE_FILE, hub_kwargs, required=False)
-    adapter_config = PeftConfig.from_pretrained(str(adapter_files[0].parent))
+    adapter_config = PeftConfig.from_pretrained(str(adapter_config_file.parent))
     adapter_config.inference_mode = True  # loaded adapters are frozen, as peft's own loading leaves them
     base = local_backbone(adapter_config.base_model_name_or_path)  # what a later save of this model records
     base_kwargs = {key: kwargs[key] for key in ("token", "cache_dir") if kwargs.get(key) is not None}
-    check_adapter_base(name_or_path, base, base_kwargs)
+    base_config = read_backbone_file(base, CONFIG_NAME, base_kwargs) if base else None
+    if isinstance(base_config, dict) and base_config.get("model_type") == GaussCSEConfig.model_type:
+        itself = Path(base).is_dir() and Path(base).resolve() == Path(name_or_path).resolve()  # would recurse
+        raise ValueError(
+            f"{name_or_path}: the backbone its adapter names ({ADAPTER_FOLDER}/{ADAPTER_CONFIG_FILE}) is "
+            f"{'this folder itself' if itself else f'the GaussCSE model {base}'}, not an encoder"
+        )
     encoder_kwargs = {**base_kwargs, **({"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {})}
     try:
         encoder = AutoModel.from_pretrained(
@@ -174,17 +121,25 @@ def load_adapter_folder(model_class, name_or_path: str | Path, heads_file: str, 
         )
     except (OSError, ValueError, TypeError) as error:
         raise OSError(
-            f"{name_or_path} is a LoRA adapter on the backbone {base!r} (adapter_config.json "
-            f"base_model_name_or_path), which cannot be loaded here: {error}. Point base_model_name_or_path at a "
-            "Hub id or a local copy of that backbone, or share the model merged (train with --merge_lora)"
+            f"{name_or_path} is a LoRA adapter on the backbone {base!r}, which cannot be loaded here: {error}. Point "
+            "adapter_config.json's base_model_name_or_path at it, or share it merged (train with --merge_lora)"
         ) from error
     found = backbone_record(base, base_kwargs)  # after loading: a Hub backbone's weight files are downloaded
     if recorded_file is not None:
-        check_backbone(name_or_path, json.loads(recorded_file.read_text(encoding="utf-8")), found)
+        recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
+        was, now = recorded["sha256"], found["sha256"]
+        differing = sorted(name for name in {*was, *now} if was.get(name) != now.get(name))
+        if differing:
+            raise ValueError(
+                f"{name_or_path}: its adapter was trained on the backbone {recorded['base_model_name_or_path']} (its "
+                f"{ADAPTER_FOLDER}/{BACKBONE_FILE}); the backbone found, {found['base_model_name_or_path']}, is not "
+                f"that one: its {', '.join(differing)} differ by SHA-256. Point {ADAPTER_FOLDER}/{ADAPTER_CONFIG_FILE}"
+                "'s base_model_name_or_path at the backbone the adapter was trained on"
+            )
     model = model_class(config, encoder=encoder)
     model.backbone_record = found
     model.encoder = get_peft_model(encoder, adapter_config)
-    model.load_adapter_weights(adapter_files[1])  # once, and checked (peft's own loading only warns)
+    model.load_adapter_weights(adapter_weights_file)  # once, and checked (peft's own loading only warns)
     model.load_head_weights(heads_file)
     model.name_or_path = str(name_or_path)  # encode() finds the tokenizer here
     return model.to(encoder.dtype).eval()  # the heads in the backbone's dtype
@@ -203,7 +158,7 @@ def load_adapter_weights(model: nn.Module, adapter_weights_file: str | Path) -> 
 
 def head_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     """The μ and log σ² heads' tensors by their ``HEADS_FILE`` keys (``mean_head.weight``, ...)."""
-    return {f"{name}.{key}": value for name in HEAD_NAMES for key, value in getattr(model, name).state_dict().items()}
+    return {key: value for key, value in model.state_dict().items() if key.startswith(("mean_head.", "logvar_head."))}
 
 
 def load_head_weights(model: nn.Module, heads_file: str | Path) -> None:
@@ -228,10 +183,7 @@ def save_adapter_folder(model: nn.Module, folder: Path) -> list[Path]:
         written = json.loads((Path(scratch) / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"))
         base = written["base_model_name_or_path"]
         if base and Path(base).is_dir() and Path(base).resolve() == folder.resolve():
-            raise ValueError(
-                f"{folder} is the backbone of this model's adapter: an adapter folder saved there would replace "
-                "the backbone's config and weights and name itself as its backbone; save it to another folder"
-            )
+            raise ValueError(f"{folder} is the backbone of this model's adapter: save it to another folder")
         remove_other_layout(folder, adapter=True)
         adapter_folder.mkdir(exist_ok=True)
         for name in (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE):

@@ -1,5 +1,4 @@
-"""The encoder a GaussCSE model starts from (ships with the weights as Hub custom code): ``from_backbone``, how a
-backbone is named, identified and built, and the pooling of a sentence-transformers backbone."""
+"""The encoder a GaussCSE model starts from (Hub custom code): how a backbone is named, identified and built."""
 
 from __future__ import annotations
 
@@ -25,10 +24,8 @@ from transformers.utils import (
 from .configuration_gausscse import POOLINGS, TOKEN_POOLINGS, GaussCSEConfig
 
 STARTS = ("auto", "paper", "backbone")  # how from_backbone sets up the heads: start_fields
-# the "backbone" start's log σ² path: a trained copy of the top layer on the frozen trunk (results/ONEPASS.md)
-BACKBONE_VARIANCE_LAYERS = 1
-# the arguments of from_pretrained that locate a folder's files (cached_file's)
-HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "force_download")
+BACKBONE_VARIANCE_LAYERS = 1  # the "backbone" start's log σ² path: a trained copy of the top layer (ONEPASS.md)
+HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "force_download")  # locate files
 
 
 def read_backbone_file(name_or_path: str, filename: str, hub_kwargs: dict) -> dict | list | None:
@@ -44,9 +41,7 @@ def read_backbone_file(name_or_path: str, filename: str, hub_kwargs: dict) -> di
 
 
 def sentence_transformers_pooling(name_or_path: str, hub_kwargs: dict | None = None) -> tuple[str, bool] | None:
-    """``(pooling, normalize)`` of a sentence-transformers model (folder or Hub id): the mode of its pooling module
-    (``cls``/``mean``/``max``) and whether ``modules.json`` lists a ``Normalize``; ``None`` when it is none or pools
-    otherwise (e.g. ``mean_sqrt_len``)."""
+    """``(pooling, normalize)`` of a sentence-transformers model; ``None`` if it is none or pools otherwise."""
     hub_kwargs = {key: value for key, value in (hub_kwargs or {}).items() if key in ("revision", "token", "cache_dir")}
     modules = read_backbone_file(name_or_path, "modules.json", hub_kwargs)
     if not isinstance(modules, list):
@@ -72,11 +67,8 @@ def sentence_transformers_pooling(name_or_path: str, hub_kwargs: dict | None = N
 
 
 def start_fields(name_or_path: str, start: str = "auto", hub_kwargs: dict | None = None) -> dict:
-    """The [`GaussCSEConfig`] fields a ``start`` sets: ``"paper"`` → ``{}`` ([CLS], tanh, random heads);
-    ``"backbone"`` → the backbone's own sentence embedding (its sentence-transformers pooling and normalisation, else
-    mean pooling), an identity μ head without activation, σ² = 1/d and one frozen trunk
-    (``variance_layers=BACKBONE_VARIANCE_LAYERS``); ``"auto"`` → ``"backbone"`` for a sentence-transformers model,
-    else ``"paper"``."""
+    """The [`GaussCSEConfig`] fields a ``start`` sets: ``"paper"`` → ``{}``; ``"backbone"`` → the backbone's own
+    embedding, identity μ head, σ² = 1/d, one frozen trunk; ``"auto"``: ``"backbone"`` for sentence-transformers."""
     if start not in STARTS:
         raise ValueError(f"start must be one of {STARTS}, got {start!r}")
     found = sentence_transformers_pooling(name_or_path, hub_kwargs) if start != "paper" else None
@@ -84,9 +76,7 @@ def start_fields(name_or_path: str, start: str = "auto", hub_kwargs: dict | None
         return {}
     pooling, normalize = found or ("mean", False)
     if pooling not in POOLINGS:
-        raise ValueError(
-            f"{name_or_path} pools its sentence embedding with {pooling!r}: GaussCSE pools {' or '.join(POOLINGS)}"
-        )
+        raise ValueError(f"{name_or_path} pools with {pooling!r}: GaussCSE pools {' or '.join(POOLINGS)}")
     return {
         "pooling": pooling,
         "normalize_mean": normalize,
@@ -135,8 +125,7 @@ def backbone_weight_files(folder: Path) -> list[str]:
 
 
 def backbone_record(name_or_path: str, hub_kwargs: dict | None = None) -> dict:
-    """A backbone's identity, ``{"base_model_name_or_path": name_or_path, "sha256": {file: SHA-256}}`` over its
-    ``config.json`` and weight files."""
+    """A backbone's identity: its name and the SHA-256 of its ``config.json`` and weight files."""
     hub_kwargs = {key: value for key, value in (hub_kwargs or {}).items() if key in HUB_KWARGS}
     folder = Path(cached_file(str(name_or_path), CONFIG_NAME, **hub_kwargs)).parent
     digests = {}
@@ -149,15 +138,8 @@ def backbone_record(name_or_path: str, hub_kwargs: dict | None = None) -> dict:
 def model_from_backbone(
     cls, name_or_path: str, *, start: str = "auto", encoder_kwargs: dict | None = None, **config_kwargs
 ):
-    """``GaussCSEModel.from_backbone``: a model with fresh heads on a pre-trained encoder (Hub id or local folder).
-
-    Args:
-        name_or_path: anything ``AutoModel.from_pretrained`` loads (BERT, RoBERTa, MiniLM, DeBERTa, ...).
-        start: ``"paper"``, ``"backbone"`` or ``"auto"`` ([`start_fields`]).
-        encoder_kwargs: for ``AutoModel.from_pretrained`` (``revision``, ``dtype``, ...); the backbone's own code runs
-            only with ``trust_remote_code=True``.
-        **config_kwargs: [`GaussCSEConfig`] fields, overriding what ``start`` sets.
-    """
+    """``GaussCSEModel.from_backbone``: fresh heads on a pre-trained encoder, set up by ``start`` ([`start_fields`])
+    and ``config_kwargs``; ``encoder_kwargs`` for ``AutoModel.from_pretrained``."""
     name_or_path = local_backbone(str(name_or_path))
     encoder_kwargs = {"trust_remote_code": False, **(encoder_kwargs or {})}  # never a prompt to run its code
     encoder_config = AutoConfig.from_pretrained(name_or_path, **encoder_kwargs)

@@ -20,9 +20,7 @@ POOLINGS = ("cls", "mean")  # a GaussCSE model's sentence vector
 TOKEN_POOLINGS = (*POOLINGS, "max")  # pool_tokens's; max only for the point-encoder baselines
 # written beside config.json: the folder is a sentence-transformers model of one module, scored by dot product
 SENTENCE_TRANSFORMERS_FILES = {
-    "modules.json": [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformer_gausscse.GaussCSETransformer"},
-    ],
+    "modules.json": [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformer_gausscse.GaussCSETransformer"}],
     "config_sentence_transformers.json": {
         "model_type": "SentenceTransformer",
         "similarity_fn_name": "dot",
@@ -38,9 +36,8 @@ MEAN_ACTIVATIONS = ("tanh", "none")
 HEAD_INITS = ("random", "identity")
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file of this call's own and ``os.replace``, so it appears whole;
-    on an error ``path`` is left as it was. (The shipped code's copy of ``gausscse.io``'s atomic write.)"""
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``, so it appears whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -56,7 +53,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def write_json_atomic(path: Path, content: Any) -> None:
+def write_json_atomic(path: str | Path, content: Any) -> None:
     """``content`` as indented JSON at ``path``, appearing whole ([`write_bytes_atomic`])."""
     write_bytes_atomic(path, (json.dumps(content, indent=2) + "\n").encode("utf-8"))
 
@@ -69,8 +66,7 @@ VOLATILE_CONFIG_KEYS = frozenset(
 
 
 def stable_config(config: Any) -> Any:
-    """``config`` (a nested ``to_dict()``) without private keys and ``VOLATILE_CONFIG_KEYS``, as strict JSON values:
-    keys as strings, NaN as ``None``."""
+    """``config`` (a nested ``to_dict()``) without private and ``VOLATILE_CONFIG_KEYS``, as strict JSON."""
     if isinstance(config, dict):
         return {
             str(key): stable_config(value)
@@ -84,25 +80,16 @@ def stable_config(config: Any) -> Any:
     return config
 
 
-# model → (its weights_state when fingerprinted, the tensors it names, the fingerprint)
+# model → (its state when fingerprinted, the tensors it names, the fingerprint)
 _FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def weights_state(model: torch.nn.Module) -> tuple[tuple, list[torch.Tensor]]:
-    """What says a model's weights and config are unchanged: each weight tensor's name, identity, in-place version
-    counter and data pointer, and the config; and the tensors (held with the state, so no new tensor takes an
-    identity)."""
-    tensors = model.state_dict(keep_vars=True)
-    state = tuple((name, id(tensor), tensor._version, tensor.data_ptr()) for name, tensor in tensors.items())
-    config = json.dumps(stable_config(model.config.to_dict()), sort_keys=True, default=str)
-    return (state, config), list(tensors.values())
-
-
 def model_fingerprint(model: torch.nn.Module) -> str:
-    """SHA-256 of what makes a model's Gaussians: every weight (name, dtype, shape, bytes, in name order; floating
-    weights as float32, so another load precision is the same model) and the [`stable_config`]. Recorded by a
-    ``SentenceIndex`` and an ONNX graph; kept per model until [`weights_state`] changes."""
-    state, tensors = weights_state(model)
+    """SHA-256 of every weight (floating ones as float32: any load precision) and the [`stable_config`], recorded by a
+    ``SentenceIndex`` and an ONNX graph; cached per model while its tensors (held) and config are unchanged."""
+    tensors = model.state_dict(keep_vars=True)
+    config = json.dumps(stable_config(model.config.to_dict()), sort_keys=True, default=str)
+    state = (tuple((name, id(tensor), tensor._version, tensor.data_ptr()) for name, tensor in tensors.items()), config)
     cached = _FINGERPRINTS.get(model)
     if cached is not None and cached[0] == state:
         return cached[2]
@@ -111,8 +98,8 @@ def model_fingerprint(model: torch.nn.Module) -> str:
         tensor = tensor.float() if tensor.is_floating_point() else tensor
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(memoryview(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
-    digest.update(state[1].encode())
-    _FINGERPRINTS[model] = (state, tensors, digest.hexdigest())
+    digest.update(config.encode())
+    _FINGERPRINTS[model] = (state, list(tensors.values()), digest.hexdigest())
     return digest.hexdigest()
 
 
@@ -120,29 +107,15 @@ class GaussCSEConfig(PreTrainedConfig):
     r"""Configuration of [`GaussCSEModel`]: a pre-trained encoder plus a mean head and a log-variance head.
 
     Args:
-        encoder_config: the encoder's config (any `AutoModel` encoder; default BERT-base).
-        pooling: `"cls"` (the first token, as the paper) or `"mean"` (masked mean of the last hidden states).
-        mean_activation: on the mean head, `"tanh"` (released code) or `"none"`.
-        normalize_mean: L2-normalise μ after the head and its activation.
-        head_init: fresh heads `"random"` (N(0, 0.02²), biases 0, as the paper) or `"identity"` (identity μ head, needs
-            `embedding_size` = hidden size; σ² = 1/d, so KL(a‖b)/d = ‖μ_a − μ_b‖²/2). Not read when loading weights.
-        frozen_mean: μ from `mean_encoder`, a frozen copy of the starting encoder (and a frozen μ head), so μ stays the
-            backbone's embedding; the trained `encoder` gives log σ² only.
-        variance_layers: with `frozen_mean`, k > 0: the encoder itself is frozen and gives μ, and log σ² comes from a
-            trained copy of its top k layers run on its states below them; 0: two full paths.
-        embedding_size: the dimension d of the Gaussians (default: the encoder's hidden size).
-        similarity_reduction: sim(a‖b) = 1 / (1 + KL / d) (`"mean_kl"`, default), 1 / (1 + KL) (`"sum"`, the paper's
-            eq. 2) or mean_k 1 / (1 + KL_k) (`"mean_dim"`, the released code).
-        search_kl_weight: λ of the search score cos(μ_q, μ_x) − λ · KL(q‖x) / d, chosen at the end of training
-            (`gausscse.evaluation.search_weight`); `None`: no search score stated.
+        encoder_config, pooling: the encoder's config (default BERT-base); `"cls"` (the paper's) or `"mean"` pooling.
+        mean_activation, normalize_mean: `"tanh"` (released code) or `"none"` on the mean head; L2-normalise μ after it.
+        head_init: fresh heads `"random"` (N(0, 0.02²), as the paper) or `"identity"` (identity μ head, σ² = 1/d).
+        frozen_mean: μ from `mean_encoder`, a frozen copy of the starting encoder (and μ head); `encoder` gives log σ².
+        variance_layers: with `frozen_mean`, k > 0: the encoder gives μ, a trained copy of its top k layers log σ².
+        embedding_size, similarity_reduction: d (default: hidden size); `"mean_kl"` (default), `"sum"` or `"mean_dim"`.
+        search_kl_weight: λ of the search score cos(μ_q, μ_x) − λ · KL(q‖x) / d; `None`: no search score stated.
         point_embeddings: a point encoder (trained on μ alone), evaluated by cos(μ).
         logvar_min, logvar_max: clamp range of log σ² (default ±10, within ±30).
-
-    ```python
-    >>> config = GaussCSEConfig(encoder_config={"model_type": "bert", "hidden_size": 64,
-    ...     "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128})
-    >>> model = GaussCSEModel(config)
-    ```
     """
 
     model_type = "gausscse"
@@ -173,16 +146,13 @@ class GaussCSEConfig(PreTrainedConfig):
                 raise ValueError(f"{argument} must be one of {valid}, got {getattr(self, argument)!r}")
         check_reduction(self.similarity_reduction)
         if not -LOGVAR_BOUND <= self.logvar_min < self.logvar_max <= LOGVAR_BOUND:
-            raise ValueError(
-                f"need -{LOGVAR_BOUND:g} <= logvar_min < logvar_max <= {LOGVAR_BOUND:g} (beyond, exp(log σ²) overflows "
-                f"the similarity), got logvar_min={self.logvar_min}, logvar_max={self.logvar_max}"
-            )
+            bounds = f"-{LOGVAR_BOUND:g} <= logvar_min < logvar_max <= {LOGVAR_BOUND:g}"
+            raise ValueError(f"need {bounds}, got logvar_min={self.logvar_min}, logvar_max={self.logvar_max}")
         layers = getattr(self.encoder_config, "num_hidden_layers", None)
         if self.variance_layers and not (self.frozen_mean and layers and 0 < self.variance_layers <= layers):
             raise ValueError(
-                f"variance_layers (the top layers copied for log σ² on a frozen trunk) needs frozen_mean=True and "
-                f"1 <= variance_layers <= the encoder's num_hidden_layers ({layers}), got variance_layers="
-                f"{self.variance_layers}, frozen_mean={self.frozen_mean}"
+                f"variance_layers (copied top layers) needs frozen_mean=True and 1 <= variance_layers <= layers "
+                f"({layers}), got variance_layers={self.variance_layers}, frozen_mean={self.frozen_mean}"
             )
         if self.search_kl_weight is not None and not 0 <= self.search_kl_weight < float("inf"):
             raise ValueError(f"search_kl_weight must be a finite number >= 0, got {self.search_kl_weight}")
@@ -197,8 +167,7 @@ class GaussCSEConfig(PreTrainedConfig):
             )
 
     def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs) -> None:
-        """Write ``config.json`` and beside it ``SENTENCE_TRANSFORMERS_FILES`` (each appearing whole), so every save
-        (``save_pretrained``, ``push_to_hub``, Trainer checkpoints) also loads with sentence-transformers."""
+        """Write ``config.json`` and ``SENTENCE_TRANSFORMERS_FILES``: every save loads with sentence-transformers."""
         super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
         for name, content in SENTENCE_TRANSFORMERS_FILES.items():
             write_json_atomic(Path(save_directory) / name, content)

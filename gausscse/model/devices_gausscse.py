@@ -1,7 +1,4 @@
-"""Where ``encode``'s forward passes run (ships with the weights): the model's device, or an [`EncodePool`] of worker
-processes, one per device, running the batches the calling process pads (the same Gaussians as one device gives).
-Workers start with ``spawn``: a script that encodes with a pool must run it under ``if __name__ == "__main__":``.
-"""
+"""Where encode runs: the model's device, or [`EncodePool`] workers (``spawn``: run under ``__main__``)."""
 
 from __future__ import annotations
 
@@ -16,28 +13,17 @@ from contextlib import nullcontext
 
 import torch
 
-IN_FLIGHT_PER_WORKER = 4  # batches handed out ahead of the results, per worker
-CLOSE_TIMEOUT = 30.0  # seconds a closing worker may take to finish its batch before it is terminated
-
 
 def forward_batches(
     model, inputs: Iterator[tuple[torch.Tensor, dict[str, torch.Tensor]]], dtype: torch.dtype | None = None
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """``(rows, μ, log σ²)`` of each ``(rows, features)`` batch: the model's forward on its device, under autocast
-    in ``dtype`` when given."""
+    """``(rows, μ, log σ²)`` of each ``(rows, features)`` batch on the model's device, autocast in ``dtype``."""
     device = model.device
     autocast = torch.autocast(device.type, dtype=dtype) if dtype not in (None, torch.float32) else nullcontext()
     for rows, features in inputs:
         with autocast:
             output = model(**{name: tensor.to(device, non_blocking=True) for name, tensor in features.items()})
         yield rows, output.mu, output.logvar
-
-
-def default_devices() -> list[str]:
-    """Every CUDA device, else four CPU processes at most (one per two cores)."""
-    if torch.cuda.is_available():
-        return [f"cuda:{index}" for index in range(torch.cuda.device_count())]
-    return ["cpu"] * max(1, min(4, (os.cpu_count() or 1) // 2))
 
 
 _WORKER: dict = {}  # in a worker process: its model and device (start_worker)
@@ -62,17 +48,19 @@ def worker_forward(rows: torch.Tensor, features: dict, dtype) -> tuple[torch.Ten
 
 
 class EncodePool:
-    """Worker processes (a ``ProcessPoolExecutor``) running ``encode``'s forward passes, one per device of
-    ``devices`` (``["cpu"] * 4``: four CPU processes sharing the cores); ``close`` it (or use ``with``) to end them."""
+    """Worker processes, one per device of ``devices`` (default: every CUDA device, else up to four CPU processes)."""
 
     def __init__(self, model, devices: Sequence[str | torch.device] | None = None) -> None:
-        devices = default_devices() if devices is None else list(devices)
-        if not devices:
-            raise ValueError("devices must name at least one device, e.g. ['cuda:0', 'cuda:1'] or ['cpu', 'cpu']")
+        if devices is None and torch.cuda.is_available():
+            devices = [f"cuda:{index}" for index in range(torch.cuda.device_count())]
+        elif devices is None:
+            devices = ["cpu"] * max(1, min(4, (os.cpu_count() or 1) // 2))
         try:
             self.devices = [str(torch.device(device)) for device in devices]
         except (RuntimeError, TypeError) as error:
             raise ValueError(f"devices must be torch devices such as 'cuda:0' or 'cpu', got {devices!r}") from error
+        if not self.devices:
+            raise ValueError("devices must name at least one device, e.g. ['cuda:0', 'cuda:1'] or ['cpu', 'cpu']")
         context = multiprocessing.get_context("spawn")
         queued = context.Queue()
         for device in self.devices:
@@ -86,15 +74,14 @@ class EncodePool:
     def forward(
         self, inputs: Iterator[tuple[torch.Tensor, dict[str, torch.Tensor]]], dtype: torch.dtype | None = None
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """``(rows, μ, log σ²)`` of every ``(rows, features)`` batch, ``IN_FLIGHT_PER_WORKER`` batches per worker
-        handed out ahead; ``RuntimeError`` naming the device when a worker failed, or the devices when one died."""
+        """``(rows, μ, log σ²)`` of every batch; ``RuntimeError`` naming the device(s) when a worker fails."""
         if self.executor is None:
             raise RuntimeError("this EncodePool is closed: start another with model.start_multi_process_pool()")
         pending: deque[Future] = deque()
         try:
             for rows, features in inputs:
                 pending.append(self.executor.submit(worker_forward, rows, features, dtype))
-                if len(pending) >= IN_FLIGHT_PER_WORKER * len(self.devices):
+                if len(pending) >= 4 * len(self.devices):  # four batches handed out ahead per worker
                     yield pending.popleft().result()
             while pending:
                 yield pending.popleft().result()
@@ -102,12 +89,12 @@ class EncodePool:
             raise RuntimeError(f"an encode worker on {', '.join(self.devices)} exited: {error}") from None
 
     def close(self) -> None:
-        """End the workers: each finishes its batch within ``CLOSE_TIMEOUT`` seconds, else it is terminated."""
+        """End the workers: each finishes its batch within 30 seconds, else it is terminated."""
         if self.executor is not None:
             processes = list(self.executor._processes.values())  # the executor's own; shutdown has no timeout
             self.executor.shutdown(wait=False, cancel_futures=True)
             for process in processes:
-                process.join(CLOSE_TIMEOUT)
+                process.join(30.0)
                 if process.is_alive():
                     process.terminate()
         self.executor = None

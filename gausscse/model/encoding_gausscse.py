@@ -1,14 +1,10 @@
-"""GaussCSE's encode loop, its one truncation policy and its poolings (ships with the weights as Hub custom code).
-
-``encode`` tokenises every sentence once, batches the token ids by length, pads the next batches in a background thread
-while the forward runs, gathers the Gaussians on the device and returns them in input order.
-"""
+"""GaussCSE's encode loop, its one truncation policy and its poolings (ships with the weights as Hub custom code)."""
 
 from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from functools import partial
@@ -28,7 +24,6 @@ from .onnx_gausscse import ONNX_FILE
 # config.model_type → where a sentence's position ids start: "zero" or "after_padding" (pad_token_id + 1). Read by
 # position_offset (the truncation limit; unlisted encoders start at 0) and by packing, which packs only these encoders.
 ENCODER_POSITIONS = {"bert": "zero", **dict.fromkeys(("roberta", "xlm-roberta", "camembert"), "after_padding")}
-FALLBACK_MAX_LENGTH = 512  # for an encoder that states no limit
 # the truncation default of every entry point that encodes (not training): all the encoder takes (resolve_max_length)
 DEFAULT_MAX_LENGTH: int | None = None
 ENCODE_BACKENDS = ("torch", "onnx")
@@ -37,8 +32,7 @@ logger = logging.get_logger(__name__)
 
 
 def pool_tokens(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
-    """``(B, L, h)`` token states → ``(B, h)``: the first token ``h[:, 0]`` (``cls``: [CLS] / ``<s>``), the masked
-    mean Σ_t m_t h_t / Σ_t m_t (``mean``) or the masked max over tokens (``max``); no mask means every token."""
+    """``(B, L, h)`` → ``(B, h)``: the first token (``cls``), the masked mean or max; no mask: all tokens."""
     if pooling not in TOKEN_POOLINGS:
         raise ValueError(f"pooling must be one of {TOKEN_POOLINGS}, got {pooling!r}")
     if pooling == "cls":
@@ -68,8 +62,7 @@ def pool_packed_tokens(last_hidden_state: torch.Tensor, sentence_index: torch.Te
 
 
 def pad_token_ids(token_ids: Sequence[Sequence[int]], pad_token_id: int, token_type_ids: bool) -> dict:
-    """Right-pad token-id lists into ``input_ids``/``attention_mask`` (and zero ``token_type_ids``) tensors, as the
-    tokenizer's own padding would."""
+    """Right-pad token-id lists into tensors, as the tokenizer's own padding would."""
     lengths = np.fromiter(map(len, token_ids), dtype=np.int64, count=len(token_ids))
     attention_mask = np.arange(lengths.max(initial=0)) < lengths[:, None]
     input_ids = np.full(attention_mask.shape, pad_token_id, dtype=np.int64)
@@ -92,8 +85,7 @@ def length_sorted_batches(token_ids: Sequence[Sequence[int]], batch_size: int) -
 def padded_batches(
     token_ids: Sequence[Sequence[int]], batches: Sequence[Sequence[int]], tokenizer, pin_memory: bool = False
 ) -> Iterator[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
-    """``(rows, features)`` per batch of ``batches``, padded ([`pad_token_ids`]) a few batches ahead in a background
-    thread ([`prefetch`]), in page-locked memory with ``pin_memory``."""
+    """``(rows, features)`` per batch, padded a few batches ahead in a background thread ([`prefetch`])."""
     with_token_types = "token_type_ids" in tokenizer.model_input_names
     pad_token_id = tokenizer.pad_token_id or 0
 
@@ -108,8 +100,7 @@ def padded_batches(
 
 
 def prefetch(items: Iterator, depth: int = 4) -> Iterator:
-    """``items`` produced in a background thread, at most ``depth`` ahead of the consumer, in order; an exception
-    of the producer is raised in the consumer; a consumer that stops early stops the producer."""
+    """``items`` produced in a background thread, at most ``depth`` ahead; a producer's error is raised here."""
     end = object()
     with ThreadPoolExecutor(1, thread_name_prefix="gausscse-encode-prefetch") as producer:
         ahead = deque(producer.submit(next, items, end) for _ in range(depth))
@@ -125,14 +116,13 @@ def position_offset(encoder_config) -> int:
 
 
 def resolve_max_length(tokenizer, encoder_config=None, requested: int | None = None) -> int:
-    """The one truncation policy: ``requested`` tokens (default: all the encoder takes), capped at the encoder's
-    limit = min(tokenizer.model_max_length, max_position_embeddings − position offset)."""
+    """``requested`` tokens (default: all), capped at the encoder's limit (tokenizer and position embeddings)."""
     limits = []
     if tokenizer is not None and tokenizer.model_max_length < 1_000_000:  # "no limit" is a huge sentinel
         limits.append(int(tokenizer.model_max_length))
     if getattr(encoder_config, "max_position_embeddings", None):
         limits.append(encoder_config.max_position_embeddings - position_offset(encoder_config))
-    limit = min(limits) if limits else FALLBACK_MAX_LENGTH
+    limit = min(limits) if limits else 512  # an encoder that states no limit
     if requested is None:
         return limit
     if not isinstance(requested, int) or requested < 1:
@@ -172,10 +162,7 @@ def save_model_tokenizer(model, folder: Path) -> None:
     try:
         tokenizer = model.get_tokenizer()
     except ValueError as error:
-        logger.warning(
-            f"Saved {folder} without a tokenizer ({error}); readers cannot encode with it until one is saved "
-            "beside the weights: call model.get_tokenizer(tokenizer) before save_pretrained"
-        )
+        logger.warning(f"Saved {folder} without a tokenizer ({error}): call model.get_tokenizer(tokenizer) first")
         return
     tokenizer.save_pretrained(folder)
 
@@ -199,17 +186,14 @@ def encode_sentences(
 
     Args:
         sentences: a string (1-D ``mu``/``logvar``) or a list of strings.
-        batch_size: sentences per forward pass.
-        tokenizer: defaults to the tokenizer saved with the model.
-        device: where to run (the model is moved there; default its device); a list of devices (``["cuda:0",
-            "cuda:1"]``, ``["cpu", "cpu"]``) shares the batches among worker processes started for this call.
-        show_progress_bar: a tqdm bar over batches.
+        batch_size, show_progress_bar: sentences per forward pass; a tqdm bar over the batches.
+        tokenizer: default: the tokenizer saved with the model.
+        device: where to run (the model is moved there); a list of devices shares the batches among worker processes.
         max_length: truncation in tokens; default and cap: the encoder's limit ([`resolve_max_length`]).
         output_device: where the results live: ``"cpu"`` (default) or ``None`` for the model's device.
-        backend: ``"torch"`` or ``"onnx"`` (ONNX Runtime on the graph ``onnx_file`` of the model's folder:
-            ``"onnx/model.onnx"``, float32, or ``"onnx/model_qint8.onnx"``, int8 weights).
+        backend: ``"torch"`` or ``"onnx"`` (ONNX Runtime on ``onnx_file``: onnx/model.onnx or onnx/model_qint8.onnx).
         dtype: ``torch.bfloat16`` / ``torch.float16``: the forward pass under autocast; the Gaussians stay float32.
-        pool: an [`EncodePool`] (``model.start_multi_process_pool(devices)``) whose workers run the forward passes.
+        pool: an [`EncodePool`] (``model.start_multi_process_pool``) whose workers run the forward passes.
     """
     single = isinstance(sentences, str)
     sentences = check_sentences("sentences", [sentences] if single else sentences)
@@ -237,23 +221,14 @@ def encode_sentences(
                 runs_on, forward = model.device, partial(forward_batches, model)
             inputs = padded_batches(token_ids, batches, tokenizer, pin_memory=runs_on.type == "cuda")
             outputs = tqdm(forward(inputs, dtype), total=len(batches), desc="Encoding", disable=not show_progress_bar)
-            mu, logvar = gather_rows(outputs, len(sentences), model.config.embedding_size, runs_on)
+            mu = torch.empty(len(sentences), model.config.embedding_size, device=runs_on)
+            logvar = torch.empty_like(mu)
+            for rows, batch_mu, batch_logvar in outputs:  # each batch's Gaussians at its rows
+                rows = rows.to(runs_on, non_blocking=True)
+                mu.index_copy_(0, rows, batch_mu.float())
+                logvar.index_copy_(0, rows, batch_logvar.float())
         finally:
             model.train(was_training)  # restored even when encoding fails
     output_device = model.device if output_device is None else torch.device(output_device)
-    mu, logvar = mu.to(output_device), logvar.to(output_device)
-    embeddings = GaussianEmbeddings(mu[0], logvar[0]) if single else GaussianEmbeddings(mu, logvar)
-    return embeddings.check("encode(sentences)")
-
-
-def gather_rows(
-    outputs: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], count: int, size: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(μ, log σ²)``, ``(count, size)`` float32 on ``device``, from batches ``(rows, μ, log σ²)`` at their rows."""
-    mu = torch.empty(count, size, device=device)
-    logvar = torch.empty_like(mu)
-    for rows, batch_mu, batch_logvar in outputs:
-        rows = rows.to(device, non_blocking=True)
-        mu.index_copy_(0, rows, batch_mu.float())
-        logvar.index_copy_(0, rows, batch_logvar.float())
-    return mu, logvar
+    embeddings = GaussianEmbeddings(mu, logvar).to(output_device)
+    return (embeddings[0] if single else embeddings).check("encode(sentences)")

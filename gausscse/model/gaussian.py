@@ -1,9 +1,5 @@
-"""Closed-form math for diagonal Gaussian sentence embeddings N(μ, diag σ²), stored as ``(mu, logvar = log σ²)``.
-
-Pure functions over any leading batch shape, computed in float32 (float64 for float64 input) even under autocast.
-``sim(a‖b) = 1 / (1 + KL(N_a ‖ N_b))`` is asymmetric (Yoda et al., EACL 2024): a hypothesis entailed by a premise is
-scored sim(hyp‖pre), high when the premise's Gaussian covers the hypothesis's (the entailing side is broader).
-"""
+"""Closed-form math for diagonal Gaussians N(μ, diag σ²) stored as ``(mu, logvar)``, in float32 (float64 for float64
+input) even under autocast. sim(a‖b) = 1 / (1 + KL(a‖b)) is asymmetric: an entailed hypothesis scores sim(hyp‖pre)."""
 
 from __future__ import annotations
 
@@ -23,9 +19,7 @@ SIMILARITY_FORMULAS = {
 }
 # |log σ²| above this is refused: the KL's variance ratios (up to e^60) stay inside float32's range (e^88)
 LOGVAR_BOUND = 30.0
-# above this many elements an N×M×d intermediate is split into row chunks
-DEFAULT_CHUNK_ELEMENTS = 1 << 24
-KL_SIDES = ("left", "right")
+DEFAULT_CHUNK_ELEMENTS = 1 << 24  # above this many elements an N×M×d intermediate is split into row chunks
 # search direction → kl_feature_map sides of (query, stored item): "entailing" scores sim(q‖x), "entailed_by" sim(x‖q)
 SEARCH_DIRECTIONS = {"entailing": ("left", "right"), "entailed_by": ("right", "left")}
 
@@ -38,16 +32,14 @@ def check_reduction(reduction: str) -> str:
 
 
 def similarity_formula(reduction: str, a: str = "a", b: str = "b") -> str:
-    """sim(a‖b) of ``reduction`` written out with the side names ``a``, ``b``, e.g. ``1 / (1 + KL(a‖b) / d)``."""
+    """sim(a‖b) of ``reduction`` written with the side names ``a``, ``b``, e.g. ``1 / (1 + KL(a‖b) / d)``."""
     return SIMILARITY_FORMULAS[check_reduction(reduction)].format(a=a, b=b)
 
 
 def kl_scale(reduction: str, dim: int) -> int:
     """c in sim = 1 / (1 + KL / c): 1 for ``"sum"``, d for ``"mean_kl"``; ``ValueError`` for ``"mean_dim"``."""
     if check_reduction(reduction) not in KL_REDUCTIONS:
-        raise ValueError(
-            f"similarity_reduction {reduction!r} is not a function of the total KL (those are {KL_REDUCTIONS})"
-        )
+        raise ValueError(f"similarity_reduction {reduction!r} is not a function of the total KL ({KL_REDUCTIONS})")
     if dim < 1:
         raise ValueError(f"dim must be a positive integer, got {dim}")
     return 1 if reduction == "sum" else dim
@@ -59,10 +51,8 @@ def as_float32(tensor: Tensor) -> Tensor:
 
 
 def kl_per_dim(mu_a: Tensor, logvar_a: Tensor, mu_b: Tensor, logvar_b: Tensor) -> Tensor:
-    """Per-dimension KL of paired (broadcasting) Gaussians, shape ``(..., d)``:
-
-    KL_k(a‖b) = ½ [ logσ_b,k² − logσ_a,k² + σ_a,k²/σ_b,k² + (μ_a,k − μ_b,k)²/σ_b,k² − 1 ]
-    """
+    """Per-dimension KL of paired (broadcasting) Gaussians, ``(..., d)``:
+    KL_k(a‖b) = ½ [ logσ_b,k² − logσ_a,k² + σ_a,k²/σ_b,k² + (μ_a,k − μ_b,k)²/σ_b,k² − 1 ]."""
     with torch.autocast(device_type=mu_a.device.type, enabled=False):
         mu_a, logvar_a, mu_b, logvar_b = map(as_float32, (mu_a, logvar_a, mu_b, logvar_b))
         inv_var_b = torch.exp(-logvar_b)
@@ -86,12 +76,7 @@ def similarity_from_kl(kl: Tensor, scale: float = 1.0) -> Tensor:
 
 
 def similarity(mu_a: Tensor, logvar_a: Tensor, mu_b: Tensor, logvar_b: Tensor, reduction: str) -> Tensor:
-    """Row-wise asymmetric sim(a_i‖b_i), shape ``(...)``, differentiable; ``reduction`` (``REDUCTIONS``):
-
-    sum:      sim(a‖b) = 1 / (1 + Σ_k KL_k(a‖b))          (paper, eq. 2)
-    mean_kl:  sim(a‖b) = 1 / (1 + (1/d) Σ_k KL_k(a‖b))    (not saturated as the total KL grows with d)
-    mean_dim: sim(a‖b) = (1/d) Σ_k 1 / (1 + KL_k(a‖b))     (released code; no function of the total KL)
-    """
+    """Row-wise asymmetric sim(a_i‖b_i), shape ``(...)``, differentiable, by ``reduction`` (``SIMILARITY_FORMULAS``)."""
     per_dim = kl_per_dim(mu_a, logvar_a, mu_b, logvar_b)
     if check_reduction(reduction) == "mean_dim":
         return similarity_from_kl(per_dim).mean(dim=-1)
@@ -99,9 +84,8 @@ def similarity(mu_a: Tensor, logvar_a: Tensor, mu_b: Tensor, logvar_b: Tensor, r
 
 
 def paired_similarity(mu_a: Tensor, logvar_a: Tensor, mu_b: Tensor, logvar_b: Tensor, reduction: str) -> Tensor:
-    """Row-wise sim(a_i‖b_i) for scoring and ranking, equal to [`similarity_matrix`] on the same pairs: for
-    ``KL_REDUCTIONS`` the KL is summed in float64 (a float32 sum of terms up to ~10⁴ can order close candidates
-    differently on different CPUs) and returned in the inputs' float dtype; ``mean_dim`` as [`similarity`]."""
+    """Row-wise sim(a_i‖b_i) for ranking, equal to [`similarity_matrix`]: ``KL_REDUCTIONS`` sum the KL in float64 (a
+    float32 sum can order close candidates differently on different CPUs); ``mean_dim`` as [`similarity`]."""
     if check_reduction(reduction) not in KL_REDUCTIONS:
         return similarity(mu_a, logvar_a, mu_b, logvar_b, reduction)
     with torch.autocast(device_type=mu_a.device.type, enabled=False):
@@ -115,11 +99,10 @@ def kl_feature_map(mu: Tensor, logvar: Tensor, side: str) -> Tensor:
         A(a) = ½ [ σ_a² + μ_a²,  −2 μ_a,  1,  −Σ_k logσ_a,k² − d ]                 (``side="left"``)
         B(b) = [ 1/σ_b²,  μ_b/σ_b²,  Σ_k logσ_b,k² + Σ_k μ_b,k²/σ_b,k²,  1 ]       (``side="right"``)
 
-    So the top-k by the ``KL_REDUCTIONS`` similarities is the bottom-k by this inner product. Float64: the expanded
-    square cancels in float32 at small variances. ``(N, d)`` → ``(N, 2d + 2)``.
+    Float64: the expanded square cancels in float32 at small variances. ``(N, d)`` → ``(N, 2d + 2)``.
     """
-    if side not in KL_SIDES:
-        raise ValueError(f"side must be one of {KL_SIDES}, got {side!r}")
+    if side not in ("left", "right"):
+        raise ValueError(f"side must be one of ('left', 'right'), got {side!r}")
     mu, logvar = mu.double(), logvar.double()
     ones = torch.ones_like(logvar[..., :1])
     if side == "left":
@@ -131,8 +114,7 @@ def kl_feature_map(mu: Tensor, logvar: Tensor, side: str) -> Tensor:
 
 
 def kl_divergence_matrix(mu_a: Tensor, logvar_a: Tensor, mu_b: Tensor, logvar_b: Tensor) -> Tensor:
-    """All-pairs KL(a_i‖b_j), ``(N, d)``, ``(M, d)`` → ``(N, M)``: one float64 product of [`kl_feature_map`]s (no
-    N×M×d tensor), returned in the inputs' float dtype (float32 for half)."""
+    """All-pairs KL(a_i‖b_j) ``(N, M)``: one float64 product of [`kl_feature_map`]s, float32 (float64 in: float64)."""
     with torch.autocast(device_type=mu_a.device.type, enabled=False):
         kl = kl_feature_map(mu_a, logvar_a, "left") @ kl_feature_map(mu_b, logvar_b, "right").T
         return kl.clamp_min(0.0).to(as_float32(mu_a).dtype)  # rounding can dip below zero when a ≈ b
@@ -146,8 +128,7 @@ def similarity_matrix(
     reduction: str,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
 ) -> Tensor:
-    """All-pairs S_ij = sim(a_i‖b_j), shape ``(N, M)`` ([`similarity`]'s reductions): ``KL_REDUCTIONS`` by
-    [`kl_divergence_matrix`]; ``mean_dim`` builds its N×M×d intermediate in row chunks of ≤ ``chunk_elements``."""
+    """All-pairs S_ij = sim(a_i‖b_j), ``(N, M)``; ``mean_dim`` in row chunks of ≤ ``chunk_elements``."""
     if check_reduction(reduction) in KL_REDUCTIONS:
         scale = kl_scale(reduction, mu_a.shape[-1])
         return similarity_from_kl(kl_divergence_matrix(mu_a, logvar_a, mu_b, logvar_b), scale)
@@ -174,9 +155,7 @@ def search_score_from(cosine: Tensor, kl: Tensor, kl_weight: float, dim: int) ->
 
 
 def search_score_matrix(mu_a: Tensor, logvar_a: Tensor, mu_b: Tensor, logvar_b: Tensor, kl_weight: float) -> Tensor:
-    """All-pairs search score S_ij = cos(μ_{a_i}, μ_{b_j}) − λ · KL(a_i‖b_j) / d, shape ``(N, M)``: relevance (the
-    cosine of the means) plus direction (low KL when b covers a); λ = ``kl_weight`` ≥ 0, 0 is the cosine. An inner
-    product of per-sentence vectors ([`query_map`], [`stored_map`]); float32 (float64 for float64 inputs)."""
+    """All-pairs S_ij = cos(μ_{a_i}, μ_{b_j}) − λ · KL(a_i‖b_j) / d ``(N, M)``, float32 (float64 in: float64)."""
     with torch.autocast(device_type=mu_a.device.type, enabled=False):
         kl = kl_divergence_matrix(mu_a, logvar_a, mu_b, logvar_b) if kl_weight else None
         return search_score_from(cosine_matrix(mu_a, mu_b), kl, kl_weight, mu_a.shape[-1])
@@ -188,10 +167,8 @@ def search_map_width(dim: int, kl_weight: float | None) -> int:
 
 
 def query_map(mu: Tensor, logvar: Tensor, direction: str, kl_weight: float | None = None) -> Tensor:
-    """A query's search vector (float64), ⟨query_map, stored_map⟩ being the score ranked highest first: −A(q)
-    (``direction="entailing"``: −KL(q‖x)) or −B(q) (``"entailed_by"``: −KL(x‖q)) with A, B of [`kl_feature_map`];
-    with ``kl_weight=λ`` the search score, ``[μ_q/‖μ_q‖, −(λ/d) A(q)]`` (or B(q)). ``(N, d)`` →
-    ``(N, search_map_width(d, kl_weight))``."""
+    """A query's float64 search vector, ⟨query_map, stored_map⟩ being the score: −A(q) (``"entailing"``: −KL(q‖x))
+    or −B(q) (``"entailed_by"``: −KL(x‖q)) of [`kl_feature_map`]; with ``kl_weight=λ`` ``[μ_q/‖μ_q‖, −(λ/d) A(q)]``."""
     kl_map = -kl_feature_map(mu, logvar, SEARCH_DIRECTIONS[direction][0])
     if kl_weight is None:
         return kl_map
@@ -199,19 +176,15 @@ def query_map(mu: Tensor, logvar: Tensor, direction: str, kl_weight: float | Non
 
 
 def stored_map(mu: Tensor, logvar: Tensor, direction: str, kl_weight: float | None = None) -> Tensor:
-    """An item's indexed vector (float64; see [`query_map`]): B(x) (``"entailing"``) or A(x) (``"entailed_by"``),
-    with a search score (``kl_weight`` not None; λ is the query's) ``[μ_x/‖μ_x‖, B(x)]`` (or A(x))."""
+    """An item's float64 indexed vector: B(x) (``"entailing"``) or A(x), after ``[μ_x/‖μ_x‖]`` with ``kl_weight``."""
     kl_map = kl_feature_map(mu, logvar, SEARCH_DIRECTIONS[direction][1])
-    if kl_weight is None:
-        return kl_map
-    return torch.cat([normalize(mu.double(), dim=-1), kl_map], dim=-1)
+    return kl_map if kl_weight is None else torch.cat([normalize(mu.double(), dim=-1), kl_map], dim=-1)
 
 
 def paired_search_score(
     mu_q: Tensor, logvar_q: Tensor, mu_x: Tensor, logvar_x: Tensor, direction: str, kl_weight: float
 ) -> Tensor:
-    """Row-wise search score cos(μ_q, μ_x) − λ · KL / d with KL(q‖x) (``"entailing"``) or KL(x‖q)
-    (``"entailed_by"``), computed in float64 as [`paired_similarity`]; float32 (float64 inputs: float64)."""
+    """Row-wise cos(μ_q, μ_x) − λ · KL / d, KL(q‖x) (``"entailing"``) or KL(x‖q), float32 (float64 in: float64)."""
     with torch.autocast(device_type=mu_q.device.type, enabled=False):
         pairs = (mu_q, logvar_q, mu_x, logvar_x) if direction == "entailing" else (mu_x, logvar_x, mu_q, logvar_q)
         kl = kl_divergence(*(tensor.double() for tensor in pairs)).clamp_min(0.0)
@@ -219,19 +192,9 @@ def paired_search_score(
         return search_score_from(cosine, kl, kl_weight, mu_q.shape[-1]).to(as_float32(mu_q).dtype)
 
 
-def check_finite(argument: str, tensor: Tensor) -> None:
-    """Raise ``ValueError`` naming ``argument`` (and the first bad row of a batch) if ``tensor`` holds NaN or inf."""
-    rows = tensor.flatten(1) if tensor.ndim > 1 else tensor.reshape(1, -1)
-    bad_rows = ~torch.isfinite(rows).all(dim=-1)
-    if bool(bad_rows.any()):
-        where = f"{argument}[{int(bad_rows.nonzero()[0, 0])}]" if tensor.ndim > 1 else argument
-        raise ValueError(f"{where} holds NaN or inf values")
-
-
 @dataclass
 class GaussianEmbeddings:
-    """A batch of diagonal Gaussians: ``mu`` and ``logvar`` (log σ²), both ``(N, d)`` (or ``(d,)`` for one);
-    arrays and lists become float tensors."""
+    """A batch of diagonal Gaussians: ``mu``, ``logvar`` (log σ²), ``(N, d)`` or ``(d,)``; arrays become tensors."""
 
     mu: Tensor
     logvar: Tensor
@@ -243,8 +206,9 @@ class GaussianEmbeddings:
                 try:
                     value = torch.as_tensor(value, dtype=torch.float32)
                 except (TypeError, ValueError, RuntimeError) as error:
-                    kind = type(value).__name__
-                    raise TypeError(f"{name} must be a tensor or an array of numbers, got {kind}") from error
+                    raise TypeError(
+                        f"{name} must be a tensor or an array of numbers, got {type(value).__name__}"
+                    ) from error
             setattr(self, name, value if value.is_floating_point() else value.float())
         if self.mu.shape != self.logvar.shape:
             raise ValueError(
@@ -277,26 +241,25 @@ class GaussianEmbeddings:
         return GaussianEmbeddings(self.mu[index], self.logvar[index])
 
     def to(self, *args, **kwargs) -> GaussianEmbeddings:
-        """Move or cast both tensors, as ``torch.Tensor.to``."""
         return GaussianEmbeddings(self.mu.to(*args, **kwargs), self.logvar.to(*args, **kwargs))
 
     def check(self, argument: str) -> GaussianEmbeddings:
-        """Return self; ``ValueError`` naming ``argument`` and the row if μ or log σ² is NaN/inf or |log σ²| exceeds
-        ``LOGVAR_BOUND``."""
-        check_finite(f"{argument}.mu", self.mu)
-        check_finite(f"{argument}.logvar", self.logvar)
+        """Return self; ``ValueError`` naming ``argument`` and the row if NaN/inf or |log σ²| > ``LOGVAR_BOUND``."""
+        for name, tensor in (("mu", self.mu), ("logvar", self.logvar)):
+            bad_rows = ~torch.isfinite(tensor if tensor.ndim > 1 else tensor[None]).all(dim=-1)
+            if bool(bad_rows.any()):
+                row = f"[{int(bad_rows.nonzero()[0, 0])}]" if tensor.ndim > 1 else ""
+                raise ValueError(f"{argument}.{name}{row} holds NaN or inf values")
         if self.logvar.numel() and float(self.logvar.abs().max()) > LOGVAR_BOUND:
-            raise ValueError(
-                f"{argument}.logvar holds values beyond ±{LOGVAR_BOUND:g} (max |log σ²| = "
-                f"{float(self.logvar.abs().max()):g}): exp(log σ²) would overflow the similarity"
-            )
+            biggest = float(self.logvar.abs().max())
+            raise ValueError(f"{argument}.logvar holds values beyond ±{LOGVAR_BOUND:g} (max |log σ²| = {biggest:g})")
         return self
 
 
 @dataclass
 class EntailmentDirection:
-    """Per pair (a_i, b_i), does a_i entail b_i? ``by_similarity``: sim(b_i‖a_i) > sim(a_i‖b_i); ``by_variance``:
-    Σlog σ²(a_i) > Σlog σ²(b_i); ``sim_ba``, ``sim_ab``: sim(b_i‖a_i) ("a entails b") and sim(a_i‖b_i)."""
+    """Per pair, does a_i entail b_i? ``by_similarity``: sim(b_i‖a_i) > sim(a_i‖b_i) (``sim_ba``, ``sim_ab``);
+    ``by_variance``: Σlog σ²(a_i) > Σlog σ²(b_i)."""
 
     by_similarity: Tensor
     by_variance: Tensor
@@ -305,8 +268,7 @@ class EntailmentDirection:
 
 
 def entailment_direction(a: GaussianEmbeddings, b: GaussianEmbeddings, reduction: str) -> EntailmentDirection:
-    """Per pair (a_i, b_i), both rules of the paper (§3.2) for "a_i entails b_i" ([`EntailmentDirection`]), with
-    the row-wise [`paired_similarity`] of ``reduction``."""
+    """Per pair, both rules of the paper (§3.2) for "a_i entails b_i", by the [`paired_similarity`] of ``reduction``."""
     sim_ba = paired_similarity(b.mu, b.logvar, a.mu, a.logvar, reduction)
     sim_ab = paired_similarity(a.mu, a.logvar, b.mu, b.logvar, reduction)
     return EntailmentDirection(sim_ba > sim_ab, a.generality > b.generality, sim_ba, sim_ab)

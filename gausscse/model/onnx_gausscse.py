@@ -1,8 +1,4 @@
-"""ONNX Runtime for a GaussCSE model (ships with the weights as Hub custom code): the whole forward pass as one graph
-``(input_ids, attention_mask[, token_type_ids]) → (mu, logvar, last_hidden_state)``, in ``onnx/model.onnx`` (float32)
-or ``onnx/model_qint8.onnx`` (int8 weights). Each graph records the fingerprint of the model it was exported from
-(``FINGERPRINT_KEY`` in its ``metadata_props``) and is served only to that model.
-"""
+"""ONNX Runtime for a GaussCSE model (Hub custom code): graphs recording the fingerprint of the model they serve."""
 
 from __future__ import annotations
 
@@ -33,7 +29,6 @@ QUANTIZED_ONNX_FILE = f"{ONNX_FOLDER}/model_qint8.onnx"
 FINGERPRINT_KEY = "gausscse_fingerprint"
 OUTPUT_NAMES = ("mu", "logvar", "last_hidden_state")
 TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-OPSET_VERSION = 18
 # the first of these ONNX Runtime has (its own list can start with providers that do not run a local graph)
 DEFAULT_PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
 EXPORT_HINT = "gausscse.model.onnx_gausscse.export_onnx(model, folder"
@@ -50,8 +45,7 @@ def require_onnxruntime():
 
 
 def with_fingerprint(model_bytes: bytes, fingerprint: str) -> bytes:
-    """``model_bytes`` recording ``fingerprint`` under ``FINGERPRINT_KEY`` in its ``metadata_props`` (with the onnx
-    package, which exporting needs anyway)."""
+    """``model_bytes`` recording ``fingerprint`` under ``FINGERPRINT_KEY`` in its ``metadata_props``."""
     onnx = importlib.import_module("onnx")
     graph = onnx.load_model_from_string(model_bytes)
     metadata = {entry.key: entry.value for entry in graph.metadata_props}
@@ -60,8 +54,7 @@ def with_fingerprint(model_bytes: bytes, fingerprint: str) -> bytes:
 
 
 def graph_fingerprint(path: str | Path) -> str | None:
-    """The fingerprint the ONNX graph at ``path`` records, read with the onnx package, else (a serving-only install)
-    with an ONNX Runtime session; None if none, if it is no ONNX graph or if neither library is installed."""
+    """The fingerprint the graph at ``path`` records (by onnx, else ONNX Runtime); None if none or no graph."""
     try:
         graph = importlib.import_module("onnx").load(path, load_external_data=False)
         return {entry.key: entry.value for entry in graph.metadata_props}.get(FINGERPRINT_KEY)
@@ -89,12 +82,9 @@ class _GaussianForward(nn.Module):
         return output.mu, output.logvar, output.last_hidden_state
 
 
-def export_graphs(model, quantize: bool = False, opset_version: int = OPSET_VERSION) -> dict[str, bytes]:
-    """``{ONNX_FILE: the serialised float32 graph}`` of a float32 CPU copy of ``model`` (batch and sequence axes
-    dynamic), with ``quantize`` also ``QUANTIZED_ONNX_FILE``: its encoder's ``MatMul`` weights quantised to int8 (ONNX
-    Runtime's ``quantize_dynamic``, per output channel; activations per batch at run time; the μ and log σ² heads,
-    ``Gemm``, stay float32: the KL is sensitive to log σ²). Each records the model's fingerprint. Needs ``onnx
-    onnxscript`` (PyTorch's exporter) and ONNX Runtime."""
+def export_graphs(model, quantize: bool = False) -> dict[str, bytes]:
+    """``{ONNX_FILE: float32 graph}`` of ``model`` (with ``quantize`` also ``QUANTIZED_ONNX_FILE``: the encoder's
+    ``MatMul`` weights int8, the heads float32), each recording its fingerprint. Needs ``onnx onnxscript``."""
     require_onnxruntime()
     tokenizer_inputs = model.get_tokenizer().model_input_names
     input_names = tuple(name for name in TOKEN_INPUTS if name in tokenizer_inputs)
@@ -115,7 +105,7 @@ def export_graphs(model, quantize: bool = False, opset_version: int = OPSET_VERS
             input_names=list(input_names),
             output_names=list(OUTPUT_NAMES),
             dynamic_shapes={name: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC} for name in input_names},
-            opset_version=opset_version,
+            opset_version=18,
             dynamo=True,
             external_data=False,
             verbose=False,
@@ -138,8 +128,7 @@ def export_graphs(model, quantize: bool = False, opset_version: int = OPSET_VERS
 
 
 def export_onnx(model, folder: str | Path, quantize: bool = False) -> list[Path]:
-    """Write ``folder/onnx/model.onnx`` (and with ``quantize`` ``onnx/model_qint8.onnx``) for ``model``
-    ([`export_graphs`]), each file appearing whole; returns the paths written."""
+    """Write ``folder/onnx/model.onnx`` (and the int8 graph with ``quantize``); returns the paths written."""
     graphs = export_graphs(model, quantize)
     for name, data in graphs.items():
         write_bytes_atomic(Path(folder) / name, data)
@@ -147,16 +136,8 @@ def export_onnx(model, folder: str | Path, quantize: bool = False) -> list[Path]
 
 
 class OnnxGaussianEncoder:
-    """An ONNX Runtime session of a GaussCSE graph: token tensors → float32 ``mu``, ``logvar``, ``last_hidden_state``
-    (CPU torch tensors), as ``GaussCSEModel.forward`` gives them.
-
-    Args:
-        model_bytes: the serialised graph.
-        file_name: where in a model folder the graph lives ([`save`] writes it there).
-        provider: the execution provider (default: CUDA where ONNX Runtime has it, else CPU; CPU stays the fallback).
-
-    ``fingerprint``: the one the graph records (None if none); ``embedding_size``: μ's (None where symbolic).
-    """
+    """An ONNX Runtime session of a GaussCSE graph: token tensors → float32 CPU ``mu``, ``logvar``,
+    ``last_hidden_state``; ``provider``: default CUDA where available, else CPU."""
 
     def __init__(self, model_bytes: bytes, file_name: str = ONNX_FILE, provider: str | None = None):
         runtime = require_onnxruntime()
@@ -181,9 +162,8 @@ class OnnxGaussianEncoder:
     def from_model(
         cls, model, file_name: str = ONNX_FILE, provider: str | None = None, export: bool | None = None
     ) -> OnnxGaussianEncoder:
-        """The graph ``file_name`` of the model's folder or Hub repo, refused unless exported from ``model``
-        ([`check_model`]). Exported from ``model`` instead when ``export``, or when ``export`` is None and the folder
-        lacks the float32 graph (the int8 one is never made implicitly)."""
+        """The graph ``file_name`` of the model's folder, refused unless exported from ``model``; exported instead with
+        ``export``, or if ``export`` is None and the float32 graph is missing."""
         model_bytes = None if export else read_model_file(model.name_or_path, file_name)
         if model_bytes is not None:
             encoder = cls(model_bytes, file_name, provider)
@@ -192,39 +172,26 @@ class OnnxGaussianEncoder:
         if not export and (export is False or file_name != ONNX_FILE):
             quantize = ", quantize=True" if file_name == QUANTIZED_ONNX_FILE else ""
             name = repr(model.name_or_path) if model.name_or_path else "this model (built in memory)"
-            raise FileNotFoundError(
-                f"{name} has no {file_name}: export it with {EXPORT_HINT}{quantize}) (with sentence-transformers: "
-                f"{EXPORT_KWARGS})"
-            )
+            hint = f"{EXPORT_HINT}{quantize}) (with sentence-transformers: {EXPORT_KWARGS})"
+            raise FileNotFoundError(f"{name} has no {file_name}: export it with {hint}")
         if export is None:
-            logger.warning(
-                f"{model.name_or_path or 'this model'} has no {file_name}: exporting it from the PyTorch weights now. "
-                f"Save it to skip this next time: st.save_pretrained(folder), or {EXPORT_HINT})."
-            )
+            logger.warning(f"{model.name_or_path or 'this model'} has no {file_name}: exporting it now")
         graphs = export_graphs(model, quantize=file_name == QUANTIZED_ONNX_FILE)
         return cls(graphs.get(file_name, graphs[ONNX_FILE]), file_name, provider)
 
     def check_model(self, model, where: str) -> None:
-        """``ValueError`` naming ``where`` (the graph's file) unless this graph was exported from ``model`` as it is
-        now: μ of its dimension and its fingerprint recorded."""
-        again = f"export it again from this model with {EXPORT_HINT}) (with sentence-transformers: {EXPORT_KWARGS})"
+        """``ValueError`` naming ``where`` unless this graph was exported from ``model`` as it is now."""
         size = model.config.embedding_size
         if self.embedding_size not in (None, size):
-            raise ValueError(
-                f"{where} outputs {self.embedding_size}-dimensional Gaussians, this model's are {size}-dimensional: "
-                f"it is the graph of another model; {again}"
-            )
-        if self.fingerprint is None:
-            raise ValueError(
-                f"{where} records no GaussCSE fingerprint (exported before graphs recorded one, or by another tool), "
-                f"so nothing says it was exported from this model's weights; {again}"
-            )
-        fingerprint = model_fingerprint(model)
-        if self.fingerprint != fingerprint:
-            raise ValueError(
-                f"{where} was exported from other weights or another config than this model (graph fingerprint "
-                f"{self.fingerprint[:12]}, model {fingerprint[:12]}): {again}"
-            )
+            problem = f"outputs {self.embedding_size}-dimensional Gaussians, this model's are {size}-dimensional"
+        elif self.fingerprint is None:
+            problem = "records no GaussCSE fingerprint (exported before graphs recorded one, or by another tool)"
+        elif self.fingerprint != model_fingerprint(model):
+            problem = "was exported from other weights or another config than this model"
+        else:
+            return
+        again = f"export it again with {EXPORT_HINT}) (with sentence-transformers: {EXPORT_KWARGS})"
+        raise ValueError(f"{where} {problem}: {again}")
 
     def __call__(self, features: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``{"mu", "logvar", "last_hidden_state"}`` for the token tensors in ``features``."""
@@ -253,8 +220,7 @@ class OnnxGaussianEncoder:
 
 
 def read_model_file(name_or_path: str, file_name: str) -> bytes | None:
-    """The bytes of ``file_name`` in the local folder or Hub repo ``name_or_path``; None where there is none, or
-    ``name_or_path`` is neither a folder nor a Hub id (never a file of the working directory)."""
+    """The bytes of ``file_name`` in the folder or Hub repo ``name_or_path``; None if none (never the working dir)."""
     if not name_or_path:
         return None
     if not Path(name_or_path).is_dir():
@@ -269,8 +235,7 @@ def read_model_file(name_or_path: str, file_name: str) -> bytes | None:
 
 
 class OnnxSessions(dict):
-    """A model's [`OnnxGaussianEncoder`] sessions by ``(file_name, provider)``; a copy of the model (deepcopy,
-    pickling) starts with none: a session cannot be copied and the copy's weights may change."""
+    """A model's sessions by ``(file_name, provider)``; a copy of the model starts with none."""
 
     def __deepcopy__(self, memo: dict) -> OnnxSessions:
         return type(self)()
@@ -280,8 +245,7 @@ class OnnxSessions(dict):
 
 
 def model_onnx_encoder(model, file_name: str = ONNX_FILE, provider: str | None = None) -> OnnxGaussianEncoder:
-    """``GaussCSEModel.onnx_encoder``, the session of ``encode(backend="onnx")`` ([`OnnxGaussianEncoder.from_model`]),
-    kept per file and provider while the model's fingerprint (computed at every call) is the one its graph records."""
+    """``GaussCSEModel.onnx_encoder``: the session of ``encode(backend="onnx")``, kept while the fingerprint fits."""
     key = (file_name, provider)
     kept = model._onnx_encoders.get(key)
     if kept is None or kept.fingerprint != model_fingerprint(model):
@@ -290,26 +254,21 @@ def model_onnx_encoder(model, file_name: str = ONNX_FILE, provider: str | None =
 
 
 def remove_stale_graphs(folder: str | Path, model) -> list[Path]:
-    """Delete (with a warning) the graphs of ``folder/onnx`` not exported from ``model`` as it is now, and that folder
-    if left empty; returns the paths removed."""
+    """Delete (with a warning) the graphs of ``folder/onnx`` not exported from ``model``; returns them."""
     graphs = Path(folder) / ONNX_FOLDER
     paths = sorted(graphs.glob("*.onnx"))
     if not paths:
         return []
     if not any(importlib.util.find_spec(name) for name in ("onnx", "onnxruntime")):
-        logger.warning(
-            f"Kept {graphs}: neither onnx nor onnxruntime is installed to read its fingerprints (checked when served)"
-        )
+        logger.warning(f"Kept {graphs}: neither onnx nor onnxruntime is installed to read its fingerprints")
         return []
     fingerprint = model_fingerprint(model)
     stale = [path for path in paths if graph_fingerprint(path) != fingerprint]
     for path in stale:
         path.unlink()
     if stale:
-        logger.warning(
-            f"Removed {', '.join(str(path) for path in stale)}: not exported from the model saved in {folder} (other "
-            f"weights or config, or no fingerprint). Export them again: {EXPORT_HINT})"
-        )
+        removed = ", ".join(map(str, stale))
+        logger.warning(f"Removed {removed}: not exported from the model in {folder}. Export them again: {EXPORT_HINT})")
     if not any(graphs.iterdir()):
         graphs.rmdir()
     return stale

@@ -1,9 +1,5 @@
 """GaussCSE as a sentence-transformers (≥ 6) model: ``SentenceTransformer(folder_or_hub_id, trust_remote_code=True)``.
-
-Routes (``direction="entailing"``), with A, B of ``kl_feature_map``: ``encode`` → μ; ``encode_query`` → −A(q) and
-``encode_document`` → B(x) (2d + 2 float32 values), so dot = −KL(q‖x); a model stating a search score (λ) routes to
-[μ/‖μ‖, −(λ/d)·A(q)] and [μ/‖μ‖, B(x)], dot = cos − λ·KL/d. ``"entailed_by"`` swaps the sides; ``"none"`` gives μ.
-"""
+``encode`` → μ; ``encode_query`` / ``encode_document`` → [`query_map`] / [`stored_map`]: dot = −KL(q‖x)."""
 
 from __future__ import annotations
 
@@ -44,17 +40,8 @@ def _check_task(task: str | None) -> None:
 
 
 class GaussCSETransformer(InputModule):
-    """The whole GaussCSE model as one sentence-transformers input module.
-
-    Args:
-        model, tokenizer: the [`GaussCSEModel`] and its tokenizer.
-        max_seq_length: truncation in tokens; default and cap: the encoder's limit ([`resolve_max_length`]).
-        direction: what ``encode_query``/``encode_document`` retrieve: ``"entailing"`` (documents x entailing the
-            query q, dot = −KL(q‖x)), ``"entailed_by"`` (dot = −KL(x‖q)) or ``"none"`` (μ).
-        onnx_encoder: an [`OnnxGaussianEncoder`] running the forward pass (``backend="onnx"``).
-        score: the routes' dot product: ``"search"`` (the model's search score), ``"similarity"`` (−KL) or ``"auto"``
-            (the search score when the model's config states ``search_kl_weight``).
-    """
+    """The GaussCSE model as one sentence-transformers module. ``direction``: ``"entailing"`` (dot = −KL(q‖x)),
+    ``"entailed_by"`` (−KL(x‖q)) or ``"none"`` (μ); ``score``: ``"search"``, ``"similarity"`` (−KL) or ``"auto"``."""
 
     config_file_name = "sentence_bert_config.json"
     config_keys = ["max_seq_length", "direction", "score"]  # noqa: RUF012 — sentence-transformers' class attribute
@@ -71,10 +58,9 @@ class GaussCSETransformer(InputModule):
         score: str = "auto",
     ):
         super().__init__()
-        if direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {tuple(DIRECTIONS)}, got {direction!r}")
-        if score not in SCORES:
-            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        for name, value, valid in (("direction", direction, tuple(DIRECTIONS)), ("score", score, SCORES)):
+            if value not in valid:
+                raise ValueError(f"{name} must be one of {valid}, got {value!r}")
         kl_weight = getattr(model.config, "search_kl_weight", None)
         if score == "search" and kl_weight is None:
             raise ValueError("score='search' needs a model whose config states search_kl_weight")
@@ -89,9 +75,8 @@ class GaussCSETransformer(InputModule):
         reduction = model.config.similarity_reduction
         if direction != "none" and self.kl_weight is None and reduction not in KL_REDUCTIONS:
             logger.warning(
-                f"This GaussCSE model's similarity_reduction is {reduction!r}; encode_query/encode_document give "
-                "vectors whose dot product is −KL, so sentence-transformers ranks by the total KL (the 'sum' form "
-                "1/(1 + Σ_k KL_k)), not by mean_k 1/(1 + KL_k). GaussCSEModel.similarity computes the model's own form."
+                f"This model's similarity_reduction is {reduction!r}; encode_query/encode_document rank by −KL (the "
+                "'sum' form 1/(1 + Σ_k KL_k)), not by mean_k 1/(1 + KL_k) (GaussCSEModel.similarity computes that)"
             )
 
     @classmethod
@@ -108,15 +93,11 @@ class GaussCSETransformer(InputModule):
         config_kwargs: dict[str, Any] | None = None,
         **kwargs,
     ) -> GaussCSETransformer:
-        """Load the model, its tokenizer and ``sentence_bert_config.json`` from a folder or Hub repo; with
-        ``backend="onnx"`` also the ONNX graph ``model_kwargs["file_name"]`` (default ``onnx/model.onnx``) on
-        ``model_kwargs["provider"]`` ([`OnnxGaussianEncoder.from_model`], ``model_kwargs["export"]``)."""
+        """Load the model, its tokenizer and ``sentence_bert_config.json``; with ``backend="onnx"`` also the ONNX graph
+        (``model_kwargs``: ``file_name``, ``provider``, ``export``: [`OnnxGaussianEncoder.from_model`])."""
         backend = kwargs.get("backend", "torch")
         if backend not in ENCODE_BACKENDS:
-            raise ValueError(
-                f"backend={backend!r}: a GaussCSE model runs with backend 'torch' or 'onnx' (ONNX Runtime on the "
-                "folder's onnx/ graph); OpenVINO is not supported"
-            )
+            raise ValueError(f"backend={backend!r}: a GaussCSE model runs with backend 'torch' or 'onnx'")
         model_kwargs = dict(model_kwargs or {})
         onnx_kwargs = {key: model_kwargs.pop(key) for key in ONNX_MODEL_KWARGS if key in model_kwargs}
         if onnx_kwargs and backend != "onnx":
@@ -130,7 +111,7 @@ class GaussCSETransformer(InputModule):
         )
         onnx_encoder = None
         if backend == "onnx":
-            model.get_tokenizer(tokenizer)
+            model.get_tokenizer(tokenizer)  # the ONNX export's example inputs
             onnx_encoder = OnnxGaussianEncoder.from_model(model, **onnx_kwargs)
         return cls(model, tokenizer, **config, onnx_encoder=onnx_encoder)
 
@@ -156,9 +137,7 @@ class GaussCSETransformer(InputModule):
         return features
 
     def route(self, mu: torch.Tensor, logvar: torch.Tensor, task: str | None) -> torch.Tensor:
-        """A route's vector: μ (no task, or ``direction="none"``), else [`query_map`] (``task="query"``) or
-        [`stored_map`] (``"document"``), computed in float64 and returned in float32: the dot product is −KL within
-        (2d + 4)·ε₃₂·Σ_k |q_k x_k|, so near-duplicates of tiny variances can swap (``GaussianIndex`` is exact)."""
+        """A route's vector: μ (no task, or ``direction="none"``), else [`query_map`] or [`stored_map`] in float32."""
         _check_task(task)
         if task is None or self.direction == "none":
             return mu
@@ -166,55 +145,43 @@ class GaussCSETransformer(InputModule):
         return make_map(mu, logvar, self.direction, self.kl_weight).float()
 
     def get_embedding_dimension(self, task: str | None = None) -> int:
-        """d (μ) without a task; for ``task="query"`` / ``"document"`` 2d + 2 (3d + 2 with the search score, d with
-        ``direction="none"``)."""
+        """d (μ) without a task, else 2d + 2 (3d + 2 with the search score, d with ``direction="none"``)."""
         _check_task(task)
         dimension = self.model.config.embedding_size
         return dimension if task is None or self.direction == "none" else search_map_width(dimension, self.kl_weight)
 
-    def breaks_kl(self, task: str | None) -> bool:
-        """Whether ``task`` routes to the KL vectors (dot = −KL), which no sentence-transformers option may alter."""
-        return task in ROUTE_TASKS and self.direction != "none"
-
     def on_model_ready(self, model) -> None:
-        """sentence-transformers' hook once the model holding this module is built: a plain ``SentenceTransformer`` of
-        this module alone becomes a [`GaussCSESentenceTransformer`]; anything else is left as it is, with a warning."""
+        """sentence-transformers' hook: a plain ``SentenceTransformer`` of this module gets the GaussCSE checks."""
         if type(model) is SentenceTransformer and len(model) == 1:
             model.__class__ = GaussCSESentenceTransformer
         elif not isinstance(model, GaussCSESentenceTransformer):
             logger.warning(
-                f"{type(model).__name__} of {len(model)} module(s) is not a GaussCSESentenceTransformer: "
-                "normalize_embeddings, precision and truncate_dim are not checked on encode_query/encode_document, "
-                "and any of them (or a module after this one) breaks dot = −KL"
+                f"{type(model).__name__} of {len(model)} module(s) is not a GaussCSESentenceTransformer: the options "
+                "that break dot = −KL are not checked on encode_query/encode_document"
             )
 
     def save(self, output_path: str, *args, **kwargs) -> None:
-        """Write the model's folder (``save_pretrained``, with this module's tokenizer), ``sentence_bert_config.json``
-        and the ONNX graph while it is the graph of the weights saved (else a warning)."""
+        """Write the model's folder, ``sentence_bert_config.json`` and the ONNX graph if still the model's."""
         self.model.get_tokenizer(self.tokenizer)
         self.model.save_pretrained(output_path)
         if self.onnx_encoder is not None and self.onnx_encoder.fingerprint == model_fingerprint(self.model):
             self.onnx_encoder.save(output_path)
         elif self.onnx_encoder is not None:
             logger.warning(
-                f"Saved {output_path} without {self.onnx_encoder.file_name}: the model's weights or config changed "
-                "since the graph was exported. Export it again: gausscse.model.onnx_gausscse.export_onnx(model, folder)"
+                f"Saved {output_path} without {self.onnx_encoder.file_name}: the model changed since it was exported"
             )
         self.save_config(output_path)
 
 
 class GaussCSESentenceTransformer(SentenceTransformer):
-    """A ``SentenceTransformer`` of one [`GaussCSETransformer`]: ``encode`` refuses on the KL routes the options that
-    break their dot product ([`check_route_options`]), ``get_embedding_dimension`` takes a task, and ``save`` names
-    the module by its shipped file (loadable without the gausscse package) and keeps this object's settings in
-    ``config_sentence_transformers.json``."""
+    """A ``SentenceTransformer`` of one [`GaussCSETransformer`]: refuses options that break the KL routes; ``save``
+    names the module by its shipped file."""
 
     def _gausscse_module(self) -> GaussCSETransformer | None:
         return next((module for module in self if isinstance(module, GaussCSETransformer)), None)
 
     def encode(self, *args, **kwargs):
-        """sentence-transformers' ``encode`` after [`check_route_options`] and, with ONNX, a check that the graph is
-        still the model's."""
+        """sentence-transformers' ``encode`` after [`check_route_options`] and, with ONNX, [`check_model`]."""
         self.check_route_options(*args, **kwargs)
         module = self._gausscse_module()
         if module is not None and module.onnx_encoder is not None:
@@ -222,11 +189,10 @@ class GaussCSESentenceTransformer(SentenceTransformer):
         return super().encode(*args, **kwargs)
 
     def check_route_options(self, *args, **kwargs) -> None:
-        """``ValueError`` if ``encode(*args, **kwargs)`` asks for a KL route (``task="query"`` / ``"document"``) with
-        ``normalize_embeddings``, a ``precision`` but float32 or ``truncate_dim``."""
+        """``ValueError`` if a KL route gets ``normalize_embeddings``, ``truncate_dim`` or a non-float32 precision."""
         task = kwargs.get("task")
         module = self._gausscse_module()
-        if module is None or not module.breaks_kl(task):
+        if module is None or task not in ROUTE_TASKS or module.direction == "none":
             return
         bound = _ENCODE_SIGNATURE.bind_partial(self, *args, **kwargs)  # partial: the deprecated sentences= keyword
         bound.apply_defaults()
@@ -237,29 +203,19 @@ class GaussCSESentenceTransformer(SentenceTransformer):
         truncate_dim = options["truncate_dim"] if options["truncate_dim"] is not None else self.truncate_dim
         if options["normalize_embeddings"]:
             option = "normalize_embeddings=True"
-            advice = (
-                "unit-length vectors give cosines that rank differently. Compare the vectors as returned; for "
-                "unit-length point embeddings, use μ: st.encode(texts, normalize_embeddings=True)."
-            )
+            why = "unit-length vectors rank differently: compare the vectors as returned"
         elif precision not in (None, "float32"):
             option = f"precision={precision!r}"
-            advice = (
-                "their entries span many orders of magnitude, so quantised vectors lose the ranking. Keep "
-                f"precision='float32'; to quantise point embeddings, use μ: st.encode(texts, precision={precision!r})."
-            )
+            why = "quantised, entries of many magnitudes lose the ranking: keep precision='float32'"
         elif truncate_dim is not None:
             option = f"truncate_dim={truncate_dim}"
-            advice = (
-                f"that dot product runs over all {module.get_embedding_dimension(task)} values. Call it without "
-                "truncate_dim (for one set on the model: inside `with st.truncate_embeddings(None):`); truncate μ "
-                "with st.encode."
-            )
+            why = "the dot product needs all values: drop it (set on the model: `with st.truncate_embeddings(None):`)"
         else:
             return
         what = "−KL between the two Gaussians" if module.kl_weight is None else "the model's search score"
         raise ValueError(
-            f"encode_{task}({option}) is refused: this GaussCSE model's {task} vectors are built so that "
-            f"query · document = {what}, which st.similarity (dot) ranks by; {advice}"
+            f"encode_{task}({option}) is refused: its vectors give query · document = {what}, which st.similarity "
+            f"ranks by; {why} (μ takes it: st.encode(texts, {option}))"
         )
 
     def get_embedding_dimension(self, task: str | None = None) -> int | None:
@@ -275,17 +231,8 @@ class GaussCSESentenceTransformer(SentenceTransformer):
         defaults = SENTENCE_TRANSFORMERS_FILES["config_sentence_transformers.json"]
         write_json_atomic(Path(path) / "config_sentence_transformers.json", {**defaults, **self._get_model_config()})
         modules_file = Path(path) / "modules.json"
-        shipped_type = SENTENCE_TRANSFORMERS_FILES["modules.json"][0]["type"]
         modules = json.loads(modules_file.read_text(encoding="utf-8"))
         for entry, module in zip(modules, self, strict=True):  # only this module's entry; any others stay as written
             if isinstance(module, GaussCSETransformer):
-                entry["type"] = shipped_type
+                entry["type"] = SENTENCE_TRANSFORMERS_FILES["modules.json"][0]["type"]
         write_json_atomic(modules_file, modules)
-
-
-def to_sentence_transformer(
-    model: GaussCSEModel, tokenizer=None, direction: str = "entailing", score: str = "auto"
-) -> SentenceTransformer:
-    """``model`` as a ``SentenceTransformer`` with ``dot`` similarity (``GaussCSEModel.as_sentence_transformer``)."""
-    module = GaussCSETransformer(model, model.get_tokenizer(tokenizer), direction=direction, score=score)
-    return GaussCSESentenceTransformer(modules=[module], similarity_fn_name="dot", device=str(model.device))

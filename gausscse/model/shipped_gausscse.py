@@ -1,11 +1,9 @@
-"""The code files a GaussCSE folder ships beside its weights (Hub custom code). transformers finds a folder's code by a
-text search for relative imports from the modeling file; the sentence-transformers module imports the model, so no
-model file may import it: ``TEXT_SEARCH_LINES`` names it for that search only (tests/test_structure.py checks the
-search finds exactly ``SHIPPED_FILES``)."""
+"""The code files a GaussCSE folder ships beside its weights. transformers finds them by a text search for relative
+imports from the modeling file; ``TEXT_SEARCH_LINES`` names the sentence-transformers module (which no model file may
+import) for that search only."""
 
 from __future__ import annotations
 
-import importlib
 import shutil
 from pathlib import Path
 
@@ -29,12 +27,6 @@ from .sentence_transformer_gausscse import GaussCSETransformer
 
 
 def copy_shipped_files(folder: str | Path) -> list[Path]:
-    """Copy ``SHIPPED_FILES`` from beside this file into ``folder`` (``FileNotFoundError`` for one missing here);
-    returns the paths written."""
+    """Copy ``SHIPPED_FILES`` from beside this file into ``folder``; returns the paths written."""
     here = Path(__file__).parent
     return [Path(shutil.copyfile(here / name, Path(folder) / name)) for name in SHIPPED_FILES]
-
-
-def sentence_transformers_module():
-    """The sentence-transformers module beside this copy of the code, imported by name when first asked for."""
-    return importlib.import_module(f".{SENTENCE_TRANSFORMERS_MODULE}", __package__)

@@ -19,28 +19,6 @@ CORPUS_FILE = "corpus.json"
 SCORES = ("auto", "search", "similarity")  # what a corpus index ranks by (SentenceIndex.build's ``score``)
 
 
-def model_reference(model) -> str | None:
-    """How to load ``model`` again from anywhere: its folder as an absolute path, or its Hub id."""
-    name = getattr(model, "name_or_path", None) or None
-    if name is not None and Path(name).exists():
-        return str(Path(name).resolve())
-    return name
-
-
-def model_kl_weight(model, score: str = "auto") -> float | None:
-    """The ``kl_weight`` that ranks by ``score``: ``"search"``: the model's ``config.search_kl_weight`` (which it must
-    state); ``"similarity"``: ``None``; ``"auto"``: the search score if the model states one, else the similarity."""
-    if score not in SCORES:
-        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
-    weight = getattr(model.config, "search_kl_weight", None)
-    if score == "search" and weight is None:
-        raise ValueError(
-            "score='search' needs a model whose config states search_kl_weight (training sets it; for a saved "
-            "model: python -m gausscse.evaluation.search_weight --model DIR)"
-        )
-    return None if score == "similarity" else weight
-
-
 class ModelMismatchError(ValueError):
     """A [`SentenceIndex`] searched with another model than the one that built it."""
 
@@ -98,40 +76,45 @@ class SentenceIndex:
         embeddings: GaussianEmbeddings | None = None,
         **index_kwargs: Any,
     ) -> SentenceIndex:
-        """Encode ``sentences`` with ``model`` and index them with its reduction, ranked by ``score``
-        ([`model_kl_weight`]). ``embeddings``: the sentences' Gaussians if encoded elsewhere (``encode_on_ray``),
-        checked against the sentences and the model. ``index_kwargs`` go to [`GaussianIndex`]."""
+        """Encode ``sentences`` with ``model`` and index them with its reduction, ranked by ``score``: ``"search"``:
+        the search score of the model's ``config.search_kl_weight`` (which it must state), ``"similarity"``: the
+        similarity, ``"auto"``: the search score if the model states one. ``embeddings``: the sentences' Gaussians if
+        encoded elsewhere (``encode_on_ray``), checked against the sentences and the model. ``index_kwargs`` go to
+        [`GaussianIndex`]."""
+        config = model.config
+        weight = getattr(config, "search_kl_weight", None)
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        if score == "search" and weight is None:
+            hint = "training sets it; `python -m gausscse.evaluation.search_weight --model DIR`"
+            raise ValueError(f"score='search' needs a model whose config states search_kl_weight ({hint})")
         if embeddings is None:
             embeddings = model.encode(
                 list(sentences), batch_size=batch_size, max_length=max_length, show_progress_bar=show_progress_bar
             )
-        elif embeddings.mu.ndim != 2 or embeddings.mu.shape != (len(sentences), model.config.embedding_size):
+        elif embeddings.mu.shape != (len(sentences), config.embedding_size):
             raise ValueError(
-                f"embeddings must hold one Gaussian of dimension {model.config.embedding_size} per sentence "
+                f"embeddings must hold one Gaussian of dimension {config.embedding_size} per sentence "
                 f"({len(sentences)}), got shape {tuple(embeddings.mu.shape)}"
             )
-        index = GaussianIndex(
-            model.config.embedding_size,
-            model.config.similarity_reduction,
-            backend,
-            kl_weight=model_kl_weight(model, score),
-            **index_kwargs,
-        )
+        weight, reduction = None if score == "similarity" else weight, config.similarity_reduction
+        index = GaussianIndex(config.embedding_size, reduction, backend, kl_weight=weight, **index_kwargs)
         index.add(embeddings, list(sentences) if index.engine.database else None)  # a database keeps them too
-        return cls(index, sentences, model_reference(model), model_fingerprint(model))
+        name = getattr(model, "name_or_path", None) or None  # a folder made absolute, so it loads from anywhere
+        name = str(Path(name).resolve()) if name is not None and Path(name).exists() else name
+        return cls(index, sentences, name, model_fingerprint(model))
 
     def check_model(self, model, allow_model_mismatch: bool = False) -> None:
-        """[`ModelMismatchError`] unless ``model`` has the [`model_fingerprint`] of the model that built the index
-        (another model's scores would be meaningless); once per model object; not for an index without one."""
+        """[`ModelMismatchError`] unless ``model`` has the [`model_fingerprint`] of the model that built the index (if
+        it recorded one); checked once per model object."""
         if allow_model_mismatch or self.model_fingerprint is None or model in self._checked_models:
             return
         fingerprint = model_fingerprint(model)
         if fingerprint != self.model_fingerprint:
             raise ModelMismatchError(
                 f"this index was built with {self.model_name} (fingerprint {self.model_fingerprint[:12]}), not with "
-                f"{getattr(model, 'name_or_path', None) or 'this model'} (fingerprint {fingerprint[:12]}): its "
-                "Gaussians are not comparable with the stored ones. Search with the index's model, rebuild the "
-                "index with this one, or pass allow_model_mismatch=True (--allow_model_mismatch) to search anyway"
+                f"{getattr(model, 'name_or_path', None) or 'this model'} (fingerprint {fingerprint[:12]}): search with "
+                "the index's model, rebuild the index, or pass allow_model_mismatch=True (--allow_model_mismatch)"
             )
         self._checked_models.add(model)
 
@@ -167,8 +150,7 @@ class SentenceIndex:
 
     @classmethod
     def load(cls, folder: str | Path, **load_kwargs: Any) -> SentenceIndex:
-        """A corpus index saved by [`save`], every file from one version of the folder and checked against its
-        manifest; ``ValueError`` naming a damaged file (and line). ``load_kwargs``: ``device``."""
+        """A corpus index saved by [`save`], read as [`GaussianIndex.load`] reads (``load_kwargs``: ``device``)."""
         folder = Path(folder)
         files = read_folder(folder, "SentenceIndex")
         if SENTENCES_FILE not in files:
@@ -179,6 +161,3 @@ class SentenceIndex:
         if len(sentences) != len(index):
             raise ValueError(f"{folder / SENTENCES_FILE} holds {len(sentences)} sentences, the index {len(index)}")
         return cls(index, sentences, corpus.get("model"), corpus.get("model_fingerprint"))
-
-
-__all__ = ["Hit", "ModelMismatchError", "SentenceIndex", "model_fingerprint"]

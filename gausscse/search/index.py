@@ -22,7 +22,7 @@ from gausscse.model.gaussian import (
     search_score_matrix,
     similarity_matrix,
 )
-from gausscse.search.backends import BACKENDS, database_groups
+from gausscse.search.backends import BACKENDS, uri_usage
 
 CHUNK_ROWS = 4096  # stored items scored per matrix product (torch backend)
 QUERY_CHUNK = 256  # queries re-scored at a time (the shortlist backends) ...
@@ -35,15 +35,14 @@ KL_TERM_LIMIT = 1e30  # the largest μ² or μ²/σ² an index accepts (its floa
 def check_searchable(embeddings: GaussianEmbeddings, argument: str) -> None:
     """``ValueError`` naming the first row of ``embeddings`` with μ² or μ²/σ² above ``KL_TERM_LIMIT``, whose KL
     terms would overflow (a model's Gaussians are far inside: |μ| ≤ 1)."""
-    lowest, highest = torch.aminmax(embeddings.mu) if embeddings.mu.numel() else (torch.tensor(0.0),) * 2
-    largest_mu = max(-float(lowest), float(highest))
-    if largest_mu**2 * math.exp(LOGVAR_BOUND) <= KL_TERM_LIMIT:  # every row safe (|log σ²| ≤ LOGVAR_BOUND): no copy
-        return
+    extremes = torch.aminmax(embeddings.mu) if embeddings.mu.numel() else ()
+    if max((abs(float(value)) for value in extremes), default=0.0) ** 2 * math.exp(LOGVAR_BOUND) <= KL_TERM_LIMIT:
+        return  # every row safe (|log σ²| ≤ LOGVAR_BOUND), seen without a copy
     mu, logvar = embeddings.mu.float(), embeddings.logvar.float()
     log_term = (2.0 * mu.abs().log() - logvar.clamp_max(0.0)).amax(dim=-1)  # log max(μ², μ²/σ²): no overflow
-    bad = log_term > math.log(KL_TERM_LIMIT)
-    if bool(bad.any()):
-        row = int(bad.nonzero()[0, 0])
+    bad = (log_term > math.log(KL_TERM_LIMIT)).nonzero()
+    if len(bad):
+        row = int(bad[0, 0])
         raise ValueError(
             f"{argument}[{row}] is too extreme to search: an index takes μ² and μ²/σ² up to {KL_TERM_LIMIT:.0e}, this "
             f"row reaches {math.exp(min(float(log_term[row]), 700.0)):.4g}"
@@ -55,15 +54,11 @@ class GaussianIndex:
 
     ``entailing(q, k)`` ranks the stored items x by sim(q‖x) (evidence that entails the claim q), ``entailed_by(q, k)``
     by sim(x‖q) (what q entails); with ``kl_weight`` = λ (a model's ``config.search_kl_weight``) by the search score
-    cos(μ_q, μ_x) − λ · KL / d instead (KL(q‖x), resp. KL(x‖q)). Scores are exact, highest first, ties in id order:
-    a backend (``BACKENDS``) gives ``candidates_per_result × k`` candidates, re-scored in float64. ``mean_dim``
-    similarities are approximate with every backend but ``"torch"`` (their shortlist comes from the ``sum`` form).
-
-    Backends: ``"torch"`` scores every item (CPU or GPU). Exact shortlists, by a flat raw inner-product scan of the
-    feature maps: ``"faiss"``, ``"lancedb"``, ``"qdrant"``, ``"milvus"`` (the last three keep the Gaussians and the
-    sentences in a database at ``uri``). Approximate, on the maps lifted to a nearest-neighbour problem:
-    ``"faiss-hnsw"``, ``"qdrant-hnsw"``, ``"milvus-hnsw"`` (HNSW, ``ef_search``) and ``"lancedb-ann"`` (IVF,
-    ``nprobes``).
+    cos(μ_q, μ_x) − λ · KL / d instead. Scores are exact, highest first, ties in id order: a backend (``BACKENDS``)
+    gives ``candidates_per_result × k`` candidates, re-scored in float64 (``mean_dim`` shortlists come from the
+    ``sum`` form: approximate with every backend but ``"torch"``, which scores every item). ``"faiss"``, ``"lancedb"``,
+    ``"qdrant"``, ``"milvus"`` shortlist exactly; ``"faiss-hnsw"``, ``"lancedb-ann"``, ``"qdrant-hnsw"``,
+    ``"milvus-hnsw"`` approximately, on the maps lifted to a nearest-neighbour problem.
 
     Args:
         dim, reduction: the Gaussians' d and the model's ``config.similarity_reduction``.
@@ -95,23 +90,18 @@ class GaussianIndex:
         kl_weight: float | None = None,
         _table: Any = None,
     ):
-        if dim < 1:
-            raise ValueError(f"dim must be a positive integer, got {dim}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
+        if dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {dim}")
         positive = (("candidates_per_result", candidates_per_result), ("ef_search", ef_search), ("nprobes", nprobes))
         for name, value in positive:
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value}")
         if kl_weight is not None and (isinstance(kl_weight, bool) or not 0 <= kl_weight < float("inf")):
             raise ValueError(f"kl_weight must be a finite number >= 0 (or None: rank by similarity), got {kl_weight!r}")
-        if (uri is not None) != BACKENDS[backend].database:  # "uri (the LanceDB folder) is for backend ...; uri ..."
-            groups = enumerate(database_groups("place").items())
-            needs = "; ".join(
-                f"uri ({place}) {'for' if n else 'is for'} backend {' or '.join(map(repr, names))}"
-                for n, (place, names) in groups
-            )
-            raise ValueError(f"{needs}, and needed by them; backend={backend!r}, uri={uri!r}")
+        if (uri is not None) != BACKENDS[backend].database:
+            raise ValueError(f"{uri_usage()}, and needed by them; backend={backend!r}, uri={uri!r}")
         if BACKENDS[backend].cpu_only and device is not None and torch.device(device).type != "cpu":
             raise ValueError(f"backend {backend!r} runs on the CPU; device={device!r} needs 'torch'")
         self.dim = dim
@@ -131,10 +121,8 @@ class GaussianIndex:
 
     def __repr__(self) -> str:
         score = "" if self.kl_weight is None else f", kl_weight={self.kl_weight}"
-        return (
-            f"GaussianIndex(dim={self.dim}, reduction={self.reduction!r}, backend={self.backend!r}{score}, "
-            f"size={len(self)})"
-        )
+        fields = f"dim={self.dim}, reduction={self.reduction!r}, backend={self.backend!r}{score}, size={len(self)}"
+        return f"GaussianIndex({fields})"
 
     @property
     def embeddings(self) -> GaussianEmbeddings:
@@ -145,13 +133,9 @@ class GaussianIndex:
         """``embeddings`` as 2-D float32 ``GaussianEmbeddings`` on the index's device; ``TypeError`` / ``ValueError``
         naming ``argument`` unless they are Gaussians of the index's dimension that it can score."""
         if not (hasattr(embeddings, "mu") and hasattr(embeddings, "logvar")):
-            raise TypeError(
-                f"{argument} must be GaussianEmbeddings (model.encode(...)), got {type(embeddings).__name__}"
-            )
-        # also the GaussianEmbeddings of a model loaded with trust_remote_code (its own copy of the class)
-        embeddings = GaussianEmbeddings(embeddings.mu, embeddings.logvar)
-        if embeddings.mu.ndim == 1:
-            embeddings = GaussianEmbeddings(embeddings.mu[None], embeddings.logvar[None])
+            raise TypeError(f"{argument} must be GaussianEmbeddings (model.encode), got {type(embeddings).__name__}")
+        mu, logvar = embeddings.mu, embeddings.logvar  # also from a model's own copy of the class (trust_remote_code)
+        embeddings = GaussianEmbeddings(mu[None], logvar[None]) if mu.ndim == 1 else GaussianEmbeddings(mu, logvar)
         if embeddings.dim != self.dim:
             raise ValueError(f"{argument} have dimension {embeddings.dim}, the index {self.dim}")
         embeddings.check(argument)
@@ -168,13 +152,11 @@ class GaussianIndex:
         self.logvar = torch.cat([self.logvar, embeddings.logvar])
 
     def entailing(self, queries: GaussianEmbeddings, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The k stored items that best entail each query: highest sim(query‖item) first (with ``kl_weight``: the
-        search score with KL(query‖item)); ``(Q, k)`` scores, ids."""
+        """The k stored items x best entailing each query q, by sim(q‖x) (or the search score): (Q, k) scores, ids."""
         return self._search(queries, k, "entailing")
 
     def entailed_by(self, queries: GaussianEmbeddings, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The k stored items each query best entails: highest sim(item‖query) first (with ``kl_weight``: the search
-        score with KL(item‖query)); ``(Q, k)`` scores, ids."""
+        """The k stored items x each query q best entails, by sim(x‖q) (or the search score): (Q, k) scores, ids."""
         return self._search(queries, k, "entailed_by")
 
     def _search(self, queries: GaussianEmbeddings, k: int, direction: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -268,26 +250,22 @@ class GaussianIndex:
             raise ValueError(f"{where}: {error}") from None
 
     def save(self, folder: str | Path) -> None:
-        """A folder: ``gaussians.safetensors`` (μ, log σ²), ``index_config.json``, what the backend built (FAISS files,
-        built now if no query built them) and ``manifest.json`` (sizes and SHA-256, checked by [`load`]); no pickle.
-        Built beside ``folder`` and swapped in whole; an existing folder that is not a saved index is refused."""
+        """``gaussians.safetensors`` (μ, log σ²), ``index_config.json``, the backend's files and ``manifest.json`` (no
+        pickle), built beside ``folder`` and swapped in whole; a folder that is not a saved index is refused."""
         with atomic_folder(folder, SETTINGS_FILE) as staging:
             self.write_files(staging)
 
     def write_files(self, folder: Path) -> None:
         """The files of [`save`] but the manifest, into ``folder``; a database backend writes only the settings."""
         if not self.engine.database:
-            save_file(
-                {"mu": self.mu.cpu().contiguous(), "logvar": self.logvar.cpu().contiguous()},
-                str(folder / GAUSSIANS_FILE),
-            )
+            tensors = {"mu": self.mu.cpu().contiguous(), "logvar": self.logvar.cpu().contiguous()}
+            save_file(tensors, str(folder / GAUSSIANS_FILE))
             self.engine.write_files(folder)
         write_json(folder / SETTINGS_FILE, self.settings())
 
     @classmethod
     def open(cls, backend: str, uri: str | Path) -> GaussianIndex:
-        """The index in the ``backend`` database at ``uri`` (a local place or a server URL); ``add`` goes on writing
-        there."""
+        """The index in the ``backend`` database at ``uri`` (a local place or a server URL); ``add`` writes there."""
         if backend not in BACKENDS or not BACKENDS[backend].database:
             names = [name for name, engine in BACKENDS.items() if engine.database]
             raise ValueError(f"backend must be a database backend, one of {names}, got {backend!r}")
@@ -299,11 +277,9 @@ class GaussianIndex:
         local database; a damaged or missing file raises ``ValueError`` / ``FileNotFoundError`` naming it."""
         folder = Path(folder)
         for backend in BACKENDS.values():  # a database: reopened by its uri
-            if backend.holds_index(folder):
+            if backend.database and backend.store_class.holds(folder):
                 if (folder / SETTINGS_FILE).exists():
-                    raise ValueError(
-                        f"{folder} holds both a saved index ({SETTINGS_FILE}) and a database: load neither"
-                    )
+                    raise ValueError(f"{folder} holds both a saved index ({SETTINGS_FILE}) and a database")
                 return backend.open(folder, cls)
         return cls.from_files(folder, read_folder(folder, "GaussianIndex"), device)
 
@@ -327,14 +303,9 @@ class GaussianIndex:
             stored = GaussianEmbeddings(tensors["mu"], tensors["logvar"])
         except Exception as error:  # safetensors' SafetensorError, a missing tensor, a shape mismatch
             raise ValueError(f"{folder / GAUSSIANS_FILE} is damaged ({first_line(error)})") from None
-        try:
-            index.store(index.checked(stored, "stored"))
-        except ValueError as error:
-            raise ValueError(f"{folder / GAUSSIANS_FILE}: {error}") from None
+        index.store(index.checked(stored, f"{folder / GAUSSIANS_FILE}: stored"))  # of another d, or too extreme: named
         size = settings.get("size")
-        if not isinstance(size, int) or isinstance(size, bool):
-            raise ValueError(f"{settings_file} has no valid 'size' (got {size!r}): the index is damaged")
-        if len(index) != size:
-            raise ValueError(f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {SETTINGS_FILE} says {size}")
+        if type(size) is not int or len(index) != size:  # a bool or a string is no size
+            raise ValueError(f"{folder / GAUSSIANS_FILE} holds {len(index)} Gaussians, {settings_file} says {size!r}")
         index.engine.read_files(folder, files)
         return index

@@ -1,16 +1,14 @@
-"""Maximum inner product → nearest neighbour: the transform the approximate backends apply to the ``stored_map``
-vectors before an L2 index (Bachrach et al., 2014), since a graph or IVF index does poorly on raw inner products of
-vectors whose norms differ wildly (1/σ² spans e^±10):
+"""Maximum inner product → nearest neighbour (Bachrach et al., 2014): the transform the approximate backends apply to
+the ``stored_map`` vectors (whose norms differ wildly: 1/σ² spans e^±10) before an L2 index.
 
 1. the stored column that is the same for every item (B's ``1``, A's ``½``) only adds a per-query constant: dropped;
-2. stored column j is centred on its mean m_j and divided by its spread s_j, the query's multiplied by s_j:
-   ⟨q·s, (x − m)/s⟩ = ⟨q, x⟩ − ⟨q, m⟩, the same ranking with no column dominating (a log σ² pinned at the clamp
-   becomes 0, not a huge shared offset that leaves the differences to float32 rounding);
-3. stored vectors get one more coordinate √(R² − ‖x‖²) (R² the largest ‖x‖²), queries a 0:
-   ‖q − x‖² = ‖q‖² + R² − 2⟨q, x⟩, so the nearest stored vectors have the largest inner product.
+2. column j is centred on its mean m_j and divided by its spread s_j, the query's multiplied by s_j: ⟨q·s, (x − m)/s⟩
+   = ⟨q, x⟩ − ⟨q, m⟩, the same ranking with no column dominating;
+3. stored vectors get one more coordinate √(R² − ‖x‖²) (R² the largest ‖x‖²), queries a 0: ‖q − x‖² = ‖q‖² + R² −
+   2⟨q, x⟩, so the nearest stored vectors have the largest inner product.
 
-Steps 2–3 run in float64. Items whose squared norm exceeds ``OUTLIER_FACTOR`` × the median (``MAX_OUTLIERS`` at most)
-are kept out of the L2 index, where they would set R², and put on every query's shortlist instead.
+Steps 2–3 run in float64. Items of extreme norm are kept out of the L2 index, where they would set R², and put on
+every query's shortlist instead.
 """
 
 from __future__ import annotations
@@ -39,8 +37,7 @@ def feature_chunks(
 
 
 def kept_columns(direction: str, dim: int, kl_weight: float | None = None) -> np.ndarray:
-    """Step 1: every stored column but the constant one (B's trailing 1 or A's ½ at 2d, d further on behind the
-    search score's unit μ)."""
+    """Step 1: every stored column but the constant one (B's 1 or A's ½ at 2d, behind the search score's d of μ)."""
     constant = (0 if kl_weight is None else dim) + (2 * dim + 1 if direction == "entailing" else 2 * dim)
     return np.array([column for column in range(search_map_width(dim, kl_weight)) if column != constant])
 
@@ -86,9 +83,7 @@ def graph_outliers(norms: np.ndarray) -> np.ndarray:
     the largest at most."""
     candidates = np.flatnonzero(norms > OUTLIER_FACTOR * np.median(norms))
     chosen = candidates[np.argsort(-norms[candidates], kind="stable")[:MAX_OUTLIERS]]
-    mask = np.zeros(len(norms), dtype=bool)
-    mask[chosen] = True
-    return mask
+    return np.isin(np.arange(len(norms)), chosen)
 
 
 def fit_lift(
@@ -116,9 +111,8 @@ def fit_lift(
 def query_vectors(
     queries: GaussianEmbeddings, direction: str, kl_weight: float | None = None, transform: dict | None = None
 ) -> np.ndarray:
-    """The queries' float32 search vectors, each row scaled to unit length in float64 (same ranking, no float32
-    overflow): their ``query_map``, or with a lift ``transform`` its query side of steps 1–3, the ``keep`` columns
-    times ``scale`` then a 0 (``(Q, len(keep) + 1)``; the LanceDB backend rescales them to R for its IVF)."""
+    """The queries' float32 vectors, rows scaled to unit length in float64 (no overflow): their ``query_map``, or with
+    a lift ``transform`` its query side of steps 1–3, ``(Q, len(keep) + 1)``: the ``keep`` columns × ``scale``, a 0."""
     chunks = []
     for _, chunk in feature_chunks(queries, "query", direction, kl_weight):
         if transform:

@@ -1,10 +1,5 @@
-"""Encoding a corpus on a Ray cluster with Ray Data: one GaussCSE model per worker, the Gaussians back in input order.
-
-    embeddings = encode_on_ray("user/gausscse-minilm", sentences, address="auto", num_workers=32, num_gpus=1)
-
-Ray is optional (``pip install "gausscse[ray]"``), imported only when a function here runs. The model must load on
-every worker: a Hub id, or a folder every node sees.
-"""
+"""Encoding a corpus on a Ray cluster with Ray Data: one GaussCSE model per worker, the Gaussians back in input order
+(``encode_on_ray``). Ray is optional (``pip install "gausscse[ray]"``), imported only when a function here runs."""
 
 from __future__ import annotations
 
@@ -20,38 +15,13 @@ from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH, check_sentences
 from gausscse.model.gaussian import GaussianEmbeddings
 
 TEXT_COLUMN = "text"  # the sentences' column of the batches GaussianEncoder reads
-MEAN_COLUMN = "mean"  # μ of each sentence: a fixed-size float32 array column (d values)
-LOGVAR_COLUMN = "logvar"  # log σ² of each sentence, the same shape
-COLUMNS = (MEAN_COLUMN, LOGVAR_COLUMN)
 ROW_COLUMN = "row"  # encode_on_ray's position of each sentence in the input, to put the Gaussians back in order
 
 
-def require_ray():
-    """The ``ray`` module with Ray Data loaded; ``ImportError`` naming the extra that installs it otherwise."""
-    try:
-        import ray
-        import ray.data  # Ray Data is a separate part of the ray package (ray[data])
-    except ImportError as error:
-        raise ImportError(
-            f'encoding on Ray needs Ray Data, which is not installed ({error}): pip install "gausscse[ray]"'
-        ) from error
-    return ray
-
-
 class GaussianEncoder:
-    """A ``ray.data.Dataset.map_batches`` class: each worker loads the model once and turns a numpy batch's
-    ``text_column`` into ``mean`` and ``logvar`` (float32, (rows, d)), every other column (an id to join on) kept.
-
-    Example::
-
-        gaussians = dataset.map_batches(
-            GaussianEncoder,
-            fn_constructor_kwargs={"model_path": "outputs/quickstart", "batch_size": 64},
-            compute=ray.data.ActorPoolStrategy(size=4),
-            batch_size=1024,
-            batch_format="numpy",
-        )
-    """
+    """A ``ray.data.Dataset.map_batches`` class (``batch_format="numpy"``): each worker loads the model at
+    ``model_path`` (a Hub id, or a folder every worker sees) once, on ``device`` (default the CPU), and turns a batch's
+    ``text_column`` into ``mean`` and ``logvar`` (float32, (rows, d)), every other column (an id to join on) kept."""
 
     def __init__(
         self,
@@ -62,8 +32,6 @@ class GaussianEncoder:
         max_length: int | None = DEFAULT_MAX_LENGTH,
         device: str | None = None,
     ):
-        """``model_path``: a folder every worker sees, or a Hub id; ``batch_size``, ``max_length``: those of
-        ``model.encode``; ``device``: default the CPU (``"cuda"`` on a worker given a GPU)."""
         self.model = load_model(model_path, device=device)
         self.text_column = text_column
         self.batch_size = batch_size
@@ -81,7 +49,7 @@ class GaussianEncoder:
                     f"the {self.text_column!r} of row {row} is not a string: {type(sentence).__name__} {sentence!r}"
                 )
         embeddings = self.model.encode(sentences, batch_size=self.batch_size, max_length=self.max_length)
-        return {**others, MEAN_COLUMN: embeddings.mu.numpy(), LOGVAR_COLUMN: embeddings.logvar.numpy()}
+        return {**others, "mean": embeddings.mu.numpy(), "logvar": embeddings.logvar.numpy()}
 
 
 def encode_on_ray(
@@ -96,22 +64,22 @@ def encode_on_ray(
     num_gpus: float = 0.0,
 ) -> GaussianEmbeddings:
     """The float32 Gaussians of ``sentences``, in input order, as ``model.encode(sentences)`` gives them (up to
-    float32 rounding), encoded by the model at ``model_path`` (a folder, made absolute, or a Hub id) on Ray.
+    float32 rounding), encoded on Ray by the model at ``model_path`` (a Hub id, or a folder every node sees).
 
     ``address``: the cluster to join (``"auto"``, ``"ray://head:10001"``; ``None``: ``RAY_ADDRESS``'s, else a new
     local Ray of ``num_workers`` CPUs; a process that already called ``ray.init`` keeps its Ray). ``num_workers``:
-    Ray actors, a model each; ``batch_size``, ``max_length``: those of ``model.encode``; ``rows_per_task``: sentences
-    per Ray block and worker call; ``num_gpus``: each worker's GPUs (its model then runs on ``cuda``).
-
-    Raises ``ImportError`` without Ray Data, ``ValueError`` for no sentences, ``TypeError`` for a row that is not a
-    string (named by its position).
-    """
+    Ray actors, a model each; ``rows_per_task``: sentences per Ray block and worker call; ``num_gpus``: each
+    worker's GPUs (its model then on ``cuda``). ``ImportError`` without Ray Data, ``ValueError`` for no sentences,
+    ``TypeError`` for a row that is not a string (named by its position)."""
     sentences = check_sentences("sentences", sentences)
     if not sentences:
         raise ValueError("no sentences to encode: the corpus is empty")
-    ray = require_ray()
-    import pyarrow
-
+    try:
+        import pyarrow
+        import ray
+        import ray.data  # Ray Data is a separate part of the ray package (ray[data])
+    except ImportError as error:
+        raise ImportError(f'encoding on Ray needs Ray Data ({error}): pip install "gausscse[ray]"') from error
     if not ray.is_initialized() and address is None and "RAY_ADDRESS" not in os.environ:
         ray.init(num_cpus=num_workers, include_dashboard=False)  # a new local Ray
     elif not ray.is_initialized():
@@ -137,5 +105,7 @@ def encode_on_ray(
     order = np.argsort(rows, kind="stable")
     if not np.array_equal(rows[order], np.arange(len(sentences))):
         raise RuntimeError(f"Ray returned {len(rows)} Gaussians for {len(sentences)} sentences, not one per sentence")
-    mean, logvar = (torch.from_numpy(np.concatenate([batch[name] for batch in batches])[order]) for name in COLUMNS)
+    mean, logvar = (
+        torch.from_numpy(np.concatenate([batch[name] for batch in batches])[order]) for name in ("mean", "logvar")
+    )
     return GaussianEmbeddings(mean, logvar).check("encode_on_ray")

@@ -1,7 +1,5 @@
-"""The arguments of ``gausscse-train`` / ``train_gausscse.py`` (``HfArgumentParser`` dataclasses), with the paper's
-defaults (``ent+con+rev``, τ = 0.05, batch 64, SNLI-dev AUPRC checkpoint selection) except where SNLI-dev measurements
-chose otherwise: ``--similarity_reduction mean_kl`` (results/REPRODUCTION.md), ``--head_learning_rate 1e-3``
-(results/HEADS_ONLY.md)."""
+"""The arguments of ``gausscse-train`` (``HfArgumentParser`` dataclasses) with the paper's defaults, except where
+SNLI-dev measurements chose otherwise (``--head_learning_rate``, the model's ``similarity_reduction``)."""
 
 from __future__ import annotations
 
@@ -24,16 +22,15 @@ import yaml
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.utils import is_torch_xla_available
 
-from gausscse.data.sources import SHAPES, TRAIN_SOURCES, DataSpec, parse_column_overrides
+from gausscse.data.sources import SHAPES, TRAIN_SOURCES, parse_column_overrides
 from gausscse.data.tokenize import TRAIN_MAX_LENGTH
 from gausscse.model.backbone_gausscse import STARTS
 from gausscse.model.configuration_gausscse import HEAD_INITS, MEAN_ACTIVATIONS, POOLINGS, GaussCSEConfig
 from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH
 from gausscse.model.gaussian import REDUCTIONS
 
-from .losses import LOSS_NAMES, TERM, LossTermArguments, check_loss_name, check_temperature, check_terms
+from .losses import LOSS_NAMES, TERM, LossTermArguments, check_loss_name, check_terms
 
-CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 # A field's metadata key: the flag fixes what a run trains, so a resumed run must keep it (not: how long it trains,
 # when it saves, evaluates or logs, where, with how many workers).
 FIXES_RUN = "fixes_run"
@@ -44,12 +41,6 @@ TRAINER_FIXED_FLAGS = ("gradient_accumulation_steps", "lr_scheduler_type", "seed
 def arg(default: Any, help: str, fixes_run: bool = False) -> Any:
     """A dataclass field with its ``--help`` text, marked ``FIXES_RUN`` when ``fixes_run``."""
     return field(default=default, metadata={"help": help, FIXES_RUN: True} if fixes_run else {"help": help})
-
-
-def has_accelerator() -> bool:
-    """Whether torch sees a GPU (CUDA/ROCm, XPU, MPS) or an XLA device to train on."""
-    xpu = hasattr(torch, "xpu") and torch.xpu.is_available()
-    return torch.cuda.is_available() or xpu or torch.backends.mps.is_available() or is_torch_xla_available()
 
 
 @dataclass
@@ -63,51 +54,25 @@ class ModelArguments:
         fixes_run=True,
     )
     pooling: str | None = arg(None, f"Sentence vector: one of {POOLINGS} (default: as --start sets it).")
-    mean_activation: str | None = arg(
-        None, f"Activation of the μ head: one of {MEAN_ACTIVATIONS} (default: as --start sets it)."
-    )
+    mean_activation: str | None = arg(None, f"μ head activation, one of {MEAN_ACTIVATIONS} (default: per --start).")
     start: str = arg(
         "auto",
-        f"How a new model starts, one of {STARTS}: 'backbone' keeps the backbone's sentence embedding as μ "
-        "(its own pooling and normalisation, identity μ head, σ² = 1/d, frozen μ path); 'paper' = [CLS], tanh, "
-        "random heads; 'auto' = 'backbone' for a sentence-transformers model, else 'paper'. The flags below "
-        "override single fields.",
+        f"How a new model starts, one of {STARTS}: 'backbone' keeps the backbone's sentence embedding as μ (frozen "
+        "μ path); 'paper' = [CLS], tanh, random heads; 'auto' = 'backbone' for a sentence-transformers model.",
         fixes_run=True,
     )
     normalize_mean: bool | None = arg(None, "L2-normalise μ (see GaussCSEConfig).")
     head_init: str | None = arg(None, f"Fresh heads, one of {HEAD_INITS} (see GaussCSEConfig).")
-    frozen_mean: bool | None = arg(
-        None, "μ from a frozen copy of the backbone, log σ² from the trained one (see GaussCSEConfig)."
-    )
-    variance_layers: int | None = arg(
-        None,
-        "With --frozen_mean: k > 0 = one frozen trunk gives μ, log σ² from a trained copy of its top k "
-        "layers (cost 1 + k/L; see GaussCSEConfig); 0 = two full paths.",
-    )
-    similarity_reduction: str | None = arg(
-        None,
-        f"One of {REDUCTIONS}: 'sum' = 1/(1 + KL), the paper's eq. 2; 'mean_kl' = 1/(1 + KL/d); 'mean_dim' = mean_k "
-        "1/(1 + KL_k), the released code's (default: GaussCSEConfig's, chosen in results/REPRODUCTION.md).",
-    )
-    freeze_backbone: bool = arg(
-        False,
-        "Train only the μ/σ² heads (the backbone then costs one forward pass per step, no backward).",
-        fixes_run=True,
-    )
+    frozen_mean: bool | None = arg(None, "μ from a frozen copy of the backbone, log σ² from the trained one.")
+    variance_layers: int | None = arg(None, "With --frozen_mean: log σ² from a trained copy of the top k layers.")
+    similarity_reduction: str | None = arg(None, f"The similarity, one of {REDUCTIONS} (default: GaussCSEConfig's).")
+    freeze_backbone: bool = arg(False, "Train only the μ/σ² heads.", fixes_run=True)
     lora_r: int = arg(0, "LoRA rank on the backbone; 0 trains the backbone fully.", fixes_run=True)
     lora_alpha: float = arg(16.0, "LoRA alpha.", fixes_run=True)
     lora_dropout: float = arg(0.1, "LoRA dropout.", fixes_run=True)
-    lora_target_modules: list[str] | None = arg(
-        None, "Backbone modules that get adapters (default: peft's choice for the architecture).", fixes_run=True
-    )
-    merge_lora: bool = arg(
-        False, "Merge the adapters into the backbone and save a plain GaussCSE folder (else adapter + heads)."
-    )
-    trust_remote_code: bool = arg(
-        False,
-        "Run the Python code a backbone folder or Hub repo ships (the auto_map of its config.json). Off by "
-        "default, as in Hugging Face's example scripts: read that code first. GaussCSE folders need no flag.",
-    )
+    lora_target_modules: list[str] | None = arg(None, "Modules that get adapters (default: peft's).", fixes_run=True)
+    merge_lora: bool = arg(False, "Save the adapters merged into the backbone (else adapter + heads).")
+    trust_remote_code: bool = arg(False, "Run the Python code a backbone ships (its config's auto_map): read it first.")
 
     def __post_init__(self) -> None:
         if self.start not in STARTS:
@@ -115,7 +80,7 @@ class ModelArguments:
         if self.lora_r < 0:
             raise ValueError(f"lora_r must be >= 0, got {self.lora_r}")
         if self.freeze_backbone and self.lora_r > 0:
-            raise ValueError("--freeze_backbone and --lora_r are exclusive: LoRA trains adapters in the backbone")
+            raise ValueError("--freeze_backbone and --lora_r are exclusive")
         if self.merge_lora and self.lora_r == 0:
             raise ValueError("--merge_lora needs LoRA: set --lora_r to a positive rank")
 
@@ -124,11 +89,7 @@ class ModelArguments:
 class DataArguments:
     """Where the NLI training data and the SNLI dev set come from."""
 
-    data_dir: str | None = arg(
-        None,
-        "Offline folder in the layout of ../shared/data (default: $GAUSSCSE_DATA_DIR or ../shared/data; "
-        "with none, the built-in sources and SNLI dev come from the Hub).",
-    )
+    data_dir: str | None = arg(None, "Offline data folder (default: $GAUSSCSE_DATA_DIR or ../shared/data, or the Hub).")
     train_datasets: list[str] | None = arg(
         None,
         f"Built-in NLI sources to train on, any of {TRAIN_SOURCES} (default: snli mnli, unless "
@@ -137,57 +98,30 @@ class DataArguments:
     )
     train_file: list[str] | None = arg(
         None,
-        "Training files: CSV, TSV, JSON, JSON Lines or Parquet (CSV/TSV/JSON optionally .gz), with NLI "
-        "rows (premise, hypothesis, label), triplets (anchor, positive, negative) or pairs (anchor, positive).",
+        "Training files (CSV, TSV, JSON, JSON Lines or Parquet; .gz too) of NLI rows (premise, hypothesis, label), "
+        "triplets (anchor, positive, negative) or pairs (anchor, positive).",
         fixes_run=True,
     )
-    validation_file: str | None = arg(
-        None,
-        "NLI rows (premise, hypothesis, label) to evaluate on instead of SNLI dev; its metrics are "
-        "named validation_* (e.g. --metric_for_best_model validation_auprc).",
-    )
-    dataset_name: list[str] | None = arg(
-        None, "Hub datasets to train on, e.g. stanfordnlp/snli sentence-transformers/all-nli.", fixes_run=True
-    )
-    dataset_config_name: list[str] | None = arg(
-        None, "One config per --dataset_name ('none' for a dataset without one), e.g. triplet.", fixes_run=True
-    )
+    validation_file: str | None = arg(None, "NLI rows to evaluate on instead of SNLI dev (metrics validation_*).")
+    dataset_name: list[str] | None = arg(None, "Hub datasets to train on, e.g. stanfordnlp/snli.", fixes_run=True)
+    dataset_config_name: list[str] | None = arg(None, "A config per --dataset_name, or 'none'.", fixes_run=True)
     train_split: str = arg("train", "Split of the --dataset_name datasets.", fixes_run=True)
-    data_shape: str = arg(
-        "auto", f"Shape of --train_file/--dataset_name rows, one of {SHAPES} (auto: from column names).", fixes_run=True
-    )
-    columns: list[str] | None = arg(
-        None,
-        "Column names for the roles premise/hypothesis/label/anchor/positive/negative, as role=name "
-        "items, e.g. --columns premise=sentence_A hypothesis=sentence_B label=gold.",
-    )
-    preprocessing_num_workers: int | None = arg(
-        None, "Processes that tokenise the training examples (datasets.map num_proc)."
-    )
-    data_cache_dir: str | None = arg(
-        None, "Where the tokenised training set is cached (default: the datasets cache, $HF_DATASETS_CACHE/gausscse)."
-    )
+    data_shape: str = arg("auto", f"Shape of the rows, one of {SHAPES} (auto: from column names).", fixes_run=True)
+    columns: list[str] | None = arg(None, "Column name per role, as role=name, e.g. premise=sentence_A label=gold.")
+    preprocessing_num_workers: int | None = arg(None, "Processes that tokenise the training examples.")
+    data_cache_dir: str | None = arg(None, "Tokenised data cache (default: $HF_DATASETS_CACHE/gausscse).")
     max_seq_length: int = arg(TRAIN_MAX_LENGTH, "Truncation length in tokens for training.", fixes_run=True)
-    max_train_examples: int | None = arg(
-        None, "Use only the first N built examples (quick runs, tests).", fixes_run=True
-    )
+    max_train_examples: int | None = arg(None, "Use only the first N built examples.", fixes_run=True)
     pack_sequences: bool | None = arg(
         None,
-        "Pack several sentences into each row of the one forward pass (block-diagonal attention, "
-        "positions restarting per sentence): same result, far fewer padding tokens. BERT/RoBERTa-style encoders. "
-        "Default: packed when training on the CPU (about 2x faster there), not on a GPU (packing is slower there).",
+        "Pack several sentences per row of the forward pass (BERT/RoBERTa-style encoders): same result, fewer "
+        "padding tokens. Default: on the CPU (faster there), not on a GPU (slower there).",
         fixes_run=True,
     )
     pack_length: int | None = arg(None, "Tokens per packed row (default: 2 × max_seq_length).", fixes_run=True)
-    drop_bad_rows: bool = arg(
-        False,
-        "Drop rows with missing fields, unknown labels or empty text (logged) instead of stopping.",
-        fixes_run=True,
-    )
+    drop_bad_rows: bool = arg(False, "Drop (and log) rows with missing fields or bad labels.", fixes_run=True)
     eval_max_examples: int | None = arg(None, "Evaluate on only the first N SNLI dev pairs (default: all 9,842).")
-    eval_max_seq_length: int | None = arg(
-        DEFAULT_MAX_LENGTH, "Truncation length for the SNLI dev evaluation (default: the encoder's limit)."
-    )
+    eval_max_seq_length: int | None = arg(DEFAULT_MAX_LENGTH, "Evaluation truncation (default: the encoder's limit).")
 
     def __post_init__(self) -> None:
         if self.train_datasets is None and not self.train_file and not self.dataset_name:
@@ -201,42 +135,19 @@ class DataArguments:
             raise ValueError(f"Unknown --data_shape {self.data_shape!r}; valid: {', '.join(SHAPES)}")
         self.column_overrides = parse_column_overrides(self.columns)
 
-    def data_spec(self) -> DataSpec:
-        """The training sources these arguments name."""
-        return DataSpec(
-            train_datasets=self.train_datasets or (),
-            train_files=self.train_file or (),
-            dataset_names=self.dataset_name or (),
-            dataset_config_names=self.dataset_config_name or (),
-            train_split=self.train_split,
-            data_dir=self.data_dir,
-            shape=self.data_shape,
-            columns=self.column_overrides,
-        )
-
 
 @dataclass
 class GaussCSETrainingArguments(LossTermArguments, TrainingArguments):
     """``TrainingArguments`` with the loss options ([`LossTermArguments`] too) and the paper's defaults.
-
-    ``--gradient_accumulation_steps`` adds up the gradients of several contrastive batches; it does **not** enlarge
-    the batch the negatives come from (``per_device_train_batch_size`` × the number of processes).
-    """
+    ``--gradient_accumulation_steps`` does **not** enlarge the batch the negatives come from."""
 
     loss: str = arg("ent+con+rev", f"Training objective, one of {LOSS_NAMES}.", fixes_run=True)
     temperature: float = arg(0.05, "Temperature τ of the contrastive loss.", fixes_run=True)
     head_learning_rate: float | None = arg(
-        1e-3,
-        "Learning rate of the fresh μ/σ² heads (1e-3, chosen in results/HEADS_ONLY.md; None: "
-        "--learning_rate, the paper's single rate).",
-        fixes_run=True,
+        1e-3, "Learning rate of the μ/σ² heads (None: --learning_rate).", fixes_run=True
     )
     output_dir: str | None = arg("outputs/gausscse", "Checkpoints and the final model.")
-    overwrite_output_dir: bool = arg(
-        False,
-        "Train into a non-empty --output_dir, replacing the run there (without it, or a "
-        "--resume_from_checkpoint, a non-empty --output_dir is an error: an earlier run is never lost silently).",
-    )
+    overwrite_output_dir: bool = arg(False, "Train into a non-empty --output_dir, replacing the run there.")
     per_device_train_batch_size: int = arg(64, "Contrastive batch per process.", fixes_run=True)
     per_device_eval_batch_size: int = arg(128, "Sentences per forward in evaluation.")
     learning_rate: float = arg(3e-5, "Learning rate of the backbone (AdamW).", fixes_run=True)
@@ -256,25 +167,30 @@ class GaussCSETrainingArguments(LossTermArguments, TrainingArguments):
 
     def __post_init__(self) -> None:
         check_loss_name(self.loss)
-        check_temperature(self.temperature)
-        check_numbers(self)
+        for name, (low, inclusive) in NUMERIC_FLAGS.items():
+            value = getattr(self, name)
+            if value is None or (name == "num_train_epochs" and self.max_steps > 0):
+                continue
+            if not math.isfinite(value) or value < low or (value == low and not inclusive):
+                raise ValueError(f"--{name} must be a finite number {'>=' if inclusive else '>'} {low:g}, got {value}")
+        check_terms(self, prefix="--")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(f"--max_steps must be a positive number of steps (or -1), got {self.max_steps}")
         if self.loss == "simcse" and self.ddp_find_unused_parameters is None:
             self.ddp_find_unused_parameters = True  # SimCSE leaves the σ² head without gradient
         if self.eval_strategy == "no":  # no evaluation, no best checkpoint to pick: keep the last weights
             self.load_best_model_at_end = False
-        if (self.bf16 or self.bf16_full_eval) and not self.use_cpu and not has_accelerator():
-            # transformers refuses bf16 without a GPU unless use_cpu is set; bf16 autocast works on a CPU
-            self.use_cpu = True
+        accelerator = torch.accelerator.is_available() or is_torch_xla_available()
+        if (self.bf16 or self.bf16_full_eval) and not self.use_cpu and not accelerator:
+            self.use_cpu = True  # transformers refuses bf16 without a GPU unless use_cpu is set; a CPU autocasts it
         super().__post_init__()
         if self.loss == "ent" and self.per_device_train_batch_size * max(1, self.world_size) < 2:
             raise ValueError(
-                "--loss ent needs at least 2 examples per (global) batch: with one, the positive is its own only "
-                "candidate and the loss is identically 0; raise --per_device_train_batch_size"
+                "--loss ent needs at least 2 examples per (global) batch: raise --per_device_train_batch_size"
             )
 
 
-# flag -> (smallest allowed value, whether the smallest is allowed itself); every one must be finite. The loss terms
-# are checked by check_terms.
+# flag -> (smallest allowed value, whether the smallest is allowed itself); each must be finite (the terms: check_terms)
 NUMERIC_FLAGS: dict[str, tuple[float, bool]] = {
     "learning_rate": (0.0, False),
     "head_learning_rate": (0.0, True),
@@ -284,21 +200,6 @@ NUMERIC_FLAGS: dict[str, tuple[float, bool]] = {
     "max_grad_norm": (0.0, True),
     "num_train_epochs": (0.0, False),
 }
-
-
-def check_numbers(args: GaussCSETrainingArguments) -> None:
-    """``ValueError`` naming the flag for a NaN/inf or out-of-range number, ``--max_steps 0`` or a run of no epochs."""
-    for name, (low, inclusive) in NUMERIC_FLAGS.items():
-        value = getattr(args, name)
-        if value is None or (name == "num_train_epochs" and args.max_steps > 0):
-            continue
-        if not math.isfinite(value) or value < low or (value == low and not inclusive):
-            raise ValueError(f"--{name} must be a finite number {'>=' if inclusive else '>'} {low:g}, got {value}")
-    check_terms(args, prefix="--")
-    if args.max_steps == 0 or args.max_steps < -1:
-        raise ValueError(
-            f"--max_steps must be a positive number of steps (or -1: use --num_train_epochs), got {args.max_steps}"
-        )
 
 
 ARGUMENT_CLASSES = (ModelArguments, DataArguments, GaussCSETrainingArguments)
@@ -321,16 +222,6 @@ def run_fixed_flags() -> tuple[str, ...]:
     return tuple(dict.fromkeys([*marked, *TRAINER_FIXED_FLAGS]))
 
 
-def read_config_file(path: str | Path) -> dict:
-    """The mapping in a ``.json`` or ``.yaml``/``.yml`` config file."""
-    path = Path(path)
-    with path.open(encoding="utf-8") as handle:
-        values = json.load(handle) if path.suffix == ".json" else yaml.safe_load(handle)
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: expected a mapping of argument names to values, got {type(values).__name__}")
-    return values
-
-
 USAGE = "%(prog)s [CONFIG.yaml|CONFIG.json] [--flag VALUE ...]"
 DESCRIPTION = """\
 Fine-tune an encoder into a GaussCSE model on NLI data. A YAML or JSON config file as the first argument gives \
@@ -347,29 +238,6 @@ Every --flag_name is also accepted as --flag-name. A true/false flag given alone
 
 def init_fields(cls) -> list[str]:
     return [item.name for item in dataclasses.fields(cls) if item.init]
-
-
-def help_groups() -> list[tuple[str, str, set[str]]]:
-    """The ``--help`` groups in order: (title, description, the fields whose flags it lists); the last lists every
-    ``TrainingArguments`` flag."""
-    base = TrainingArguments.__dataclass_fields__
-    ours = GaussCSETrainingArguments.__dataclass_fields__
-    added = {name for name in init_fields(GaussCSETrainingArguments) if name not in base}
-    changed = [name for name in init_fields(TrainingArguments) if ours[name] is not base[name]]
-    return [
-        ("Model", "The backbone, the Gaussian heads and LoRA.", set(init_fields(ModelArguments))),
-        ("Data", "The NLI training data and the SNLI dev evaluation.", set(init_fields(DataArguments))),
-        (
-            "GaussCSE training",
-            "The loss and the other flags GaussCSETrainingArguments adds to transformers' TrainingArguments.",
-            added,
-        ),
-        (
-            "transformers TrainingArguments (all of them)",
-            f"GaussCSE sets its own defaults for: {', '.join(changed)}.",
-            set(init_fields(GaussCSETrainingArguments)) - added,
-        ),
-    ]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -407,11 +275,24 @@ class ArgumentParser(HfArgumentParser):
 
 
 def build_parser() -> HfArgumentParser:
-    """The parser of [`parse_arguments`], laid out for ``--help`` in the groups of [`help_groups`] (groups only lay
-    out the help; argparse parses with the parser's own action list)."""
+    """The parser of [`parse_arguments`], its ``--help`` in groups: ours, then every ``TrainingArguments`` flag (the
+    groups only lay out the help; argparse parses with the parser's own action list)."""
+    base, ours = TrainingArguments.__dataclass_fields__, GaussCSETrainingArguments.__dataclass_fields__
+    added = {name for name in init_fields(GaussCSETrainingArguments) if name not in base}
+    changed = [name for name in init_fields(TrainingArguments) if ours[name] is not base[name]]
+    groups = [
+        ("Model", "The backbone, the Gaussian heads and LoRA.", set(init_fields(ModelArguments))),
+        ("Data", "The NLI training data and the SNLI dev evaluation.", set(init_fields(DataArguments))),
+        ("GaussCSE training", "The loss and the other flags GaussCSE adds to transformers' TrainingArguments.", added),
+        (
+            "transformers TrainingArguments (all of them)",
+            f"GaussCSE sets its own defaults for: {', '.join(changed)}.",
+            set(init_fields(GaussCSETrainingArguments)) - added,
+        ),
+    ]
     parser = ArgumentParser(ARGUMENT_CLASSES, usage=USAGE, description=DESCRIPTION, formatter_class=HelpFormatter)
     listed = parser._optionals._group_actions  # every flag: HfArgumentParser adds them to the parser itself
-    for title, description, names in help_groups():
+    for title, description, names in groups:
         group = parser.add_argument_group(title, description)
         group._group_actions.extend(action for action in listed if action.dest in names)
         listed[:] = [action for action in listed if action.dest not in names]
@@ -425,8 +306,11 @@ def parse_arguments(
     Unknown names in the file or on the command line are errors naming them; ``--help`` prints and exits."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and Path(argv[0]).suffix in CONFIG_SUFFIXES:
-        values = read_config_file(argv[0])
+    if argv and Path(argv[0]).suffix in (".json", ".yaml", ".yml"):
+        with open(argv[0], encoding="utf-8") as handle:
+            values = json.load(handle) if argv[0].endswith(".json") else yaml.safe_load(handle)
+        if not isinstance(values, dict):
+            raise ValueError(f"{argv[0]}: expected a mapping of argument names to values, got {type(values).__name__}")
         unknown = sorted(set(values) - {name for cls in ARGUMENT_CLASSES for name in init_fields(cls)})
         if unknown:
             raise ValueError(f"{argv[0]}: unknown argument(s) {', '.join(unknown)}")

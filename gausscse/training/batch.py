@@ -1,6 +1,5 @@
 """One contrastive batch: the ``2N + K`` layout of its single forward pass (premises, entailments, present
-contradictions), padded or packed by the collator, and split back into an ``NLIBatchEmbeddings`` for the loss. The
-examples arrive tokenised (``gausscse.data.tokenize.tokenize_examples``)."""
+contradictions), padded or packed by the collator, and split back into an ``NLIBatchEmbeddings`` for the loss."""
 
 from __future__ import annotations
 
@@ -78,13 +77,13 @@ def pack_sentences(token_ids: Sequence[Sequence[int]], row_length: int, position
     Returns ``input_ids`` ``(R, row_length)`` (0 = padding), ``token_type_ids`` (zeros), ``position_ids``
     (``position_offset + 0, 1, ...``, restarting per sentence), a block-diagonal ``attention_mask``
     ``(R, 1, row_length, row_length)`` (a token sees its own sentence; padding sees itself, so no row is empty) and
-    ``sentence_index`` ``(R, row_length)`` (−1 = padding) for [`GaussCSEModel.pool_batch`].
+    ``sentence_index`` ``(R, row_length)`` (−1 = padding) for [`GaussCSEModel.pool`].
     """
     too_long = [index for index, ids in enumerate(token_ids) if len(ids) > row_length]
     if too_long:
         raise ValueError(
-            f"pack_length={row_length} is shorter than sentence {too_long[0]} ({len(token_ids[too_long[0]])}"
-            " tokens): use a pack_length of at least max_seq_length"
+            f"pack_length={row_length} is shorter than sentence {too_long[0]} ({len(token_ids[too_long[0]])} tokens): "
+            "use at least max_seq_length"
         )
     rows: list[list[int]] = []  # sentence indices per row
     free: list[int] = []
@@ -124,26 +123,22 @@ def packing_position_offset(encoder_config: Any) -> int:
     ``ValueError`` for an encoder whose positions the model does not know (``ENCODER_POSITIONS``)."""
     if encoder_config.model_type not in ENCODER_POSITIONS:
         raise ValueError(
-            f"--pack_sequences supports encoders with absolute position ids {tuple(ENCODER_POSITIONS)}, "
-            f"not {encoder_config.model_type!r}; drop the flag"
+            f"--pack_sequences supports encoders with absolute position ids {tuple(ENCODER_POSITIONS)}, not "
+            f"{encoder_config.model_type!r}; drop the flag"
         )
     return position_offset(encoder_config)
 
 
 def packs_by_default(device: torch.device, encoder_config: Any) -> bool:
-    """``--pack_sequences`` unset: packed on the CPU (about 2× faster there), not on a GPU (block-diagonal masks are
-    slower than padding there; results/BENCHMARKS.md), and only encoders that can pack."""
+    """``--pack_sequences`` unset: packed on the CPU (faster there), not on a GPU (slower there), if the encoder can."""
     return device.type == "cpu" and encoder_config.model_type in ENCODER_POSITIONS
 
 
 @dataclass
 class TripletCollator:
-    """Collate tokenised examples (``gausscse.data.tokenize.tokenize_batch`` columns) into one forward pass over their
-    ``2N + K`` sentences: the model inputs plus ``contradiction_index`` and ``text_ids`` (see [`BatchLayout`]).
-
-    ``with_contradictions=False`` (losses without V_C) leaves the contradictions out (K = 0); ``pack=True`` packs
-    the sentences into rows of ``pack_length`` tokens ([`pack_sentences`]). Build one with [`for_tokenizer`].
-    """
+    """Collate tokenised examples into one forward pass over their ``2N + K`` sentences: the model inputs plus
+    ``contradiction_index`` and ``text_ids`` ([`BatchLayout`]); ``with_contradictions=False`` leaves the
+    contradictions out (K = 0); ``pack=True`` packs the sentences ([`pack_sentences`]). See [`for_tokenizer`]."""
 
     pad_token_id: int = 0
     token_type_ids: bool = True

@@ -1,7 +1,5 @@
-"""A differentiable, exact all-gather of a batch, so contrastive negatives span all processes (as in SimCSE): its
-backward sums every process's gradient for a row and hands each process its own rows' sums, so with each process's
-loss a mean over its anchors and DDP averaging, the update equals one process's on the whole batch. Local batches may
-differ in size."""
+"""A differentiable, exact all-gather of a batch, so contrastive negatives span all processes: its backward sums every
+process's gradient for a row, so with DDP averaging the update equals one process's on the whole batch."""
 
 from __future__ import annotations
 
@@ -9,11 +7,6 @@ from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
-
-
-def is_distributed() -> bool:
-    """True when a ``torch.distributed`` process group with more than one process is running."""
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def _all_gather_padded(tensor: torch.Tensor, sizes: list[int]) -> torch.Tensor:
@@ -45,8 +38,9 @@ class _GatherRows(torch.autograd.Function):
 
 def gather_with_grad(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], int]:
     """Each tensor (same number of rows) concatenated over all processes along dim 0, and this process's row offset;
-    floating tensors stay differentiable. Without a process group: the identity, offset 0."""
-    if not is_distributed():
+    floating tensors stay differentiable; local batches may differ in size. Without a process group of more than one
+    process: the identity, offset 0."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         return list(tensors), 0
     local_rows = torch.tensor([tensors[0].shape[0]], device=tensors[0].device)
     all_rows = [torch.zeros_like(local_rows) for _ in range(dist.get_world_size())]

@@ -1,6 +1,5 @@
-"""LoRA (``peft``) on the backbone of a GaussCSE model; the μ/σ² heads train fully. A LoRA model saves merged
-([`merge_lora`]) or as an adapter folder (``gausscse.model.adapters_gausscse``); Trainer checkpoints of a LoRA model
-are adapter folders too ([`load_adapter_checkpoint`])."""
+"""LoRA (``peft``) on the backbone of a GaussCSE model (the μ/σ² heads train fully); it saves merged or as an
+adapter folder (``gausscse.model.adapters_gausscse``), as do its Trainer checkpoints."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from pathlib import Path
 from peft import LoraConfig, get_peft_model
 
 from gausscse import GaussCSEModel
-from gausscse.model.adapters_gausscse import ADAPTER_FOLDER, ADAPTER_WEIGHTS_FILE, HEADS_FILE, has_adapter
+from gausscse.model.adapters_gausscse import ADAPTER_FOLDER, ADAPTER_WEIGHTS_FILE, HEADS_FILE
 
 
 def _train_heads(model: GaussCSEModel) -> GaussCSEModel:
@@ -28,11 +27,6 @@ def apply_lora(
     return _train_heads(model)
 
 
-def has_lora(model: GaussCSEModel) -> bool:
-    """Whether the model's encoder carries (unmerged) LoRA adapters."""
-    return has_adapter(model.encoder)
-
-
 def merge_lora(model: GaussCSEModel) -> GaussCSEModel:
     """Fold the adapters into the backbone weights (a plain GaussCSE model again); returns ``model``."""
     model.encoder = model.encoder.merge_and_unload()
@@ -47,12 +41,12 @@ def make_adapters_trainable(model: GaussCSEModel) -> GaussCSEModel:
     return _train_heads(model)
 
 
-def is_adapter_checkpoint(folder: str | Path) -> bool:
-    """Whether ``folder`` (a local ``checkpoint-N``) holds an adapter and heads rather than full weights."""
-    return (Path(folder) / HEADS_FILE).is_file() and (Path(folder) / ADAPTER_FOLDER / ADAPTER_WEIGHTS_FILE).is_file()
-
-
-def load_adapter_checkpoint(model: GaussCSEModel, folder: str | Path) -> None:
-    """Put the adapter weights and heads of an adapter ``folder`` into ``model`` (which carries the same adapters)."""
-    model.load_adapter_weights(Path(folder) / ADAPTER_FOLDER / ADAPTER_WEIGHTS_FILE)
-    model.load_head_weights(Path(folder) / HEADS_FILE)
+def load_adapter_checkpoint(model: GaussCSEModel, folder: str | Path) -> bool:
+    """Whether ``folder`` (a local ``checkpoint-N``) holds an adapter and heads rather than full weights; if so, they
+    are put into ``model`` (which carries the same adapters)."""
+    adapter, heads = Path(folder) / ADAPTER_FOLDER / ADAPTER_WEIGHTS_FILE, Path(folder) / HEADS_FILE
+    if not (heads.is_file() and adapter.is_file()):
+        return False
+    model.load_adapter_weights(adapter)
+    model.load_head_weights(heads)
+    return True

@@ -1,26 +1,17 @@
 r"""Contrastive losses: GaussCSE (Yoda et al., EACL 2024, eq. 3), supervised SimCSE and the weighted extra terms.
 
-A batch holds NLI examples i = 1..N: premise s_i, entailment s_i⁺ and, where present, contradiction s_i⁻;
+A batch holds premises s_i, entailments s_i⁺ and, where present, contradictions s_i⁻ (i = 1..N);
 sim(a‖b) = 1 / (1 + KL(N_a‖N_b)) (``gausscse.model.gaussian``). GaussCSE, temperature τ::
 
     L = (1/N) Σ_i −log [ e^{sim(s_i⁺‖s_i)/τ} / (V_E + V_C + V_R) ]
     V_E = Σ_j e^{sim(s_j⁺‖s_i)/τ}   V_C = Σ_j e^{sim(s_j⁻‖s_i)/τ}   V_R = Σ_j e^{sim(s_j‖s_i⁺)/τ}
 
-(the mean, not the paper's sum, so the learning rate does not depend on the batch size). The variants keep a subset
-of the denominator: ``ent``, ``ent+con``, ``ent+rev``, ``ent+con+rev``. Masked out of every denominator: missing
-s_j⁻, and in-batch false negatives (a column with the text of s_i or s_i⁺; in V_E an s_j⁺ whose premise has s_i's text).
-
-Extra terms, each ``<name>_weight`` of [`LossTermArguments`] times its function (added when the weight is > 0):
-
-* retrieval: L_ret = (1/N) Σ_j −log [ e^{sim(s_j⁺‖s_j)/τ} / Σ_i e^{sim(s_j⁺‖s_i)/τ} ] (each hypothesis ranks its
-  premise, as entailment search does); with ``retrieval_kl_weight`` λ_r the search score
-  cos(μ_{s_j⁺}, μ_{s_i}) − λ_r·KL(s_j⁺‖s_i)/d replaces sim;
-* simcse: supervised SimCSE on μ (the released code's auxiliary term);
-* keep: L_keep = (1/M²) Σ_{a,b} (cos(μ_a, μ_b) − cos(e_a, e_b))² over the batch's M sentences, e_a the frozen
-  starting encoder's pooled vector (``NLIBatchEmbeddings.teacher``).
-
-A new term is one ``<name>_weight`` field of [`LossTermArguments`] whose metadata names its function
-``(loss, batch, columns) -> scalar``; the training command, the resume check and the flag checks follow.
+(the mean, not the paper's sum). The variants ``ent``, ``ent+con``, ``ent+rev``, ``ent+con+rev`` keep those parts of
+the denominator, less missing s_j⁻ and in-batch false negatives ([`denominator_masks`]). Extra terms, each a
+``<name>_weight`` field of [`LossTermArguments`] whose metadata names its function ``(loss, batch, columns) -> scalar``
+(added times the weight when > 0): simcse (supervised SimCSE on μ); L_ret = (1/N) Σ_j −log [ e^{sim(s_j⁺‖s_j)/τ} /
+Σ_i e^{sim(s_j⁺‖s_i)/τ} ] (with ``retrieval_kl_weight`` λ_r: sim → cos − λ_r·KL/d); L_keep = (1/M²) Σ_{a,b}
+(cos(μ_a, μ_b) − cos(e_a, e_b))² over the batch's M sentences, e_a: the frozen starting encoder's pooled vector.
 """
 
 from __future__ import annotations
@@ -55,7 +46,7 @@ def check_loss_name(name: str) -> str:
 
 
 def check_temperature(temperature: float) -> float:
-    """``temperature`` if it is positive (τ divides every similarity), else ``ValueError``."""
+    """``temperature`` if it is positive, else ``ValueError``."""
     if not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     return temperature
@@ -68,16 +59,10 @@ def uses_contradictions(name: str) -> bool:
 
 @dataclass
 class NLIBatchEmbeddings:
-    """One batch of NLI examples as the losses take them.
-
-    Attributes:
-        premise, entailment, contradiction: s_i, s_i⁺, s_i⁻, each ``(N, d)``; contradiction rows where
-            ``contradiction_mask`` (``(N,)`` bool) is False are placeholders.
-        text_ids: ``(N, 3)`` int64 ids of the normalized texts of (s_i, s_i⁺, s_i⁻); ``None``: no false-negative
-            masking.
-        teacher: ``(2N + K, h)`` pooled vectors of the frozen starting encoder for the premises, the entailments and
-            the K present contradictions, in that order (the keep term's targets); ``None`` without it.
-    """
+    """One batch of NLI examples: s_i, s_i⁺, s_i⁻, each ``(N, d)`` (contradiction rows where ``contradiction_mask``
+    ``(N,)`` is False are placeholders); ``text_ids`` ``(N, 3)``: ids of their normalized texts (``None``: no
+    false-negative masking); ``teacher`` ``(2N + K, h)``: the frozen starting encoder's vectors of the premises,
+    entailments and K present contradictions (the keep term's targets)."""
 
     premise: GaussianEmbeddings
     entailment: GaussianEmbeddings
@@ -166,23 +151,18 @@ def masked_cross_entropy(logits: list[torch.Tensor], masks: list[torch.Tensor], 
 def simcse_term(loss: nn.Module, batch: NLIBatchEmbeddings, columns: Columns) -> torch.Tensor:
     """Supervised SimCSE on μ ([`SupervisedSimCSELoss`])."""
     columns, offset, masks = columns
-    temperature = loss.temperature
     with torch.autocast(device_type=batch.premise.mu.device.type, enabled=False):
         anchors = F.normalize(as_float32(batch.premise.mu), dim=-1)
         positives = F.normalize(as_float32(columns.entailment.mu), dim=-1)
         negatives = F.normalize(as_float32(columns.contradiction.mu), dim=-1)
-        logits = [anchors @ positives.T / temperature, anchors @ negatives.T / temperature]
+        logits = [anchors @ positives.T / loss.temperature, anchors @ negatives.T / loss.temperature]
         targets = torch.arange(len(batch), device=anchors.device) + offset
         return masked_cross_entropy(logits, [masks.entailment, masks.contradiction], targets)
 
 
 class SupervisedSimCSELoss(nn.Module):
-    r"""Supervised SimCSE (Gao et al., 2021) on the means μ: the baseline and GaussCSE's auxiliary term.
-
-    L = (1/N) Σ_i −log [ e^{cos(μ_i, μ_i⁺)/τ} / Σ_j (e^{cos(μ_i, μ_j⁺)/τ} + e^{cos(μ_i, μ_j⁻)/τ}) ], masked as V_E
-    and V_C of [`GaussCSELoss`]. ``gather``: negatives from all processes under ``torch.distributed``;
-    ``keep_weight``: plus that weight times the keep term ([`keep_term`]).
-    """
+    r"""Supervised SimCSE (Gao et al., 2021) on the means μ, masked as V_E and V_C of [`GaussCSELoss`]: the baseline
+    and GaussCSE's auxiliary term. ``keep_weight``: plus that weight times the keep term ([`keep_term`])."""
 
     def __init__(self, temperature: float, gather: bool = True, keep_weight: float = 0.0):
         super().__init__()
@@ -212,7 +192,7 @@ def retrieval_term(loss: GaussCSELoss, batch: NLIBatchEmbeddings, columns: Colum
 def keep_term(loss: nn.Module, batch: NLIBatchEmbeddings, columns: Columns | None) -> torch.Tensor:
     """L_keep ([`EmbeddingKeepLoss`]) of this process's sentences, in forward-pass order, against ``batch.teacher``."""
     if batch.teacher is None:
-        raise ValueError("the keep term needs the frozen starting encoder's vectors: NLIBatchEmbeddings.teacher")
+        raise ValueError("the keep term needs NLIBatchEmbeddings.teacher")
     mu = torch.cat([batch.premise.mu, batch.entailment.mu, batch.contradiction.mu[batch.contradiction_mask]])
     return EmbeddingKeepLoss()(mu, batch.teacher)
 
@@ -226,17 +206,12 @@ class LossTermArguments:
         default=None,
         metadata={
             TERM: retrieval_term,
-            "help": "Weight of the retrieval term: each entailment hypothesis ranks its own premise above the batch's "
-            "other premises, as entailment search does (0 = off; see training.losses). Default: 1 for a model with "
-            "the frozen μ path (what results/KEEP.md chose), 0 otherwise (the paper's loss).",
+            "help": "Weight of the retrieval term: each entailment hypothesis ranks its own premise among the batch's "
+            "(0 = off). Default: 1 for a model with the frozen μ path (results/KEEP.md), else 0 (the paper's loss).",
         },
     )
     retrieval_kl_weight: float | None = field(
-        default=None,
-        metadata={
-            "help": "The retrieval term ranks by the search score cos − λ_r·KL/d with this λ_r instead of by the "
-            "similarity (see training.losses); default: by the similarity."
-        },
+        default=None, metadata={"help": "The retrieval term ranks by cos − λ_r·KL/d with this λ_r (default: by sim)."}
     )
     simcse_weight: float = field(
         default=0.0,
@@ -246,18 +221,9 @@ class LossTermArguments:
         default=0.0,
         metadata={
             TERM: keep_term,
-            "help": "Weight of the keep term: the in-batch cosine similarities of μ distilled from the frozen "
-            "starting encoder (0 = off; see training.losses.EmbeddingKeepLoss).",
+            "help": "Weight of the keep term: μ's in-batch cosines distilled from the starting encoder (0 = off).",
         },
     )
-
-    def loss_terms(self, model_config) -> dict[str, float | None]:
-        """The term values for a model: ``retrieval_weight`` unset is 1 with the frozen μ path
-        (``config.frozen_mean``; results/KEEP.md), else 0 (the paper's loss)."""
-        terms = {item.name: getattr(self, item.name) for item in fields(LossTermArguments)}
-        if terms["retrieval_weight"] is None:
-            terms["retrieval_weight"] = 1.0 if getattr(model_config, "frozen_mean", False) else 0.0
-        return terms
 
 
 def check_terms(terms: LossTermArguments, prefix: str = "") -> None:
@@ -269,26 +235,14 @@ def check_terms(terms: LossTermArguments, prefix: str = "") -> None:
 
 
 class GaussCSELoss(nn.Module):
-    r"""The GaussCSE loss (eq. 3, module docstring) plus the weighted terms of [`LossTermArguments`].
-
-    Args:
-        variant: one of ``GAUSSCSE_VARIANTS`` (the denominator).
-        temperature: τ (0.05 in the paper).
-        reduction: the model's ``config.similarity_reduction`` (``sum``, ``mean_kl`` or ``mean_dim``; no default, so
-            the loss trains the similarity the model is scored with).
-        gather: under ``torch.distributed``, columns j span all processes' batches (the gradient stays exact).
-        **terms: [`LossTermArguments`] fields, e.g. ``retrieval_weight=1.0``; unset weights are 0.
-
-    Input an [`NLIBatchEmbeddings`], output the scalar loss, computed in fp32 even under autocast. Example:
-    ``GaussCSELoss("ent+con+rev", 0.05, model.config.similarity_reduction)(batch)``.
-    """
+    r"""The GaussCSE loss (eq. 3, module docstring) of a ``variant`` of ``GAUSSCSE_VARIANTS`` plus the weighted
+    ``terms`` ([`LossTermArguments`] fields; unset weights are 0), in fp32 even under autocast. ``reduction``: the
+    model's ``config.similarity_reduction`` (no default); ``gather``: columns j span all processes' batches."""
 
     def __init__(self, variant: str, temperature: float, reduction: str, *, gather: bool = True, **terms: float | None):
         super().__init__()
         if variant not in GAUSSCSE_VARIANTS:
-            raise ValueError(
-                f"Unknown GaussCSE loss variant {variant!r}; valid variants: {', '.join(GAUSSCSE_VARIANTS)}"
-            )
+            raise ValueError(f"Unknown GaussCSE variant {variant!r}; valid variants: {', '.join(GAUSSCSE_VARIANTS)}")
         values = LossTermArguments(**terms)
         check_terms(values)
         self.terms = {item.name: item.metadata[TERM] for item in fields(LossTermArguments) if TERM in item.metadata}
@@ -346,8 +300,7 @@ class EmbeddingKeepLoss(nn.Module):
 
 
 def build_loss(name: str, temperature: float, reduction: str, **terms: float | None) -> nn.Module:
-    """The loss of a ``--loss`` name: a [`GaussCSELoss`] variant with ``terms``, or ``simcse``
-    ([`SupervisedSimCSELoss`], which takes the keep term only); ``reduction``: the model's."""
+    """The loss of a ``--loss`` name: a [`GaussCSELoss`] variant, or [`SupervisedSimCSELoss`] (keep term only)."""
     if check_loss_name(name) == "simcse":
         return SupervisedSimCSELoss(temperature, keep_weight=terms.get("keep_weight") or 0.0)
     return GaussCSELoss(name, temperature, reduction, **terms)

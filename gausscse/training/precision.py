@@ -1,8 +1,6 @@
-"""Pick the faster training precision on this machine: bf16 autocast or fp32.
-
-A GPU with bf16 uses it; a CPU without native bf16 (AVX512-BF16 / AMX) emulates it slowly: fp32; a CPU with it times
-a few training steps in each. ``python -m gausscse.training.precision MODEL_PATH`` prints ``bf16`` or ``fp32``.
-"""
+"""``python -m gausscse.training.precision MODEL_PATH`` prints the faster training precision here, bf16 or fp32: a GPU
+with bf16 uses it; a CPU without native bf16 (AVX512-BF16 / AMX) emulates it slowly (fp32); a CPU with it times a few
+training steps in each."""
 
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ from pathlib import Path
 
 import torch
 
-CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 PROBE_SENTENCES = [
     "A man in a blue shirt is playing a guitar on a small stage in front of a crowd.",
     "Two dogs run through a snowy field.",
@@ -41,7 +38,7 @@ def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 
 def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether the CPU flags list AVX512-BF16 or AMX-BF16 (``False`` where ``cpuinfo`` is unreadable)."""
-    return not set(CPU_BF16_FLAGS).isdisjoint(_cpuinfo(cpuinfo).split())
+    return not {"avx512_bf16", "amx_bf16"}.isdisjoint(_cpuinfo(cpuinfo).split())
 
 
 def seconds_per_step(step: Callable[[], None], repeats: int) -> float:
@@ -76,25 +73,22 @@ def training_step_seconds(
     return seconds_per_step(step, repeats)
 
 
-def pick_precision(model_path: str | Path, log: Callable[[str], None] = lambda _: None) -> str:
-    """``"bf16"`` or ``"fp32"``, whichever trains faster here (see the module docstring)."""
-    if torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    if not cpu_has_native_bf16():
-        log("precision: the CPU has no AVX512-BF16/AMX (bf16 would be emulated): fp32")
-        return "fp32"
-    fp32 = training_step_seconds(model_path, bf16=False)
-    bf16 = training_step_seconds(model_path, bf16=True)
-    choice = "bf16" if bf16 < fp32 else "fp32"
-    log(f"precision: training step fp32 {fp32:.3f} s, bf16 {bf16:.3f} s ({fp32 / bf16:.2f}x): {choice}")
-    return choice
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """Print ``bf16`` or ``fp32``, whichever trains faster here (see the module docstring); the reason on stderr."""
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("model_path", help="the backbone (or GaussCSE) folder to time")
     args = parser.parse_args(argv)
-    print(pick_precision(args.model_path, log=lambda message: print(message, file=sys.stderr)))
+    if torch.cuda.is_available():
+        choice = "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    elif not cpu_has_native_bf16():
+        choice = "fp32"
+        print("precision: the CPU has no AVX512-BF16/AMX (bf16 would be emulated): fp32", file=sys.stderr)
+    else:
+        fp32 = training_step_seconds(args.model_path, bf16=False)
+        bf16 = training_step_seconds(args.model_path, bf16=True)
+        choice = "bf16" if bf16 < fp32 else "fp32"
+        print(f"precision: step fp32 {fp32:.3f} s, bf16 {bf16:.3f} s ({fp32 / bf16:.2f}x): {choice}", file=sys.stderr)
+    print(choice)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
-"""One training run per output folder: ``filelock`` on ``<parent>/.<name>.lock`` beside ``--output_dir`` (the kernel
-drops the ``flock`` when its process ends, however it ends), with the holder (pid, host, start, command) described
-in ``<parent>/.<name>.lock.json`` for the refusal message and for the warning after a run that died. Of any number of
-runs taking the lock at once, exactly one gets it. Needs only the standard library and ``filelock`` (no torch)."""
+"""One training run per output folder: ``filelock`` on ``<parent>/.<name>.lock`` (the ``flock`` goes with its
+process), the holder (pid, host, start, command) described in ``<parent>/.<name>.lock.json`` for the refusal message
+and the warning after a run that died. Needs only the standard library and ``filelock`` (no torch)."""
 
 from __future__ import annotations
 
@@ -19,9 +18,6 @@ from filelock import FileLock, Timeout
 
 logger = logging.getLogger(__name__)
 
-LOCK_SUFFIX = ".lock"
-HOLDER_SUFFIX = ".json"  # the holder's description: the lock file's name plus this
-
 
 class OutputDirLockedError(FileExistsError):
     """The output folder is held by another run (a ``FileExistsError``: ``gausscse-train`` reports it in one line)."""
@@ -30,7 +26,7 @@ class OutputDirLockedError(FileExistsError):
 def lock_path(output_dir: str | Path) -> Path:
     """The lock file of ``output_dir``: ``<parent>/.<name>.lock`` of its absolute, symlink-free path."""
     folder = Path(output_dir).resolve()
-    return folder.parent / f".{folder.name}{LOCK_SUFFIX}"
+    return folder.parent / f".{folder.name}.lock"
 
 
 def read_holder(path: Path) -> dict[str, Any] | None:
@@ -44,14 +40,13 @@ def read_holder(path: Path) -> dict[str, Any] | None:
 
 class RunLock:
     """The lock of ``output_dir`` (which need not exist) for one run: ``with RunLock(output_dir): ...``. A refused
-    run gets [`OutputDirLockedError`] naming the holder, ``flag`` naming the folder; a lock left by a run that ended
-    without letting go is taken with a warning. The lock file stays; the description goes on release."""
+    run gets [`OutputDirLockedError`] naming the holder; a lock left by a run that ended without letting go is taken
+    with a warning. The lock file stays; the description goes on release."""
 
-    def __init__(self, output_dir: str | Path, flag: str = "--output_dir") -> None:
+    def __init__(self, output_dir: str | Path) -> None:
         self.output_dir = Path(output_dir)
-        self.flag = flag
         self.path = lock_path(output_dir)
-        self.holder_path = self.path.with_name(self.path.name + HOLDER_SUFFIX)
+        self.holder_path = self.path.with_name(self.path.name + ".json")
         # not filelock's per-path singleton: a second RunLock of this very process is refused like another run's
         self._lock = FileLock(str(self.path), timeout=0, is_singleton=False, thread_local=False)
 
@@ -66,7 +61,16 @@ class RunLock:
         try:
             self._lock.acquire()
         except Timeout:
-            raise self._refusal() from None
+            holder = read_holder(self.holder_path) or {}
+            who = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}"
+            command = " ".join(map(str, holder["command"])) if isinstance(holder.get("command"), list) else ""
+            if command:
+                who += f", command: {command[:200]}{'...' if len(command) > 200 else ''}"
+            raise OutputDirLockedError(
+                f"--output_dir {self.output_dir} is in use by another training run ({who}), still running: it holds "
+                f"the lock {self.path}. Wait for that run to end or choose another folder; --overwrite_output_dir does "
+                "not override this"
+            ) from None
         previous = read_holder(self.holder_path)
         if previous is not None:
             logger.warning(
@@ -108,16 +112,3 @@ class RunLock:
             os.replace(temporary, self.holder_path)
         finally:
             Path(temporary).unlink(missing_ok=True)
-
-    def _refusal(self) -> OutputDirLockedError:
-        holder = read_holder(self.holder_path) or {}
-        command = holder.get("command")
-        command_text = " ".join(map(str, command)) if isinstance(command, list) else ""
-        if command_text:
-            command_text = f", command: {command_text[:200]}{'...' if len(command_text) > 200 else ''}"
-        who = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}"
-        return OutputDirLockedError(
-            f"{self.flag} {self.output_dir} is in use by another training run: {who}{command_text}, holds its lock "
-            f"{self.path} (still running: the lock goes when its process ends). Wait for that run to end or choose "
-            "another folder; --overwrite_output_dir does not override this"
-        )

@@ -18,14 +18,12 @@ from gausscse import GaussCSEModel
 from gausscse.hub.model_card import FIGURE_FILE, write_model_card
 from gausscse.io import first_line, link_tree, replace_folder, resolved_target, staging_folder, write_atomic, write_json
 from gausscse.loading import is_hub_id
-from gausscse.model.adapters_gausscse import remove_other_layout
+from gausscse.model.adapters_gausscse import has_adapter, remove_other_layout
 from gausscse.model.onnx_gausscse import remove_stale_graphs
 
-from .lora import has_lora, merge_lora
+from .lora import merge_lora
 from .trainer import check_finite_weights
 
-TRAIN_RESULTS_FILE = "train_results.json"
-STAGING_SUFFIX = ".saving"  # the new output folder is built in .<name>.saving.<random> beside it, one per save
 FINAL_FILES_LIST = ".final-model-files.json"  # the files of the final model, for the next save and the Hub upload
 
 
@@ -40,19 +38,17 @@ def save_model_folder(
 ) -> Path:
     """Write the final model into ``model_dir``; its other entries (``checkpoint-N``, logs) stay.
 
-    Non-finite weights are refused first. The folder is built in a staging folder of this save's own beside
-    ``model_dir`` (the model files plus hard links to the other entries, not the earlier model's files nor ONNX graphs
-    of other weights) and swapped in atomically (``renameat2``): a crash leaves the whole old or the whole new model.
-    Without an atomic swap each file is moved with its own atomic rename. A LoRA model is merged when ``merge``, else
-    saved as adapter + heads. ``card``: the arguments of [`gausscse.hub.model_card.render_model_card`]; ``results``:
-    ``train_results.json``; ``figure``: a PNG shown in the card (saved as ``FIGURE_FILE``).
-    """
+    Non-finite weights are refused first. The folder is built in a staging folder of this save's own (the model files
+    plus hard links to the other entries) and swapped in atomically: a crash leaves the whole old or the whole new
+    model (without an atomic swap, each file is renamed in). A LoRA model is merged when ``merge``, else saved as
+    adapter + heads. ``card``: the arguments of [`gausscse.hub.model_card.render_model_card`]; ``results``:
+    ``train_results.json``; ``figure``: a PNG shown in the card."""
     check_finite_weights(model, "the final model")
     model_dir = resolved_target(model_dir)  # a symbolic link stays; the folder it points to is replaced
-    with staging_folder(model_dir, f".{model_dir.name}{STAGING_SUFFIX}.") as staging:  # gone on any error too
-        if has_lora(model) and merge:
+    with staging_folder(model_dir, f".{model_dir.name}.saving.") as staging:  # gone on any error too
+        if merge and has_adapter(model.encoder):
             merge_lora(model)
-        adapter = has_lora(model)
+        adapter = has_adapter(model.encoder)
         model.get_tokenizer(tokenizer)  # save_pretrained writes it beside the weights
         model.save_pretrained(staging)  # an adapter folder when the LoRA adapters stay unmerged
         if figure is not None:
@@ -67,43 +63,30 @@ def save_model_folder(
             figure=None if figure is None else FIGURE_FILE,
             search_kl_weight=config.search_kl_weight,
         )
-        write_json(staging / TRAIN_RESULTS_FILE, dict(results))
-        swap_in(staging, model_dir, model, adapter)
+        write_json(staging / "train_results.json", dict(results))
+        # record the model's files, link in the rest of model_dir, but not the earlier model's files nor graphs
+        written = sorted(path.name for path in staging.iterdir())
+        (staging / FINAL_FILES_LIST).write_text(json.dumps(written), encoding="utf-8")
+        manifest = model_dir / FINAL_FILES_LIST
+        earlier = set(json.loads(manifest.read_text(encoding="utf-8"))) if manifest.is_file() else set()
+        if model_dir.is_dir():
+            for entry in model_dir.iterdir():
+                if entry.name not in earlier | set(written) | {FINAL_FILES_LIST}:
+                    link_tree(entry, staging / entry.name)
+        remove_other_layout(staging, adapter)
+        remove_stale_graphs(staging, model)
+        if not replace_folder(staging, model_dir):  # no atomic swap: the earlier model's files go, the new are renamed
+            for name in sorted(earlier - set(written)):
+                stale = model_dir / name
+                if stale.is_dir():
+                    shutil.rmtree(stale)
+                else:
+                    stale.unlink(missing_ok=True)
+            for name in [*written, FINAL_FILES_LIST]:  # the manifest last
+                os.replace(staging / name, model_dir / name)
+            remove_other_layout(model_dir, adapter)  # the fallback moves the model's files only: the rest stays
+            remove_stale_graphs(model_dir, model)
     return model_dir
-
-
-def swap_in(staging: Path, model_dir: Path, model: GaussCSEModel, adapter: bool) -> None:
-    """Record the staged model's files, link in the rest of ``model_dir`` and swap the staging folder in."""
-    written = sorted(path.name for path in staging.iterdir())
-    (staging / FINAL_FILES_LIST).write_text(json.dumps(written), encoding="utf-8")
-    manifest = model_dir / FINAL_FILES_LIST
-    earlier = set(json.loads(manifest.read_text(encoding="utf-8"))) if manifest.is_file() else set()
-    if model_dir.is_dir():
-        for entry in model_dir.iterdir():
-            if entry.name not in earlier | set(written) | {FINAL_FILES_LIST}:
-                link_tree(entry, staging / entry.name)
-    # what was kept holds no other model: not the other layout, not the earlier model's graphs
-    remove_other_layout(staging, adapter)
-    remove_stale_graphs(staging, model)
-    if not replace_folder(staging, model_dir):
-        replace_files(staging, model_dir, written, earlier)
-        remove_other_layout(model_dir, adapter)  # the fallback moves the model's files only: the rest stays
-        remove_stale_graphs(model_dir, model)
-
-
-def replace_files(staging: Path, model_dir: Path, written: list[str], earlier: set[str]) -> None:
-    """Without an atomic folder swap: move each new file in with its own rename, remove the earlier model's files the
-    new one lacks, write the manifest last."""
-    for name in sorted(earlier - set(written)):
-        stale = model_dir / name
-        if stale.is_dir():
-            shutil.rmtree(stale)
-        else:
-            stale.unlink(missing_ok=True)
-    for name in written:
-        os.replace(staging / name, model_dir / name)
-    os.replace(staging / FINAL_FILES_LIST, model_dir / FINAL_FILES_LIST)
-    shutil.rmtree(staging)
 
 
 class HubPushError(ValueError):
@@ -122,8 +105,8 @@ def check_hub_push(repo_id: str | None, token: str | None = None, adapter_backbo
         raise HubPushError(f"--hub_model_id {repo_id!r} is not a valid Hub repo id: {error}") from None
     if adapter_backbone is not None and not is_hub_id(adapter_backbone):
         raise HubPushError(
-            f"--push_to_hub with --lora_r and no --merge_lora uploads an adapter on the local backbone "
-            f"{adapter_backbone}, which no one else has: add --merge_lora, or start from the backbone's Hub id"
+            f"--push_to_hub: an adapter on {adapter_backbone}, a local backbone which no one else has: add "
+            "--merge_lora, or start from the backbone's Hub id"
         )
     if constants.HF_HUB_OFFLINE:
         raise HubPushError("--push_to_hub: the Hub is in offline mode (HF_HUB_OFFLINE=1); unset it or drop the flag")
@@ -140,10 +123,7 @@ def check_hub_push(repo_id: str | None, token: str | None = None, adapter_backbo
         raise HubPushError("--push_to_hub: the Hub token is read-only; use a token with write access")
     namespaces = {account.get("name"), *(org.get("name") for org in account.get("orgs", []))}
     if "/" in repo_id and repo_id.split("/")[0] not in namespaces:
-        raise HubPushError(
-            f"--hub_model_id {repo_id}: the token's account ({account.get('name')}) cannot write to "
-            f"{repo_id.split('/')[0]!r}"
-        )
+        raise HubPushError(f"--hub_model_id {repo_id}: the token's account cannot write to {repo_id.split('/')[0]!r}")
 
 
 def add_final_model_file(model_dir: str | Path, name: str) -> None:

@@ -1,12 +1,11 @@
-"""``GaussCSETrainer``: a ``transformers.Trainer`` that trains GaussCSE (or supervised SimCSE) on NLI batches: one
-forward pass over all sentences, the loss of ``training.losses`` in fp32, the fresh heads at ``--head_learning_rate``,
-the dev evaluator's metrics for checkpoint selection, ``elapsed_seconds`` in every log entry, non-finite values
-stopping the run."""
+"""``GaussCSETrainer``: a ``transformers.Trainer`` for the losses of ``training.losses``, with its own head learning
+rate, the dev evaluator's metrics, ``elapsed_seconds`` in every log entry and non-finite values stopping the run."""
 
 from __future__ import annotations
 
 import copy
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,9 @@ from gausscse.io import write_json
 from gausscse.loading import CHECKPOINT_COMPLETE
 
 from .batch import split_batch_embeddings
-from .lora import is_adapter_checkpoint, load_adapter_checkpoint
-from .losses import build_loss
+from .lora import load_adapter_checkpoint
+from .losses import LossTermArguments, build_loss
 
-HEAD_PREFIXES = ("mean_head.", "logvar_head.")
 RUN_ARGUMENTS_FILE = "run_arguments.json"  # what fixed the run a checkpoint belongs to (a resume must match)
 
 
@@ -48,17 +46,13 @@ def check_finite_weights(model: nn.Module, what: str) -> None:
 
 def is_head_parameter(name: str) -> bool:
     """Whether a parameter name (of the unwrapped GaussCSE model) belongs to the μ or σ² head."""
-    return name.startswith(HEAD_PREFIXES)
+    return name.startswith(("mean_head.", "logvar_head."))
 
 
 class GaussCSETrainer(Trainer):
-    """Trainer for GaussCSE models on batches of [`gausscse.training.batch.TripletCollator`].
-
-    ``args``: a ``GaussCSETrainingArguments``; ``evaluator``: ``(model, tokenizer) -> dict[str, float]`` (the dev
-    evaluator; ``None``: no evaluation); ``run_arguments``: the flags that fix the run, written into every checkpoint
-    (``RUN_ARGUMENTS_FILE``) for the resume check. With ``--keep_weight`` a frozen copy of the encoder as training
-    starts gives the keep term its targets.
-    """
+    """Trainer for GaussCSE models on batches of [`gausscse.training.batch.TripletCollator`]; ``args``: a
+    ``GaussCSETrainingArguments``; ``evaluator``: ``(model, tokenizer) -> dict[str, float]`` (``None``: no
+    evaluation); ``run_arguments``: written into every checkpoint (``RUN_ARGUMENTS_FILE``) for the resume check."""
 
     def __init__(self, *args, evaluator=None, run_arguments: dict[str, Any] | None = None, **kwargs):
         self.run_arguments = run_arguments
@@ -69,23 +63,16 @@ class GaussCSETrainer(Trainer):
         self.evaluator = evaluator
         unwrapped = self.accelerator.unwrap_model(self.model)
         config = unwrapped.config
-        self.loss_fn = build_loss(
-            self.args.loss, self.args.temperature, config.similarity_reduction, **self.args.loss_terms(config)
-        )
+        terms = {item.name: getattr(self.args, item.name) for item in fields(LossTermArguments)}
+        if terms["retrieval_weight"] is None:  # 1 with the frozen μ path (results/KEEP.md), else the paper's loss
+            terms["retrieval_weight"] = 1.0 if config.frozen_mean else 0.0
+        self.loss_fn = build_loss(self.args.loss, self.args.temperature, config.similarity_reduction, **terms)
         self.model_accepts_loss_kwargs = False  # a per-batch mean: Trainer divides it by the accumulation steps
         self.keep_teacher = None
-        if self.args.keep_weight > 0:
+        if self.args.keep_weight > 0:  # a frozen copy of the starting encoder gives the keep term its targets
             if config.frozen_mean:
                 raise ValueError("--keep_weight with a frozen_mean model: its μ is frozen already, nothing to keep")
             self.keep_teacher = copy.deepcopy(unwrapped.encoder).eval().requires_grad_(False)
-
-    def teacher_vectors(self, model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The keep teacher's vector of each sentence of ``inputs`` (padded or packed), pooled as the model pools."""
-        encoder_inputs = {name: value for name, value in inputs.items() if name != "sentence_index"}
-        with torch.no_grad():
-            hidden = self.keep_teacher(**encoder_inputs, return_dict=True).last_hidden_state
-            pool = self.accelerator.unwrap_model(model).pool_batch
-            return pool(hidden, inputs.get("attention_mask"), inputs.get("sentence_index"))
 
     def compute_loss(
         self,
@@ -98,8 +85,12 @@ class GaussCSETrainer(Trainer):
         contradiction_index, text_ids = inputs.pop("contradiction_index"), inputs.pop("text_ids", None)
         outputs = model(**inputs)
         batch = split_batch_embeddings(outputs.mu, outputs.logvar, contradiction_index, text_ids)
-        if self.keep_teacher is not None:
-            batch.teacher = self.teacher_vectors(model, inputs)
+        if self.keep_teacher is not None:  # its vector of each sentence, pooled as the model pools
+            encoder_inputs = {name: value for name, value in inputs.items() if name != "sentence_index"}
+            with torch.no_grad():
+                hidden = self.keep_teacher(**encoder_inputs, return_dict=True).last_hidden_state
+                pool = self.accelerator.unwrap_model(model).pool
+                batch.teacher = pool(hidden, inputs.get("attention_mask"), inputs.get("sentence_index"))
         loss = self.loss_fn(batch)
         return (loss, outputs) if return_outputs else loss
 
@@ -129,15 +120,11 @@ class GaussCSETrainer(Trainer):
             write_json(folder / CHECKPOINT_COMPLETE, {"global_step": self.state.global_step})
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
-        if is_adapter_checkpoint(resume_from_checkpoint):  # a LoRA model's checkpoint: its adapter and heads
-            load_adapter_checkpoint(self.accelerator.unwrap_model(model or self.model), resume_from_checkpoint)
-        else:
+        if not load_adapter_checkpoint(self.accelerator.unwrap_model(model or self.model), resume_from_checkpoint):
             super()._load_from_checkpoint(resume_from_checkpoint, model)
 
     def _load_best_model(self) -> None:
-        if is_adapter_checkpoint(self.state.best_model_checkpoint):
-            load_adapter_checkpoint(self.accelerator.unwrap_model(self.model), self.state.best_model_checkpoint)
-        else:
+        if not load_adapter_checkpoint(self.accelerator.unwrap_model(self.model), self.state.best_model_checkpoint):
             super()._load_best_model()
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:

@@ -149,7 +149,7 @@ def test_bad_input_and_a_missing_model_give_clear_messages(model, tmp_path):
         similarity_figure(model, "\n".join(f"sentence {k}" for k in range(MAX_SENTENCES + 1)))
     with pytest.raises(DemoError, match="claim is empty"):
         Corpus(model, data_dir=tmp_path).search("", 3)
-    with pytest.raises(DemoError, match=r"No GaussCSE model at .*missing.* set GAUSSCSE_MODEL"):
+    with pytest.raises(DemoError, match=r"No GaussCSE model at .*missing.* set GAUSSCSE_MODEL.* scripts/quickstart.sh"):
         load_model(str(tmp_path / "missing"))
 
 

@@ -21,7 +21,7 @@ from gausscse.cli.evaluate import main
 from gausscse.data.registry import HUB_SOURCES, NLI_LABELS, default_data_dir
 from gausscse.evaluation import EVALUATE_MODULES_DIR, METRIC_NAMES, load_metric
 from gausscse.evaluation.dev_evaluator import SNLIDevEvaluator
-from gausscse.evaluation.encoders import EncodedSentences, GaussianEncoder, load_encoder
+from gausscse.evaluation.encoders import EncodedSentences, GaussianEncoder, encode_hidden, load_encoder
 from gausscse.evaluation.tasks import (
     NLIPairs,
     entailment_direction,
@@ -119,6 +119,10 @@ def test_length_rule_hand_worked() -> None:
     np.testing.assert_array_equal(length_rule_correct(premises, hypotheses, unit="characters"), [True, False, False])
     with pytest.raises(ValueError, match="unit"):
         length_rule_correct(premises, hypotheses, unit="tokens")
+    with pytest.raises(ValueError, match=r"premises and hypotheses must have the same length, got 3, 2"):
+        length_rule_correct(premises, hypotheses[:2])
+    with pytest.raises(ValueError, match=r"pooling must be one of .*, got 'first'"):  # up front: no model touched
+        encode_hidden(None, None, [], poolings=("cls", "first"))
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,9 @@ def test_an_unwritable_output_folder_fails_before_any_computing(tmp_path):
         # a model that does not exist: had the data or the model been touched first, that would be the error
         with pytest.raises(ValueError, match=rf"--output {locked}: cannot write there"):
             main(["--model", str(tmp_path / "no-such-model"), "--tasks", "direction", "--output", str(locked)])
+        with pytest.raises(ValueError, match=r"--max_examples must be a positive integer, got 0"):  # before --output
+            main(["--model", "m", "--max_examples", "0", "--output", str(tmp_path / "new")])
+        assert not (tmp_path / "new").exists()
     finally:
         (tmp_path / "locked").chmod(stat.S_IRWXU)
 

@@ -136,7 +136,7 @@ def test_sweep_auprc_matches_a_brute_force_sweep_for_continuous_scores(binary_nl
 def test_sweep_hand_worked(binary_nli) -> None:
     # positives at 0.9 and 0.3, a negative at 0.6. Sweep points (recall, precision):
     # t <= 0.3: (1, 2/3); 0.3 < t <= 0.6: (1/2, 1/2); 0.6 < t <= 0.9: (1/2, 1); t > 0.9: (0, 1) and the anchor.
-    sweep = metrics.precision_recall_sweep([0.9, 0.6, 0.3], [1, 0, 1])  # the plots' entry point
+    sweep = binary_nli.precision_recall_sweep([0.9, 0.6, 0.3], [1, 0, 1])  # the plots' entry point
     assert (sweep.precision[0], sweep.recall[0]) == (pytest.approx(2 / 3), 1.0)
     assert (sweep.precision[400], sweep.recall[400]) == (0.5, 0.5)
     assert (sweep.precision[700], sweep.recall[700]) == (1.0, 0.5)
@@ -222,7 +222,7 @@ def test_mean_and_std_uses_the_sample_std() -> None:
 
 def test_bad_input_raises_value_errors_naming_the_problem(binary_nli, spearman, mcnemar) -> None:
     with pytest.raises(ValueError, match="same length"):
-        metrics.precision_recall_sweep([0.1, 0.2], [1])
+        binary_nli.precision_recall_sweep([0.1, 0.2], [1])
     with pytest.raises(ValueError):
         binary_nli.compute(predictions=[0.1, 0.2], references=[1])
     with pytest.raises(ValueError, match=r"scores\[1\] is NaN"):

@@ -78,6 +78,8 @@ def test_retrieval_module_hand_worked_and_bad_input() -> None:
     assert found["map@100"] == pytest.approx((1 / 2 + 2 / 3) / 2)
     with pytest.raises(ValueError, match="at least one relevant id"):
         metric.compute(predictions=[[1, 2]], references=[[]])
+    with pytest.raises(ValueError, match="at least one query, got 0 rankings"):
+        metric.compute(predictions=[], references=[])
 
 
 def pairs(rows: list[tuple[str, str, bool]]) -> NLIPairs:

@@ -295,6 +295,8 @@ def test_frozen_mean_mu_is_deterministic_in_train_mode_and_is_the_frozen_encoder
         by_hand = (hidden * mask).sum(1) / mask.sum(1)
     torch.testing.assert_close(first.mu, by_hand, rtol=0, atol=1e-6)
     assert first.mu.grad_fn is None and first.logvar.grad_fn is not None
+    model.mean_head.requires_grad_(True)  # even then: the whole frozen μ path, head included, runs under no_grad
+    assert model(**inputs).mu.grad_fn is None
 
 
 def test_an_optimizer_step_moves_the_trained_path_only():

@@ -9,6 +9,7 @@ import copy
 import importlib.util
 import json
 import re
+from unittest import mock
 
 import numpy as np
 import onnx
@@ -18,6 +19,7 @@ import pytest
 import torch
 
 from gausscse import GaussCSEModel
+from gausscse.model import onnx_gausscse
 from gausscse.model.onnx_gausscse import ONNX_FILE, QUANTIZED_ONNX_FILE, OnnxGaussianEncoder, export_onnx
 
 SENTENCES = [
@@ -163,8 +165,11 @@ def test_saving_new_weights_removes_the_stale_graph(saved_model, make_tiny_model
     assert (folder / ONNX_FILE).is_file() and (folder / QUANTIZED_ONNX_FILE).is_file()
     other = make_tiny_model(seed=1, similarity_reduction="sum")
     other.get_tokenizer(minilm_tokenizer)
-    other.save_pretrained(folder)
+    with mock.patch.object(onnx_gausscse.logger, "warning") as warned:
+        other.save_pretrained(folder)
     assert not (folder / ONNX_FILE).exists() and not (folder / QUANTIZED_ONNX_FILE).exists()
+    again = "Export them again: gausscse.model.onnx_gausscse.export_onnx(model, folder)"
+    assert any(again in call.args[0] for call in warned.call_args_list)
     reloaded = GaussCSEModel.from_pretrained(folder)
     onnx, reference = reloaded.encode(SENTENCES, backend="onnx"), reloaded.encode(SENTENCES)
     torch.testing.assert_close(onnx.mu, reference.mu, atol=1e-5, rtol=1e-4)
@@ -401,7 +406,5 @@ def test_the_kept_fingerprint_follows_every_change_of_the_weights(make_tiny_mode
         kept = model_fingerprint(model)
         assert kept == model_fingerprint(copy.deepcopy(model)) and kept not in seen
         seen.add(kept)
-    from unittest import mock
-
     with mock.patch("hashlib.sha256", side_effect=AssertionError("hashed again")):
         assert model_fingerprint(model) == kept  # unchanged: the kept value, no hashing

@@ -282,6 +282,7 @@ def test_the_routes_refuse_quantised_precision(precision, minilm_tokenizer):
         with pytest.raises(ValueError, match=rf"^encode_{route}\(precision='{precision}'\) is refused") as refused:
             getattr(st, f"encode_{route}")(CLAIMS, precision=precision)
         assert "query · document = −KL" in str(refused.value) and "st.encode(texts, precision=" in str(refused.value)
+        assert "keep precision='float32'" in str(refused.value)  # what the routes accept
     expected = {"int8": np.int8, "uint8": np.uint8, "binary": np.int8, "ubinary": np.uint8}[precision]
     assert st.encode(CLAIMS, precision=precision).dtype == expected
 

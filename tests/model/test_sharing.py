@@ -394,7 +394,8 @@ def test_weights_whose_names_do_not_fit_are_refused_not_loaded_at_random(shared_
     state = load_file(folder / "model.safetensors")
     renamed = {re.sub(r"^encoder\.", "encoder.base_model.model.", name): value for name, value in state.items()}
     save_file(renamed, folder / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ModelLoadError, match=r"weights do not fit .*missing keys: encoder\..*unexpected keys"):
+    refusal = r"weights do not fit .*missing keys: encoder\..*unexpected keys.*load it with the gausscse version that"
+    with pytest.raises(ModelLoadError, match=refusal):
         load_model(folder)
     done = python(AUTOMODEL_READER.format(folder=str(folder), sentences=SENTENCES), tmp_path)
     assert done.returncode != 0 and "weights do not fit" in done.stderr
@@ -437,7 +438,7 @@ def test_load_model_says_what_is_wrong(tmp_path, backbone, shared_folders):
     ("flags", "env", "message"),
     [
         ([], {"HF_HUB_OFFLINE": "1"}, "--push_to_hub needs --hub_model_id"),
-        (["--hub_model_id", "me/x"], {"HF_HUB_OFFLINE": "1"}, "offline mode"),
+        (["--hub_model_id", "me/x"], {"HF_HUB_OFFLINE": "1"}, "offline mode (HF_HUB_OFFLINE=1); unset it or drop the"),
         (["--hub_model_id", "me/x"], {"HF_HUB_OFFLINE": "0", "HF_TOKEN": "", "HF_HOME": "{tmp}"}, "no Hub token"),
         (
             ["--hub_model_id", "me/x", "--hub_token", "hf_x"],
@@ -445,7 +446,7 @@ def test_load_model_says_what_is_wrong(tmp_path, backbone, shared_folders):
             "cannot reach the Hub",
         ),
         (["--hub_model_id", "not a repo id"], {"HF_HUB_OFFLINE": "0"}, "not a valid Hub repo id"),
-        (["--hub_model_id", "me/x", "--lora_r", "4"], {"HF_HUB_OFFLINE": "0"}, "which no one else has"),
+        (["--hub_model_id", "me/x", "--lora_r", "4"], {"HF_HUB_OFFLINE": "0"}, "or start from the backbone's Hub id"),
     ],
 )
 def test_push_to_hub_that_cannot_work_stops_before_anything_is_written(
@@ -652,7 +653,8 @@ def test_an_adapter_records_its_backbone_absolutely_and_checks_it(backbone, tmp_
     set_adapter_base(folder, elsewhere / "bb")
     message = (
         rf"^{re.escape(str(folder))}: .*its adapter was trained on the backbone {re.escape(absolute)} .*"
-        rf"backbone found, {re.escape(str(elsewhere / 'bb'))}, is not that one: its model\.safetensors differ"
+        rf"backbone found, {re.escape(str(elsewhere / 'bb'))}, is not that one: its model\.safetensors differ by "
+        r"SHA-256\. Point adapter/adapter_config\.json's base_model_name_or_path at the backbone"
     )
     with pytest.raises(ModelLoadError, match=message) as refused:
         load_model(folder)
@@ -740,7 +742,8 @@ def test_an_adapter_folder_without_its_adapter_names_the_missing_file(backbone, 
     folder = tmp_path / "copied"
     shutil.copytree(tmp_path / "adapter-folder", folder, ignore=shutil.ignore_patterns("adapter"))
     for missing in ("adapter_config.json", "adapter_model.safetensors"):
-        with pytest.raises(ModelLoadError, match=rf"copied is an adapter folder .* lacks adapter/{missing}") as error:
+        refusal = rf"copied is an adapter folder .* lacks adapter/{missing}: copy the whole folder, adapter/ included"
+        with pytest.raises(ModelLoadError, match=refusal) as error:
             load_model(folder)
         assert "huggingface.co" not in str(error.value) and "hf.co" not in str(error.value)
         (folder / "adapter").mkdir(exist_ok=True)

@@ -301,7 +301,7 @@ def test_a_model_that_states_a_search_score_is_indexed_by_it_unless_told(tiny_mo
     corpus_path = tmp_path / "corpus.txt"
     corpus_path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
     build = ["build", "--model", str(tiny_model_folder), "--corpus", str(corpus_path), "--index"]
-    with pytest.raises(ValueError, match="score='search' needs a model whose config states search_kl_weight"):
+    with pytest.raises(ValueError, match=r"states search_kl_weight \(training sets it; `python -m gausscse.eval"):
         search_main([*build, str(tmp_path / "none"), "--score", "search"])
     assert not (tmp_path / "none").exists()
     config = GaussCSEConfig.from_pretrained(tiny_model_folder)
@@ -656,8 +656,10 @@ def test_damaged_index_files_are_named(tmp_path):
     lines = (tmp_path / "index" / "sentences.jsonl").read_text().splitlines()
     sizeless = json.loads((tmp_path / "index" / "index_config.json").read_text())
     sizeless["size"] = "5"
+    other_dim = {**sizeless, "size": 8, "dim": 8}  # valid Gaussians of another d: not "damaged"
     cases = {
-        ("index_config.json", json.dumps(sizeless).encode(), False): r"has no valid .size. \(got .5.\)",
+        ("index_config.json", json.dumps(other_dim).encode(), False): r"safetensors: stored have dimension 12, the",
+        ("index_config.json", json.dumps(sizeless).encode(), False): r"holds 8 Gaussians, .*config.json says '5'",
         ("gaussians.safetensors", b"garbage", True): r"gaussians.safetensors changed after it was saved",
         ("sentences.jsonl", None, True): r"sentences.jsonl is missing \(listed in manifest.json\)",
         ("manifest.json", b"{", True): r"manifest.json is damaged",
@@ -735,7 +737,7 @@ def test_an_index_refuses_another_model_unless_asked(tiny_model_folder, make_tin
     same = GaussCSEModel.from_pretrained(tiny_model_folder).eval()
     assert model_fingerprint(same) == corpus.model_fingerprint  # saved and loaded again: the same model
     assert corpus.entailing(same, ["A man."], k=2)
-    with pytest.raises(ModelMismatchError, match="was built with"):
+    with pytest.raises(ModelMismatchError, match=r"was built with .*: search with the index's model, rebuild"):
         corpus.entailed_by(GaussCSEModel.from_pretrained(other).eval(), ["A man."], k=2)
     changed = GaussCSEModel.from_pretrained(tiny_model_folder).eval()
     changed.config.similarity_reduction = "mean_kl"  # same weights, another similarity
@@ -891,12 +893,12 @@ def test_lancedb_errors_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"uri \(the LanceDB database folder\) is for backend 'lancedb'"):
         GaussianIndex(12, "sum", "torch", uri=tmp_path / "db")
     GaussianIndex(12, "sum", "lancedb", uri=tmp_path / "db").add(items)
-    with pytest.raises(FileExistsError, match=r"already holds a GaussianIndex database: reopen it with"):
+    with pytest.raises(FileExistsError, match=r"database: reopen it with GaussianIndex.load\('.*db'\), remove it or"):
         GaussianIndex(12, "sum", "lancedb", uri=tmp_path / "db")
     assert len(GaussianIndex.load(tmp_path / "db")) == 5  # the refused constructor changed nothing
     with pytest.raises(ValueError, match=r"sentences must be a list of 5 strings"):
         GaussianIndex.load(tmp_path / "db").add(items, ["only one"])
-    with pytest.raises(ValueError, match=r"sentences are stored by the LanceDB backends; backend 'torch'"):
+    with pytest.raises(ValueError, match=r"stored by the LanceDB, Qdrant and Milvus backends, not 'torch'"):
         GaussianIndex(12, "sum").add(items, ["s"] * 5)
     with pytest.raises(FileNotFoundError, match=r"empty does not exist: no GaussianIndex database there"):
         GaussianIndex.open("lancedb", tmp_path / "empty")
@@ -905,6 +907,14 @@ def test_lancedb_errors_are_named(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"holds no GaussianIndex table"):
         GaussianIndex.open("lancedb", tmp_path / "empty")
+    import lancedb  # a table whose columns are 12 wide, its settings saying d = 8: named, not a reshape error
+
+    rows = lancedb.connect(str(tmp_path / "db")).open_table("gaussians").to_arrow()
+    settings = {**json.loads(rows.schema.metadata[b"gausscse"]), "dim": 8}
+    wrong = rows.replace_schema_metadata({"gausscse": json.dumps(settings)})
+    lancedb.connect(str(tmp_path / "bad")).create_table("gaussians", wrong)
+    with pytest.raises(ValueError, match=r"bad LanceDB table have dimension 12, the index 8"):
+        GaussianIndex.load(tmp_path / "bad")
 
 
 def test_cli_builds_and_queries_a_lancedb_index(tiny_model_folder, tmp_path):
@@ -922,7 +932,7 @@ def test_cli_builds_and_queries_a_lancedb_index(tiny_model_folder, tmp_path):
     assert_top_k([[hit["id"] for hit in hits[0]]], [[hit["score"] for hit in hits[0]]], scores, rtol=1e-4)  # as above
     with pytest.raises(ValueError, match=r"--uri .*ix\.lancedb already holds a GaussianIndex database"):
         search_main([*build, "--backend", "lancedb"])
-    with pytest.raises(ValueError, match=r"--uri is the database of --backend lancedb / lancedb-ann, not of torch"):
+    with pytest.raises(ValueError, match=r"--uri is not for --backend torch: uri \(the LanceDB database folder\) is"):
         search_main([*build, "--uri", str(tmp_path / "other")])
 
 

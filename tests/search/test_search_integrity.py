@@ -49,7 +49,7 @@ def test_a_faiss_file_of_another_index_or_direction_is_refused_on_load(backend, 
         (swapped / "entailing.transform.safetensors").write_bytes(transform)
     (swapped / "manifest.json").unlink()
     write_manifest(swapped)
-    with pytest.raises(ValueError, match=r"entailing\.faiss does not hold the entailing vectors"):
+    with pytest.raises(ValueError, match=r"faiss does not hold the entailing vectors.*another index or direction"):
         GaussianIndex.load(swapped)
     other = GaussianIndex(8, "sum", backend)
     other.add(GaussianEmbeddings(items.mu[:, :8], items.logvar[:, :8]))
@@ -59,7 +59,7 @@ def test_a_faiss_file_of_another_index_or_direction_is_refused_on_load(backend, 
     (wrong_dimension / "entailing.faiss").write_bytes((tmp_path / "other" / "entailing.faiss").read_bytes())
     (wrong_dimension / "manifest.json").unlink()
     write_manifest(wrong_dimension)
-    with pytest.raises(ValueError, match=r"entailing\.faiss holds 18-dimensional vectors; this index's are 26"):
+    with pytest.raises(ValueError, match=r"faiss holds 18-dimensional vectors; this index's are 26: the file belongs"):
         GaussianIndex.load(wrong_dimension)
     assert len(GaussianIndex.load(tmp_path / "index")) == 200  # the genuine folder still loads
 
@@ -106,7 +106,7 @@ def test_a_database_needs_a_folder_of_its_own_and_a_deleted_one_is_named(tmp_pat
     shutil.rmtree(tmp_path / "db")
     with pytest.raises(ValueError, match=r"db: the database cannot be read any more"):
         index.entailing(gaussians(1, seed=56), 2)
-    with pytest.raises(FileNotFoundError, match=r"index_config\.json names the database .*db, which is gone"):
+    with pytest.raises(FileNotFoundError, match=r"config\.json names the database .*db, which is gone \(.*does not"):
         SentenceIndex.load(tmp_path / "corpus")
     assert not (tmp_path / "db").exists()  # looking did not create it
 
@@ -215,7 +215,7 @@ def test_an_index_folder_refuses_a_database_rebuilt_for_another_corpus(tmp_path)
 
 def test_sentences_that_are_not_strings_are_named(tmp_path):
     index = GaussianIndex(12, "sum", "lancedb", uri=tmp_path / "db")
-    with pytest.raises(ValueError, match="sentences must be strings, one per Gaussian; got int"):
+    with pytest.raises(ValueError, match=r"sentences\[0\] must be a string, got int"):
         index.add(gaussians(2, seed=1), [1, 2])
     assert len(index) == 0 and len(GaussianIndex.load(tmp_path / "db")) == 0
 

@@ -176,7 +176,9 @@ def test_an_existing_collection_is_never_overwritten(engine, new_uri):
     items = gaussians(5, seed=15)
     uri = new_uri(engine)
     GaussianIndex(12, "sum", engine, uri=uri).add(items)
-    with pytest.raises(FileExistsError, match=r"already holds a collection 'c\w+': reopen a GaussianIndex there"):
+    with pytest.raises(
+        FileExistsError, match=rf"'c\w+': reopen a GaussianIndex there .*open\('{engine}', '.+'\), remove it"
+    ):
         GaussianIndex(12, "sum", f"{engine}-hnsw", uri=uri)
     assert len(GaussianIndex.load(uri)) == 5  # the refused constructor changed nothing
     foreign, (place, name) = new_uri(engine), new_uri(engine).split("#")
@@ -225,7 +227,7 @@ def test_wrong_settings_and_a_replaced_collection_are_refused(engine, new_uri, t
     drop(engine, uri)
     with pytest.raises(ValueError, match=rf"the {KIND[engine]} 'c\w+' cannot be read any more"):
         built["B"].entailed_by(gaussians(1, seed=83), 3)
-    with pytest.raises(FileNotFoundError, match=r"names the database .*, which is gone"):
+    with pytest.raises(FileNotFoundError, match=r"names the database .*, which is gone \(.+\)"):
         SentenceIndex.load(tmp_path / "A")
     mismatched = new_uri(engine)
     GaussianIndex(12, "sum", engine, uri=mismatched, kl_weight=0.5)  # vectors of 3d + 2 = 38 values
@@ -266,5 +268,5 @@ def test_cli_builds_and_queries_an_index_in_each_database(engine, tiny_model_fol
         search_main([*build, "--backend", engine])
     with pytest.raises(ValueError, match=r"--uri :memory: does not outlive the command"):
         search_main([*build, "--backend", engine, "--uri", ":memory:"])
-    with pytest.raises(ValueError, match=rf"--uri is the database of --backend .*; .*{engine} / {engine}-hnsw"):
+    with pytest.raises(ValueError, match=rf"--uri is not for --backend torch: .*backend '{engine}' or '{engine}-hnsw'"):
         search_main([*build, "--uri", str(tmp_path / "other")])

@@ -191,6 +191,17 @@ def test_a_description_left_behind_never_blocks_and_another_lock_of_this_process
         with pytest.raises(OutputDirLockedError, match=f"pid {os.getpid()} .*still running"):
             RunLock(output).acquire()
         assert lock.held
+        long_path = "/data/" + "x" * 300  # cut at 200 characters, not shortened to "python..." by whole words
+        for command, shown in (
+            (["python", long_path], f", command: python {long_path[:193]}...)"),
+            ([], "started ?),"),
+        ):
+            lock.holder_path.write_text(json.dumps({"pid": 1, "command": command}))
+            with pytest.raises(
+                OutputDirLockedError, match="Wait for that run to end or choose another folder"
+            ) as error:
+                RunLock(output).acquire()
+            assert shown in str(error.value)
     assert "of pid 1234 on another-host.example" in caplog.text
     holder_path(output).write_text("not json {")
     with RunLock(output) as lock:

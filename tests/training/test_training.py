@@ -386,7 +386,7 @@ def test_a_diverging_run_stops_at_the_first_non_finite_step_and_saves_nothing(ba
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (("--temperature", "nan"), "temperature must be positive"),
+        (("--temperature", "nan"), "--temperature must be a finite number > 0, got nan"),
         (("--temperature", "inf"), "--temperature must be a finite number"),
         (("--head_learning_rate", "nan"), "--head_learning_rate must be a finite number >= 0"),
         (("--learning_rate=-1e-5",), "--learning_rate must be a finite number > 0"),

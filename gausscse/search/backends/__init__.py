@@ -1,4 +1,4 @@
-"""The search backends of ``GaussianIndex`` by their ``backend=`` name: one module per engine, one line each here."""
+"""The search backends of ``GaussianIndex`` by their ``backend=`` name: one module per engine, its classes here."""
 
 from .base import SearchBackend
 from .exact import ExactScan
@@ -7,29 +7,18 @@ from .lancedb_backend import LanceAnn, LanceFlat
 from .milvus_backend import MilvusFlat, MilvusHnsw
 from .qdrant_backend import QdrantFlat, QdrantHnsw
 
-BACKENDS: dict[str, type[SearchBackend]] = {
-    backend.name: backend
-    for backend in (
-        ExactScan,
-        FaissFlat,
-        FaissHnsw,
-        LanceFlat,
-        LanceAnn,
-        QdrantFlat,
-        QdrantHnsw,
-        MilvusFlat,
-        MilvusHnsw,
-    )
-}
+ENGINES = (ExactScan, FaissFlat, FaissHnsw, LanceFlat, LanceAnn, QdrantFlat, QdrantHnsw, MilvusFlat, MilvusHnsw)
+BACKENDS: dict[str, type[SearchBackend]] = {backend.name: backend for backend in ENGINES}
 
 
-def database_groups(attribute: str) -> dict[str, list[str]]:
-    """The database backends' names grouped by an attribute of their store (``place``, ``kind``), in registry order."""
-    groups: dict[str, list[str]] = {}
+def uri_usage() -> str:
+    """What the ``uri`` option is for each database backend: "uri (the LanceDB database folder) is for backend
+    'lancedb' or 'lancedb-ann'; ..."."""
+    places: dict[str, list[str]] = {}
     for name, backend in BACKENDS.items():
         if backend.database:
-            groups.setdefault(getattr(backend.store_class, attribute), []).append(name)
-    return groups
+            places.setdefault(backend.store_class.place, []).append(repr(name))
+    return "; ".join(f"uri ({place}) is for backend {' or '.join(names)}" for place, names in places.items())
 
 
 __all__ = ["BACKENDS", "SearchBackend"]

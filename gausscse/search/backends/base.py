@@ -28,11 +28,8 @@ def engine_module(module: str, package: str) -> Any:
 
 class SearchBackend:
     """Where the shortlists of one [`GaussianIndex`] come from (``index.engine``); every hook's default suits a
-    backend that builds nothing.
-
-    ``name``: the ``backend=`` string; ``database``: the Gaussians and sentences live in a database at the ``uri``
-    option, which [`open`] reopens (the index's folder then holds only its settings); ``cpu_only``: no other device.
-    """
+    backend that builds nothing. ``name``: the ``backend=`` string; ``database``: the Gaussians and sentences live in a
+    database at the ``uri`` option (a ``DatabaseBackend``); ``cpu_only``: no other device."""
 
     name: ClassVar[str]
     database: ClassVar[bool] = False
@@ -49,10 +46,7 @@ class SearchBackend:
     def add(self, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None) -> None:
         """Store checked ``embeddings`` (ids from ``len(index)`` on); only a database backend keeps ``sentences``."""
         if sentences is not None:
-            raise ValueError(
-                f"sentences are stored by the LanceDB backends; backend {self.name!r} keeps Gaussians only "
-                "(so do the Qdrant and Milvus backends; SentenceIndex keeps the sentences beside it)"
-            )
+            raise ValueError(f"sentences are stored by the LanceDB, Qdrant and Milvus backends, not {self.name!r}")
         first_id = len(self.index)
         self.index.store(embeddings)
         self.added(embeddings, first_id)
@@ -72,17 +66,3 @@ class SearchBackend:
 
     def read_files(self, folder: Path, files: dict[str, bytes]) -> None:
         """Take back what [`write_files`] wrote (``{name: bytes}``), checked against the loaded Gaussians."""
-
-    @classmethod
-    def holds_index(cls, uri: str | Path) -> bool:
-        """Whether the database at ``uri`` already holds an index."""
-        return False
-
-    @classmethod
-    def check_new_place(cls, uri: str | Path) -> None:
-        """``FileExistsError`` unless a new database can be made at ``uri``."""
-
-    @classmethod
-    def open(cls, uri: str | Path, index_class: type[GaussianIndex]) -> GaussianIndex:
-        """The index (an ``index_class``) stored in the database at ``uri``."""
-        raise NotImplementedError(f"backend {cls.name!r} keeps no database to open")

@@ -1,15 +1,6 @@
-"""What the database backends (LanceDB, Qdrant, Milvus) share: the backend around a store, the writers' lock, the
-table id and settings checks, and the approximate search on lifted vectors.
-
-One index is one table or collection at the ``uri`` option (``place#name`` picks a Qdrant/Milvus collection; default
-``gaussians``). A row holds an item's id (its position), μ, log σ², sentence (or null) and the two raw ``stored_map``
-vectors (``entailing_vector`` = B(x), ``entailed_by_vector`` = A(x)); a query sends its unit ``query_map``, so the
-largest inner product is the smallest KL or the highest search score. The settings and a ``table_id`` drawn at
-creation live in the table's metadata, so ``open(uri)`` needs nothing else. The index keeps the Gaussians in memory
-and re-scores every shortlist exactly. The shortlist is a flat raw inner-product scan, or the engine's ANN index on
-the lifted vectors (``gausscse.search.lift``, of equal norm R) in one more table per direction, built at the first
-approximate search and rebuilt once later rows (scanned flat) outnumber the indexed ones.
-"""
+"""What the database backends (LanceDB, Qdrant, Milvus) share. One index is one table or collection at the ``uri``
+option: a row holds an item's id, μ, log σ², sentence (or null) and its raw ``stored_map`` vectors; the settings and a
+``table_id`` drawn at creation live in the table's metadata; the ANN tables (one per direction) hold lifted vectors."""
 
 from __future__ import annotations
 
@@ -39,7 +30,6 @@ SETTINGS_KEY = "gausscse"  # the table metadata entry of the index settings
 ANN_KEY = "gausscse_ann"  # that of an ANN table: its lift transform, and how many rows it was built from
 MAP_FIELDS = {"entailing": "entailing_vector", "entailed_by": "entailed_by_vector"}  # the stored maps' columns
 QUERIES_PER_REQUEST = 256
-WRITE_LOCK = ".gausscse-write.lock"  # the file lock writers of one local database take (in its folder)
 
 
 def split_uri(uri: str | Path) -> tuple[str, str]:
@@ -51,28 +41,6 @@ def split_uri(uri: str | Path) -> tuple[str, str]:
 def is_server(place: str) -> bool:
     """Whether ``place`` is a server URL (``http://``, ``tcp://``, ...)."""
     return "://" in place
-
-
-def write_lock(place: str, folder: Path | None) -> FileLock:
-    """The writers' lock of the database at ``place``: a file in its local ``folder``, else (a server, an in-memory
-    store) one in the temporary folder named after ``place``, shared by this machine's processes only."""
-    if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(folder / WRITE_LOCK))
-    digest = hashlib.sha256(place.encode()).hexdigest()[:16]
-    return FileLock(str(Path(tempfile.gettempdir()) / f"gausscse-{digest}.lock"))
-
-
-def check_sentences(sentences: Sequence[str] | None, count: int) -> list[str | None]:
-    """``sentences`` as a list of ``count`` strings (``None``: ``count`` nulls); ``ValueError`` otherwise."""
-    if sentences is None:
-        return [None] * count
-    if isinstance(sentences, str) or len(sentences) != count:
-        raise ValueError(f"sentences must be a list of {count} strings, one per Gaussian")
-    kinds = {type(sentence).__name__ for sentence in sentences if not isinstance(sentence, str)}
-    if kinds:
-        raise ValueError(f"sentences must be strings, one per Gaussian; got {', '.join(sorted(kinds))}")
-    return list(sentences)
 
 
 def check_unused(folder: Path, needs: str) -> None:
@@ -92,8 +60,7 @@ def in_id_order(ids: np.ndarray, first_id: int, where: str) -> np.ndarray:
 
 @dataclass
 class AnnTable:
-    """One direction's ANN table: the engine's handle (a LanceDB table, a collection name), the lift transform of
-    its vectors and the number of stored rows it was built from."""
+    """One direction's ANN table: the engine's handle, its vectors' lift transform, the stored rows it covers."""
 
     table: Any
     transform: dict[str, np.ndarray]
@@ -101,21 +68,18 @@ class AnnTable:
 
 
 class DatabaseStore:
-    """One index's rows in a database at ``uri``: rows in, shortlists out. Several handles may share one database:
-    writers hold ``writing()`` and number their rows after the table's last one; [`refresh`] shows each handle what
-    the others wrote. ``table_id``, drawn at creation and recorded by a saved index, tells a database deleted and
-    built again apart from the one an index was built on.
+    """One index's rows in a database at ``uri``: rows in, shortlists out. Writers hold ``writing()`` and number their
+    rows after the table's last one; [`refresh`] shows each handle what others wrote, or that ``table_id`` changed.
 
-    An engine implements the classmethods ``create(uri, settings)`` (a new, empty table; ``FileExistsError`` rather
-    than overwrite), ``open(uri)`` (``(store, settings)``; ``FileNotFoundError`` if no table, ``ValueError`` if not
-    an index's), ``holds(uri)`` (a local database holds an index) and ``check_new(uri)``; and ``writing()`` (the
-    ``FileLock``), ``stored_settings()`` (``ValueError`` if they cannot be read any more), ``changed(known_rows)``
-    (other handles wrote), ``insert(ids, columns, table=None)`` (rows into the index's table or an ANN one),
-    ``read(first_id=0)`` (Gaussians and sentences from ``first_id`` on, in id order), ``search(vectors, count,
-    direction, first_id=0, ann=None, options=None)`` (per query row the ids of largest raw ⟨query map, stored map⟩
-    from ``first_id`` on, or with ``ann`` those nearest through its ANN index), ``find_ann(direction)`` (``(handle,
-    metadata)``, ``None`` if never built) and ``new_ann_table(direction, ids, vectors, metadata)`` (its handle).
-    """
+    An engine implements the classmethods ``create(uri, settings)`` (a new, empty table, never an overwrite),
+    ``open(uri)`` (``(store, settings)``; ``FileNotFoundError``: no table, ``ValueError``: not an index's),
+    ``holds(uri)`` (whether a local database holds an index), ``check_new(uri)`` (``FileExistsError`` where one is);
+    and ``writing()`` (the writers' ``FileLock``), ``stored_settings()`` (``ValueError`` once they cannot be read),
+    ``changed(known_rows)`` (whether other handles wrote), ``insert(ids, columns, table=None)`` (into the index's table
+    or an ANN one), ``read(first_id=0)`` (Gaussians and sentences in id order), ``search(vectors, count, direction,
+    first_id=0, ann=None, options=None)`` (per query the ids of largest raw ⟨query map, stored map⟩ from ``first_id``
+    on, or nearest through the ANN index of ``ann``), ``find_ann(direction)`` (``(handle, metadata)`` or ``None``) and
+    ``new_ann_table(direction, ids, vectors, metadata)`` (its handle)."""
 
     kind: ClassVar[str]  # what the engine calls it, for messages: "LanceDB table", "Qdrant collection", ...
     default_suffix: ClassVar[str]  # the default uri of the command line: INDEX + this suffix
@@ -127,13 +91,10 @@ class DatabaseStore:
     def __init__(self, uri: str, settings: dict[str, Any]):
         self.uri = uri
         try:
-            self.dim, self.kl_weight, self.table_id = (
-                int(settings["dim"]),
-                settings.get("kl_weight"),
-                settings.get("table_id"),
-            )
+            self.dim = int(settings["dim"])
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"{uri}: the GaussianIndex settings of the {self.kind} have no valid 'dim'") from None
+        self.kl_weight, self.table_id = settings.get("kl_weight"), settings.get("table_id")
         self._ann: dict[str, AnnTable] | None = None  # read at the first ANN search, then kept
 
     @classmethod
@@ -156,30 +117,32 @@ class DatabaseStore:
         if the database now holds another table than the one this handle opened."""
         stored = self.stored_settings()
         if stored.get("table_id") != self.table_id:
-            raise ValueError(
-                f"{self.uri} now holds another GaussianIndex table ({self.kind} {stored.get('table_id')}, this "
-                f"index's is {self.table_id}): the database was replaced; load the index again"
-            )
+            replaced = f"{self.kind} {stored.get('table_id')}, this index's is {self.table_id}"
+            raise ValueError(f"{self.uri} now holds another GaussianIndex table ({replaced}): load the index again")
         if not self.changed(known_rows):
             return False
         self._ann = None
         return True
 
     def append(self, embeddings: GaussianEmbeddings, first_id: int, sentences: Sequence[str] | None) -> None:
-        """Rows ``first_id, ...`` (under the lock, every earlier row read): μ, log σ², sentence, the stored maps."""
-        sentences, limit = check_sentences(sentences, len(embeddings.mu)), self.max_sentence_bytes
-        too_long = [row for row, text in enumerate(sentences) if limit and text and len(text.encode()) > limit]
-        if too_long:
-            raise ValueError(f"sentences[{too_long[0]}] is longer than {self.kind.split()[0]} keeps ({limit} bytes)")
-        mu, logvar = embeddings.mu.cpu(), embeddings.logvar.cpu()
+        """Rows ``first_id, ...`` (under the lock, every earlier row read): μ, log σ², sentence, the stored maps;
+        ``ValueError`` unless ``sentences`` is ``None`` or one string per Gaussian that the engine keeps."""
+        mu, logvar, limit = embeddings.mu.cpu(), embeddings.logvar.cpu(), self.max_sentence_bytes
+        if sentences is not None and (isinstance(sentences, str) or len(sentences) != len(mu)):
+            raise ValueError(f"sentences must be a list of {len(mu)} strings, one per Gaussian")
+        for row, text in enumerate([] if sentences is None else sentences):
+            if not isinstance(text, str):
+                raise ValueError(f"sentences[{row}] must be a string, got {type(text).__name__}")
+            if limit and len(text.encode()) > limit:
+                raise ValueError(f"sentences[{row}] is longer than {self.kind.split()[0]} keeps ({limit} bytes)")
+        sentences = [None] * len(mu) if sentences is None else list(sentences)
         columns = {"mu": mu.numpy(), "logvar": logvar.numpy(), "sentence": sentences}
         for direction, field in self.map_fields.items():
             columns[field] = stored_map(mu, logvar, direction, self.kl_weight).float().numpy()
         self.insert(np.arange(first_id, first_id + len(mu)), columns)
 
     def hits(self, vectors: np.ndarray, count: int, direction: str, **request: Any) -> torch.Tensor:
-        """``(Q, count)`` ids [`search`] finds for ``QUERIES_PER_REQUEST`` rows of ``vectors`` at a time; −1 where
-        fewer came back."""
+        """``(Q, count)`` ids [`search`] finds, ``QUERIES_PER_REQUEST`` rows of ``vectors`` at a time; −1: none."""
         ids = torch.full((len(vectors), count), -1, dtype=torch.long)
         for start in range(0, len(vectors), QUERIES_PER_REQUEST):
             chunk = vectors[start : start + QUERIES_PER_REQUEST]
@@ -188,60 +151,50 @@ class DatabaseStore:
                 ids[row, : len(found)] = torch.from_numpy(found)
         return ids
 
-    def candidates(self, queries: GaussianEmbeddings, count: int, direction: str, first_id: int = 0) -> torch.Tensor:
-        """``(Q, count)`` ids (−1: none) of largest raw ⟨query map, stored map⟩ among the rows from ``first_id`` on
-        (a flat scan); the queries' maps scaled to unit length in float64 (same ranking, no float32 overflow)."""
-        vectors = query_vectors(queries, direction, self.kl_weight)
-        return self.hits(vectors, count, direction, first_id=first_id)
-
     def ann_tables(self) -> dict[str, AnnTable]:
         """The [`AnnTable`] of each direction ({} unless both were built), read once."""
-        if self._ann is not None:
-            return self._ann
-        found = {direction: self.find_ann(direction) for direction in SEARCH_DIRECTIONS}
-        tables = {}
-        for direction, (table, metadata) in (found if None not in found.values() else {}).items():
-            transform = {key: np.array(metadata[key], dtype=np.float64) for key in ("mean", "scale")}
-            transform["keep"] = kept_columns(direction, self.dim, self.kl_weight)
-            transform["radius2"] = np.array([metadata["radius2"]])
-            transform["outliers"] = np.array(metadata["outliers"], dtype=np.int64)
-            tables[direction] = AnnTable(table, transform, int(metadata["rows"]))
-        self._ann = tables
-        return tables
-
-    def write_ann(self, embeddings: GaussianEmbeddings, direction: str) -> AnnTable:
-        """The ANN table of ``direction`` (re)built from all stored ``embeddings``; its metadata holds the lift
-        transform and the number of rows, as JSON values."""
-        transform, inliers, vectors = fit_lift(embeddings, direction, self.kl_weight)
-        metadata = {key: transform[key].tolist() for key in ("mean", "scale", "outliers")}
-        metadata.update(radius2=float(transform["radius2"][0]), rows=len(embeddings.mu))
-        return AnnTable(self.new_ann_table(direction, inliers, vectors, metadata), transform, len(embeddings.mu))
+        if self._ann is None:
+            found = {direction: self.find_ann(direction) for direction in SEARCH_DIRECTIONS}
+            tables = {}
+            for direction, (table, metadata) in (found if None not in found.values() else {}).items():
+                transform = {key: np.array(metadata[key], dtype=np.float64) for key in ("mean", "scale")}
+                transform["keep"] = kept_columns(direction, self.dim, self.kl_weight)
+                transform["radius2"] = np.array([metadata["radius2"]])
+                transform["outliers"] = np.array(metadata["outliers"], dtype=np.int64)
+                tables[direction] = AnnTable(table, transform, int(metadata["rows"]))
+            self._ann = tables
+        return self._ann
 
     def ann_covers(self, size: int) -> bool:
         """Whether the ANN tables serve an index of ``size`` rows: built, and later rows no more than their own."""
         tables = self.ann_tables()
         return bool(tables) and all(size - table.rows <= table.rows for table in tables.values())
 
-    def ensure_ann_index(self, embeddings: GaussianEmbeddings) -> None:
-        """(Re)build the ANN tables from all stored ``embeddings`` unless they cover them: under the write lock,
-        after reading them again (another handle may have just built them)."""
-        if self.ann_covers(len(embeddings.mu)):
-            return
-        with self.writing():
-            self._ann = None
-            if not self.ann_covers(len(embeddings.mu)):
-                self._ann = {direction: self.write_ann(embeddings, direction) for direction in SEARCH_DIRECTIONS}
-
     def ann_candidates(
-        self, queries: GaussianEmbeddings, count: int, direction: str, size: int, options: dict[str, int]
+        self, queries: GaussianEmbeddings, count: int, direction: str, stored: GaussianEmbeddings, **options: Any
     ) -> torch.Tensor:
         """``(Q, C)`` ids: the ANN table's ``count`` nearest, then the rows added since it was built (flat scan) and
-        the items kept out of it."""
+        the items kept out of it. The ANN tables are first (re)built from all ``stored`` Gaussians unless they cover
+        them: under the write lock, after reading them again (another handle may have just built them)."""
+        size = len(stored.mu)
+        if not self.ann_covers(size):
+            with self.writing():
+                self._ann = None
+                if not self.ann_covers(size):
+                    tables = {}
+                    for table_direction in SEARCH_DIRECTIONS:  # metadata: the lift transform, the rows (JSON values)
+                        transform, inliers, vectors = fit_lift(stored, table_direction, self.kl_weight)
+                        metadata = {key: transform[key].tolist() for key in ("mean", "scale", "outliers")}
+                        metadata.update(radius2=float(transform["radius2"][0]), rows=size)
+                        table = self.new_ann_table(table_direction, inliers, vectors, metadata)
+                        tables[table_direction] = AnnTable(table, transform, size)
+                    self._ann = tables
         ann = self.ann_tables()[direction]
         vectors = query_vectors(queries, direction, self.kl_weight, ann.transform)
         parts = [self.hits(vectors, count, direction, ann=ann, options=options)]
         if size > ann.rows:
-            parts.append(self.candidates(queries, min(count, size - ann.rows), direction, first_id=ann.rows))
+            vectors = query_vectors(queries, direction, self.kl_weight)
+            parts.append(self.hits(vectors, min(count, size - ann.rows), direction, first_id=ann.rows))
         if len(ann.transform["outliers"]):
             outliers = torch.from_numpy(ann.transform["outliers"])
             parts.append(outliers.expand(len(queries), len(outliers)))
@@ -249,16 +202,11 @@ class DatabaseStore:
 
 
 class CollectionStore(DatabaseStore):
-    """A store in a named collection of a database that holds many (Qdrant, Milvus): ``uri`` = ``place#name``, the
-    settings in the collection's metadata under ``SETTINGS_KEY``, the ANN collections ``<name>_ann_<direction>``
-    with their transform under ``ANN_KEY``. An engine adds to [`DatabaseStore`]'s hooks ``connect(place)`` (its
-    client, cached), ``exists(client, name)``, ``metadata(client, name)`` (the ``SETTINGS_KEY`` and
-    ``ANN_KEY`` entries), ``is_database(path)`` (a local path holds one, looked at without opening it),
-    ``new_collection(settings)`` (the index's, empty), ``new_ann_collection(name, width, metadata)``,
-    ``drop(name)``, ``vector_sizes()`` (those stored, by field) and ``read_page(first_id, cursor)`` (``(rows, next
-    cursor)``: dicts of ``id``, ``mu``, ``logvar``, ``sentence``; ``None``: none left)."""
-
-    backend: ClassVar[str]  # the backend name that reopens it, for messages
+    """A store in a named collection (``uri`` = ``place#name``) of a Qdrant or Milvus database, its ANN collections
+    ``<name>_ann_<direction>``. An engine adds ``connect(place)`` (its client, cached), ``exists(client, name)``,
+    ``metadata(client, name)`` (the ``SETTINGS_KEY``, ``ANN_KEY`` entries), ``is_database(path)`` (seen unopened),
+    ``new_collection(settings)``, ``new_ann_collection(name, width, metadata)``, ``drop(name)``, ``vector_sizes()``,
+    ``read_page(first_id, cursor)`` (``(rows, next cursor or None)``, each row a dict: id, mu, logvar, sentence)."""
 
     def __init__(self, uri: str, settings: dict[str, Any]):
         super().__init__(uri, settings)
@@ -267,8 +215,7 @@ class CollectionStore(DatabaseStore):
 
     @classmethod
     def client_of(cls, place: str) -> Any:
-        """The engine's client of ``place`` (``connect``: one per process, as the embedded modes lock their files);
-        its errors (a place another process holds, no server) as one ``ValueError`` naming the place."""
+        """``connect(place)``, its errors (a place another process holds, no server) as a ``ValueError``."""
         try:
             return cls.connect(place)
         except Exception as error:
@@ -314,10 +261,8 @@ class CollectionStore(DatabaseStore):
         store = cls(uri, settings)
         found, expected = store.vector_sizes(), store.sizes()
         if found != expected:
-            raise ValueError(
-                f"{uri}: {cls.kind} {name!r} has the vector sizes {found}; its GaussianIndex settings (d = "
-                f"{store.dim}, kl_weight = {store.kl_weight}) need {expected}"
-            )
+            needed = f"its settings (d = {store.dim}, kl_weight = {store.kl_weight}) need {expected}"
+            raise ValueError(f"{uri}: {cls.kind} {name!r} has the vector sizes {found}; {needed}")
         return store, settings
 
     @classmethod
@@ -331,33 +276,29 @@ class CollectionStore(DatabaseStore):
     def check_new(cls, uri: str | Path) -> None:
         place, name = split_uri(uri)
         local = cls.local_path(uri)
-        if local is not None and not local.exists():
-            return
-        if cls.exists(cls.client_of(place), name):
-            raise FileExistsError(
-                f"{uri} already holds a collection {name!r}: reopen a GaussianIndex there with "
-                f"GaussianIndex.open({cls.backend!r}, {str(uri)!r}), remove it or pass another uri or #collection"
-            )
+        if (local is None or local.exists()) and cls.exists(cls.client_of(place), name):
+            reopen = f"GaussianIndex.open({cls.kind.split()[0].lower()!r}, {str(uri)!r})"  # 'qdrant', 'milvus'
+            message = f"reopen a GaussianIndex there with {reopen}, remove it or pass another uri or #collection"
+            raise FileExistsError(f"{uri} already holds a collection {name!r}: {message}")
 
     def writing(self) -> FileLock:
-        return write_lock(self.folder, None)  # machine-wide: the local modes keep their database to one process
+        """A lock file in the temporary folder: machine-wide, as the local modes keep their database to one process."""
+        digest = hashlib.sha256(self.folder.encode()).hexdigest()[:16]
+        return FileLock(str(Path(tempfile.gettempdir()) / f"gausscse-{digest}.lock"))
 
     def stored_settings(self) -> dict[str, Any]:
         try:
             metadata = self.metadata(self.client, self.name)
         except Exception as error:  # the client's own errors (a deleted collection, a server gone)
-            raise ValueError(
-                f"{self.uri}: the {self.kind} {self.name!r} cannot be read any more ({first_line(error)})"
-            ) from None
+            message = f"the {self.kind} {self.name!r} cannot be read any more ({first_line(error)})"
+            raise ValueError(f"{self.uri}: {message}") from None
         return metadata.get(SETTINGS_KEY) or {}
 
     def read(self, first_id: int = 0) -> tuple[GaussianEmbeddings, list[str | None]]:
-        rows, cursor = [], None
-        while True:
+        rows, cursor = self.read_page(first_id, None)
+        while cursor is not None:
             page, cursor = self.read_page(first_id, cursor)
             rows += page
-            if cursor is None:
-                break
         ids = np.array([row["id"] for row in rows], dtype=np.int64)
         order = in_id_order(ids, first_id, f"{self.uri} collection {self.name!r}")
 
@@ -380,9 +321,8 @@ class CollectionStore(DatabaseStore):
 
 
 class DatabaseBackend(SearchBackend):
-    """A backend whose Gaussians, sentences and maps live in a new table at the ``uri`` option (one that already
-    holds an index is refused), the shortlist from the store's flat raw inner-product scan. Every ``add`` is written
-    at once under the write lock; rows other handles wrote are read before each search (``sync``)."""
+    """A backend whose Gaussians, sentences and maps live in a new table at the ``uri`` option, written at every
+    ``add`` under the write lock; rows other handles wrote are read before each search (``sync``)."""
 
     database = True
     approximate: ClassVar[bool] = False  # shortlists from the engine's ANN index on the lifted maps
@@ -392,11 +332,10 @@ class DatabaseBackend(SearchBackend):
         super().__init__(index, options)
         self.uri = self.store_class.normalized(options["uri"])
         self.nprobes = options["nprobes"]
-        table = options.get("table")
-        if table is None:
+        self.table = options.get("table")
+        if self.table is None:
             settings = {**index.base_settings(), "nprobes": self.nprobes, "table_id": uuid.uuid4().hex}
-            table = self.store_class.create(self.uri, settings)
-        self.table = table
+            self.table = self.store_class.create(self.uri, settings)
 
     def settings(self) -> dict[str, Any]:
         return {"uri": self.uri, "nprobes": self.nprobes, "table_id": self.table.table_id}
@@ -417,11 +356,10 @@ class DatabaseBackend(SearchBackend):
         limit = self.store_class.max_shortlist
         if count >= len(self.index) or (limit is not None and count > limit):
             return None  # every item, or more than the engine returns: the index scores them all
-        if not self.approximate:
-            return self.table.candidates(queries, count, direction)
-        self.table.ensure_ann_index(self.index.embeddings)
+        if not self.approximate:  # a flat scan (the queries' maps scaled to unit length)
+            return self.table.hits(query_vectors(queries, direction, self.table.kl_weight), count, direction)
         options = {"nprobes": self.nprobes, "ef_search": self.index.ef_search}
-        return self.table.ann_candidates(queries, count, direction, len(self.index), options)
+        return self.table.ann_candidates(queries, count, direction, self.index.embeddings, **options)
 
     @classmethod
     def reopen(cls, settings: dict[str, Any], settings_file: Path, index_class: type[GaussianIndex]) -> GaussianIndex:
@@ -432,34 +370,18 @@ class DatabaseBackend(SearchBackend):
         try:
             index = cls.open(settings["uri"], index_class)
         except FileNotFoundError as error:
-            raise FileNotFoundError(
-                f"{settings_file} names the database {settings['uri']}, which is gone ({error})"
-            ) from None
+            gone = f"{settings_file} names the database {settings['uri']}, which is gone"
+            raise FileNotFoundError(f"{gone} ({error})") from None
         kind, uri, table_id = cls.store_class.kind, index.engine.uri, index.engine.table.table_id
         if settings.get("table_id") != table_id:
-            raise ValueError(
-                f"{settings_file} was built on the {kind} {settings.get('table_id')} at {uri}, which now holds "
-                f"another one ({table_id}): the database was replaced; build this index again"
-            )
-        ours = index.base_settings()
-        for key in ("dim", "reduction", "kl_weight"):
+            built = f"{settings_file} was built on the {kind} {settings.get('table_id')} at {uri}"
+            raise ValueError(f"{built}, which now holds another one ({table_id}): build this index again")
+        ours = {**index.base_settings(), "size": len(index)}
+        for key in ("dim", "reduction", "kl_weight", "size"):
             if settings.get(key) != ours.get(key):
-                raise ValueError(
-                    f"{settings_file} says {key}={settings.get(key)!r}, the {kind} at {uri} {key}={ours.get(key)!r}: "
-                    "the two do not belong together"
-                )
-        if len(index) != settings.get("size"):
-            size, name = settings.get("size"), settings_file.name
-            raise ValueError(f"{settings['uri']} holds {len(index)} Gaussians; {name} says {size}")
+                theirs = f"the {kind} at {uri} {key}={ours.get(key)!r}"
+                raise ValueError(f"{settings_file} says {key}={settings.get(key)!r}, {theirs}")
         return index
-
-    @classmethod
-    def holds_index(cls, uri: str | Path) -> bool:
-        return cls.store_class.holds(uri)
-
-    @classmethod
-    def check_new_place(cls, uri: str | Path) -> None:
-        cls.store_class.check_new(cls.store_class.normalized(uri))
 
     @classmethod
     def open(cls, uri: str | Path, index_class: type[GaussianIndex]) -> GaussianIndex:
@@ -478,8 +400,7 @@ class DatabaseBackend(SearchBackend):
 def backend_classes(
     store: type[DatabaseStore], flat: tuple[str, str], approximate: tuple[str, str]
 ) -> tuple[type[DatabaseBackend], type[DatabaseBackend]]:
-    """An engine's two backends on its ``store``: ``flat`` and ``approximate`` are (class name, ``backend=`` name);
-    the approximate one searches the engine's ANN index on the lifted maps (``ef_search``, ``nprobes``)."""
+    """An engine's two backends on its ``store``: ``flat`` and ``approximate`` are (class name, ``backend=`` name)."""
     flat_class = type(flat[0], (DatabaseBackend,), {"name": flat[1], "store_class": store})
     approximate_class = type(approximate[0], (flat_class,), {"name": approximate[1], "approximate": True})
     for backend, how in ((flat_class, "a flat raw inner-product scan"), (approximate_class, "its ANN index")):

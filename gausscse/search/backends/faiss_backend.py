@@ -1,10 +1,7 @@
-"""The FAISS backends: one FAISS index per search direction over the ``stored_map`` vectors.
-
-``"faiss"``: ``IndexFlatIP``; a query sends its ``query_map`` scaled to unit length in float64 (same ranking, no
-float32 overflow), so the inner product ranks by −KL or the search score. ``"faiss-hnsw"``: an L2 HNSW graph on the
-vectors turned into a nearest-neighbour problem (``gausscse.search.lift``). An item added later with ‖x‖² > R² joins
-the outliers; past ``MAX_OUTLIERS`` the graph is rebuilt at the next query.
-"""
+"""The FAISS backends: one FAISS index per search direction. ``"faiss"``: an ``IndexFlatIP`` of the ``stored_map``
+vectors (the inner product with a ``query_map`` ranks by −KL or the search score). ``"faiss-hnsw"``: an L2 HNSW graph
+on the lifted vectors (``gausscse.search.lift``); an item added later with ‖x‖² > R² joins the outliers, and past
+``MAX_OUTLIERS`` the graph is rebuilt at the next query."""
 
 from __future__ import annotations
 
@@ -40,8 +37,8 @@ def faiss_module():
 def stored_vectors(
     embeddings: GaussianEmbeddings, direction: str, kl_weight: float | None, transform: dict[str, np.ndarray]
 ) -> np.ndarray:
-    """The float32 C-contiguous vectors FAISS stores for ``embeddings``: their ``stored_map`` (``(N,
-    search_map_width(d, kl_weight))``), or with a lift ``transform`` the lifted maps (``gausscse.search.lift``)."""
+    """The float32 vectors FAISS stores for ``embeddings``: their ``stored_map``, or with a lift ``transform`` the
+    lifted maps."""
     if transform:
         return lifted(*scaled_vectors(embeddings, (direction, kl_weight), transform), transform)
     vectors = np.empty((len(embeddings.mu), search_map_width(embeddings.dim, kl_weight)), dtype=np.float32)
@@ -51,13 +48,10 @@ def stored_vectors(
 
 
 class FaissDirection:
-    """The FAISS index of one direction and, for ``"faiss-hnsw"``, the lift ``transform`` it was built with
-    (``{"keep", "mean", "scale", "radius2", "outliers"}``; empty for ``"faiss"``); ``kl_weight``: the search score's
-    λ (``None``: the KL maps)."""
+    """The FAISS index of one direction and, for ``"faiss-hnsw"``, the lift ``transform`` it was built with (empty
+    for ``"faiss"``); ``kl_weight``: the search score's λ (``None``: the KL maps)."""
 
-    def __init__(
-        self, direction: str, faiss_index: Any, transform: dict[str, np.ndarray], kl_weight: float | None = None
-    ):
+    def __init__(self, direction: str, faiss_index: Any, transform: dict[str, np.ndarray], kl_weight: float | None):
         self.direction, self.faiss_index, self.transform, self.kl_weight = direction, faiss_index, transform, kl_weight
         if transform:
             transform.setdefault("outliers", np.empty(0, dtype=np.int64))
@@ -68,11 +62,9 @@ class FaissDirection:
         return int(self.faiss_index.ntotal) + len(self.transform.get("outliers", ()))
 
     @classmethod
-    def build(
-        cls, backend: str, direction: str, embeddings: GaussianEmbeddings, ef_search: int, kl_weight: float | None
-    ) -> FaissDirection:
-        """The index of ``direction`` over the stored ``embeddings``."""
-        faiss = faiss_module()
+    def build(cls, backend: str, direction: str, index: Any) -> FaissDirection:
+        """The index of ``direction`` over the items stored in the GaussianIndex ``index``."""
+        faiss, embeddings, kl_weight = faiss_module(), index.embeddings, index.kl_weight
         if backend == EXACT:
             vectors = stored_vectors(embeddings, direction, kl_weight, {})
             faiss_index = faiss.IndexFlatIP(vectors.shape[1])
@@ -83,7 +75,7 @@ class FaissDirection:
         faiss.downcast_index(faiss_index.index).hnsw.efConstruction = HNSW_EF_CONSTRUCTION
         faiss_index.add_with_ids(vectors, inliers)
         built = cls(direction, faiss_index, transform, kl_weight)
-        built.set_ef_search(ef_search)
+        built.set_ef_search(index.ef_search)
         return built
 
     def set_ef_search(self, ef_search: int) -> None:
@@ -134,60 +126,12 @@ class FaissDirection:
             expected = stored_vectors(sample, self.direction, self.kl_weight, self.transform)
             scale = np.abs(expected).max(axis=1, keepdims=True) + 1e-30
             if not np.allclose(vectors / scale, expected / scale, rtol=0.0, atol=1e-4):
-                raise ValueError(
-                    f"{path} does not hold the {self.direction} vectors of this index's Gaussians: the file belongs to "
-                    "another index or direction"
-                )
-
-    def save(self, folder: Path) -> None:
-        """``<direction>.faiss`` (FAISS's own format) and, if any, ``<direction>.transform.safetensors``."""
-        faiss_module().write_index(self.faiss_index, str(folder / f"{self.direction}.faiss"))
-        if self.transform:
-            save_file(self.transform, str(folder / f"{self.direction}.transform.safetensors"))
-
-    @classmethod
-    def from_files(
-        cls, backend: str, direction: str, index: Any, folder: Path, files: dict[str, bytes]
-    ) -> FaissDirection | None:
-        """The direction [`save`] wrote into ``folder`` (read as ``files``) for the GaussianIndex ``index``, or
-        ``None`` if it was never built; ``ValueError`` naming a damaged file or one not derived from ``index``."""
-        name = f"{direction}.faiss"
-        if name not in files:
-            return None
-        try:
-            faiss_index = faiss_module().deserialize_index(np.frombuffer(files.pop(name), dtype=np.uint8))
-        except RuntimeError as error:
-            raise ValueError(f"{folder / name} is not a FAISS index FAISS can read ({first_line(error)})") from None
-        width = search_map_width(index.dim, index.kl_weight)
-        if faiss_index.d != width:
-            raise ValueError(
-                f"{folder / name} holds {faiss_index.d}-dimensional vectors; this index's are {width} (d = {index.dim}"
-                f"{'' if index.kl_weight is None else ', search score'}): the file belongs to another index"
-            )
-        transform = {}
-        if backend == HNSW:
-            path = folder / f"{direction}.transform.safetensors"
-            if path.name not in files:
-                raise ValueError(f"{path} is missing: the {backend} index cannot be searched")
-            try:
-                transform = dict(load(files.pop(path.name)))
-            except Exception as error:  # safetensors raises its own SafetensorError
-                raise ValueError(f"{path} is damaged ({first_line(error)})") from None
-            if not {"keep", "scale", "radius2"} <= transform.keys():
-                raise ValueError(f"{path} lacks keep/scale/radius2: the index is damaged")
-            transform.setdefault("mean", np.zeros(len(transform["keep"])))  # a transform without one: not centred
-        loaded = cls(direction, faiss_index, transform, index.kl_weight)
-        if transform:
-            loaded.set_ef_search(index.ef_search)
-        if loaded.size != len(index):
-            raise ValueError(f"{folder / name} holds {loaded.size} vectors, the index {len(index)}")
-        loaded.check_derived_from(index.embeddings, folder / name)
-        return loaded
+                wrong = f"{path} does not hold the {self.direction} vectors of this index's Gaussians"
+                raise ValueError(f"{wrong}: the file belongs to another index or direction")
 
 
 class FaissFlat(SearchBackend):
-    """``backend="faiss"``: the shortlist of an ``IndexFlatIP`` per direction, built at its first search and
-    extended by later adds."""
+    """``backend="faiss"``: an ``IndexFlatIP`` per direction, built at its first search and extended by later adds."""
 
     name = EXACT
 
@@ -198,10 +142,7 @@ class FaissFlat(SearchBackend):
     def direction(self, direction: str) -> FaissDirection:
         """The FAISS index of ``direction`` (built from the stored items on first use)."""
         if direction not in self.directions:
-            index = self.index
-            self.directions[direction] = FaissDirection.build(
-                self.name, direction, index.embeddings, index.ef_search, index.kl_weight
-            )
+            self.directions[direction] = FaissDirection.build(self.name, direction, self.index)
         return self.directions[direction]
 
     def added(self, embeddings: GaussianEmbeddings, first_id: int) -> None:
@@ -213,16 +154,51 @@ class FaissFlat(SearchBackend):
         return self.direction(direction).candidates(queries, count)
 
     def write_files(self, folder: Path) -> None:
-        """Both directions' files, built now where no query built them, so a loaded index answers at once."""
+        """Per direction ``<direction>.faiss`` (FAISS's own format) and, for HNSW, its lift transform
+        ``<direction>.transform.safetensors``; built now where no query built them, so a loaded index answers at once;
+        none for an empty index."""
         if len(self.index):
             for direction in SEARCH_DIRECTIONS:
-                self.direction(direction).save(folder)
+                built = self.direction(direction)
+                faiss_module().write_index(built.faiss_index, str(folder / f"{direction}.faiss"))
+                if built.transform:
+                    save_file(built.transform, str(folder / f"{direction}.transform.safetensors"))
 
     def read_files(self, folder: Path, files: dict[str, bytes]) -> None:
+        """The directions [`write_files`] wrote; ``ValueError`` naming a damaged file or one not derived from the
+        index's Gaussians."""
+        index = self.index
         for direction in SEARCH_DIRECTIONS:
-            built = FaissDirection.from_files(self.name, direction, self.index, folder, files)
-            if built is not None:
-                self.directions[direction] = built
+            name = f"{direction}.faiss"
+            if name not in files:
+                continue
+            try:
+                faiss_index = faiss_module().deserialize_index(np.frombuffer(files.pop(name), dtype=np.uint8))
+            except RuntimeError as error:
+                raise ValueError(f"{folder / name} is not a FAISS index FAISS can read ({first_line(error)})") from None
+            width = search_map_width(index.dim, index.kl_weight)
+            if faiss_index.d != width:
+                found = f"{folder / name} holds {faiss_index.d}-dimensional vectors; this index's are {width}"
+                raise ValueError(f"{found}: the file belongs to another index")
+            transform = {}
+            if self.name == HNSW:
+                path = folder / f"{direction}.transform.safetensors"
+                if path.name not in files:
+                    raise ValueError(f"{path} is missing: the {self.name} index cannot be searched")
+                try:
+                    transform = dict(load(files.pop(path.name)))
+                except Exception as error:  # safetensors raises its own SafetensorError
+                    raise ValueError(f"{path} is damaged ({first_line(error)})") from None
+                if not {"keep", "scale", "radius2"} <= transform.keys():
+                    raise ValueError(f"{path} lacks keep/scale/radius2: the index is damaged")
+                transform.setdefault("mean", np.zeros(len(transform["keep"])))  # a transform without one: not centred
+            loaded = FaissDirection(direction, faiss_index, transform, index.kl_weight)
+            if transform:
+                loaded.set_ef_search(index.ef_search)
+            if loaded.size != len(index):
+                raise ValueError(f"{folder / name} holds {loaded.size} vectors, the index {len(index)}")
+            loaded.check_derived_from(index.embeddings, folder / name)
+            self.directions[direction] = loaded
 
 
 class FaissHnsw(FaissFlat):

@@ -1,8 +1,6 @@
-"""The LanceDB backends: an embedded database (a folder of Lance files, no server) searched with its ``dot`` metric;
-``"lancedb"`` scans flat, ``"lancedb-ann"`` goes through LanceDB's IVF index (``IVF_FLAT``, ``nprobes`` partitions
-scanned per query) on the lifted maps, in the tables ``ann_<direction>`` under ``l2``. Table ``gaussians`` holds the
-rows of ``gausscse.search.backends.database`` (float32, never normalised: cosine or L2 would rank by something else).
-"""
+"""The LanceDB backends: an embedded database (a folder of Lance files) whose table ``gaussians`` holds the rows of
+``gausscse.search.backends.database``. ``"lancedb"`` scans them under ``dot``, ``"lancedb-ann"`` goes through an
+``IVF_FLAT`` index (``nprobes`` partitions scanned per query) on the lifted maps, in the tables ``ann_<direction>``."""
 
 from __future__ import annotations
 
@@ -26,13 +24,12 @@ from gausscse.search.backends.database import (
     backend_classes,
     check_unused,
     in_id_order,
-    write_lock,
 )
 
 LANCEDB, LANCEDB_ANN = "lancedb", "lancedb-ann"
 TABLE_NAME = "gaussians"
-ANN_INDEX_TYPE = "IVF_FLAT"
 MIN_ROWS_PER_PARTITION = 256  # IVF partitions: √N, at least this many rows each (k-means needs data)
+WRITE_LOCK = ".gausscse-write.lock"  # the file lock writers of a database take, in its folder
 
 
 def connect(uri: str | Path):
@@ -52,11 +49,6 @@ def arrow_rows(ids: np.ndarray, columns: dict[str, Any], schema):
             values = np.ascontiguousarray(values, dtype=np.float32)
             data[name] = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
     return pa.table(data, schema=schema)
-
-
-def is_database(uri: str | Path) -> bool:
-    """Whether the folder ``uri`` holds a GaussianIndex table (checked without opening it)."""
-    return (Path(uri) / f"{TABLE_NAME}.lance").is_dir()
 
 
 def metadata_value(table, key: str, where: str) -> Any:
@@ -108,22 +100,18 @@ class LanceTable(DatabaseStore):
 
     @classmethod
     def holds(cls, uri: str | Path) -> bool:
-        return is_database(uri)
+        return (Path(uri) / f"{TABLE_NAME}.lance").is_dir()  # seen without opening it
 
     @classmethod
     def check_new(cls, uri: str | Path) -> None:
-        """Refused: a database already there (reopened with ``GaussianIndex.load(uri)``), or a folder with
-        anything else in it."""
-        folder = Path(uri)
-        if is_database(folder):
-            raise FileExistsError(
-                f"{uri} already holds a GaussianIndex database: reopen it with GaussianIndex.load({str(uri)!r}), "
-                "remove it or pass another uri"
-            )
-        check_unused(folder, "a LanceDB database needs a new or empty folder of its own")
+        if cls.holds(uri):
+            reopen = f"reopen it with GaussianIndex.load({str(uri)!r}), remove it or pass another uri"
+            raise FileExistsError(f"{uri} already holds a GaussianIndex database: {reopen}")
+        check_unused(Path(uri), "a LanceDB database needs a new or empty folder of its own")
 
     def writing(self) -> FileLock:
-        return write_lock(self.uri, Path(self.uri))
+        Path(self.uri).mkdir(parents=True, exist_ok=True)
+        return FileLock(str(Path(self.uri) / WRITE_LOCK))
 
     def stored_settings(self) -> dict[str, Any]:
         try:
@@ -151,9 +139,8 @@ class LanceTable(DatabaseStore):
         in_id_order(rows["id"].to_numpy(), first_id, f"{self.uri} table {TABLE_NAME!r}")
 
         def matrix(name: str) -> torch.Tensor:
-            column = rows[name].combine_chunks()
-            width = column.type.list_size
-            return torch.from_numpy(column.values.to_numpy(zero_copy_only=False).reshape(-1, width).copy())
+            column = rows[name].combine_chunks()  # its own width: index.checked names one that is not the settings' d
+            return torch.from_numpy(column.flatten().to_numpy().reshape(-1, column.type.list_size).copy())
 
         return GaussianEmbeddings(matrix("mu"), matrix("logvar")), rows["sentence"].to_pylist()
 
@@ -177,31 +164,26 @@ class LanceTable(DatabaseStore):
         if len(ids):
             partitions = max(1, min(int(math.sqrt(len(ids))), len(ids) // MIN_ROWS_PER_PARTITION))
             table.create_index(
-                metric="l2", vector_column_name="vector", index_type=ANN_INDEX_TYPE, num_partitions=partitions
+                metric="l2", vector_column_name="vector", index_type="IVF_FLAT", num_partitions=partitions
             )
         return table
 
     def search(self, vectors: np.ndarray, count: int, direction: str, first_id=0, ann=None, options=None) -> list:
         """The rows nearest each of ``vectors`` under ``dot`` (a flat scan), or under ``l2`` through the IVF index of
         ``ann`` (``nprobes`` partitions); each query's ids in no particular order."""
-        table, column, metric = (
-            (self.table, MAP_FIELDS[direction], "dot") if ann is None else (ann.table, "vector", "l2")
-        )
-        if ann is not None:
-            # on the stored vectors' sphere (norm R): IVF picks partitions by L2 to centroids of unequal norms, and a
-            # unit-length query would pick those of smallest norm instead of largest inner product
-            vectors = vectors * math.sqrt(ann.transform["radius2"][0])
-        query = table.search(list(np.ascontiguousarray(vectors, dtype=np.float32)), vector_column_name=column)
-        query = query.distance_type(metric).select(["id", "_distance"]).limit(count)
-        if ann is not None:
-            query = query.nprobes(options["nprobes"])
-        else:
+        if ann is None:
+            query = self.table.search(list(vectors), vector_column_name=MAP_FIELDS[direction]).distance_type("dot")
             query = query.bypass_vector_index()
             if first_id:
                 query = query.where(f"id >= {first_id}", prefilter=True)
-        found = query.to_arrow()
-        names = found.schema.names
-        owner = found["query_index"].to_numpy() if "query_index" in names else np.zeros(found.num_rows, np.int64)
+        else:  # on the stored vectors' sphere (norm R): IVF picks partitions by L2 to centroids of unequal norms, and
+            # a unit-length query would pick those of smallest norm instead of largest inner product
+            vectors = (vectors * math.sqrt(ann.transform["radius2"][0])).astype(np.float32)
+            query = ann.table.search(list(vectors), vector_column_name="vector").distance_type("l2")
+            query = query.nprobes(options["nprobes"])
+        found = query.select(["id", "_distance"]).limit(count).to_arrow()
+        has_owner = "query_index" in found.schema.names
+        owner = found["query_index"].to_numpy() if has_owner else np.zeros(found.num_rows, np.int64)
         order = np.argsort(owner, kind="stable")  # each query's rows together
         return np.split(found["id"].to_numpy()[order], np.searchsorted(owner[order], np.arange(1, len(vectors))))
 

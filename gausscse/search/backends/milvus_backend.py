@@ -1,13 +1,10 @@
 """The Milvus backends: ``"milvus"`` (a ``FLAT`` index under ``IP``) and ``"milvus-hnsw"`` (Milvus's HNSW index on
-the lifted maps, ``ef_search`` = HNSW's ``ef``); the rows and scans are ``gausscse.search.backends.database``'s.
-
-``uri``: a Milvus Lite file ending in ``.db`` (embedded, no server) or a server URL, ``#name`` picking the
-collection (letters, digits, ``_``); ``id`` is the primary key. A search returns at most 16,384 hits per query; a
-longer shortlist is left to the index's exact scan.
-"""
+the lifted maps, ``ef`` = ``ef_search``). ``uri``: a Milvus Lite file ending in ``.db`` or a server URL, ``#name``
+picking the collection. A search returns at most 16,384 hits per query: a longer shortlist is an exact scan."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -43,7 +40,6 @@ class MilvusStore(CollectionStore):
     """One index's collection in a Milvus database (module docstring)."""
 
     kind = "Milvus collection"
-    backend = MILVUS
     default_suffix = ".milvus.db"
     place = "a Milvus Lite file ending in .db or a server URL, with an optional #collection"
     max_shortlist = MAX_HITS
@@ -59,11 +55,9 @@ class MilvusStore(CollectionStore):
         """The properties ``SETTINGS_KEY`` and ``ANN_KEY``, JSON decoded (left out where they are not JSON)."""
         properties = client.describe_collection(name).get("properties", {})
         decoded = {}
-        for key in (database.SETTINGS_KEY, database.ANN_KEY):
-            try:
+        for key in properties.keys() & {database.SETTINGS_KEY, database.ANN_KEY}:
+            with contextlib.suppress(TypeError, ValueError):
                 decoded[key] = json.loads(properties[key])
-            except (KeyError, TypeError, ValueError):
-                continue
         return decoded
 
     @classmethod
@@ -78,8 +72,8 @@ class MilvusStore(CollectionStore):
             raise ValueError(f"uri {place}#{name}: a Milvus collection name is letters, digits and '_', got {name!r}")
 
     def make_collection(self, name: str, fields: dict[str, tuple], index: dict[str, dict], properties: dict) -> None:
-        """The collection ``name`` with an ``INT64`` primary key ``id``, the ``fields`` (``{name: (DataType name,
-        keyword arguments)}``), the vector ``index`` (``{field: add_index arguments}``) and JSON ``properties``."""
+        """The collection ``name``: an ``INT64`` key ``id``, ``fields`` ``{name: (DataType name, options)}``, ``index``
+        ``{field: add_index options}`` and JSON ``properties``."""
         data_type = milvus_module().DataType
         schema = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", data_type.INT64, is_primary=True)
@@ -114,9 +108,8 @@ class MilvusStore(CollectionStore):
 
     def vector_sizes(self) -> dict[str, int]:
         """The ``dim`` of the vector fields and the ``max_capacity`` of the arrays."""
-        params = {
-            field["name"]: field.get("params", {}) for field in self.client.describe_collection(self.name)["fields"]
-        }
+        described = self.client.describe_collection(self.name)["fields"]
+        params = {field["name"]: field.get("params", {}) for field in described}
         return {
             name: params.get(name, {}).get("dim", params.get(name, {}).get("max_capacity")) for name in self.sizes()
         }

@@ -1,11 +1,7 @@
 """The Qdrant backends: ``"qdrant"`` (a flat ``Distance.DOT`` scan) and ``"qdrant-hnsw"`` (Qdrant's HNSW graph on
-the lifted maps, ``ef_search`` = ``hnsw_ef``; the embedded mode has no graph and scans every point); the rows and
-scans are ``gausscse.search.backends.database``'s.
-
-``uri``: a local folder (embedded mode), ``":memory:"`` or a server URL, ``#name`` picking the collection. A point's
-id is its item's; named vectors ``entailing``, ``entailed_by`` (the stored maps), ``mu`` and ``logvar`` (never
-searched); payload ``id`` and ``sentence``. ``DOT`` on the lifted vectors of equal norm R ranks as L2 does.
-"""
+the lifted maps, ``hnsw_ef`` = ``ef_search``; the embedded mode has no graph and scans every point). ``uri``: a local
+folder, ``":memory:"`` or a server URL, ``#name`` picking the collection. A point: named vectors ``entailing``,
+``entailed_by`` (the stored maps), ``mu`` and ``logvar``; payload ``id`` and ``sentence``."""
 
 from __future__ import annotations
 
@@ -44,15 +40,10 @@ class QdrantStore(CollectionStore):
     """One index's collection in a Qdrant database (module docstring)."""
 
     kind = "Qdrant collection"
-    backend = QDRANT
     default_suffix = ".qdrant"
     place = "a Qdrant folder, ':memory:' or server URL, with an optional #collection"
     map_fields = MAP_VECTORS
     connect = staticmethod(connect)
-
-    def __init__(self, uri: str, settings: dict[str, Any]):
-        super().__init__(uri, settings)
-        self.remote = database.is_server(self.folder)
 
     @staticmethod
     def exists(client, name: str) -> bool:
@@ -76,14 +67,13 @@ class QdrantStore(CollectionStore):
 
     def new_collection(self, settings: dict[str, Any]) -> None:
         models = qdrant_models()
-        vectors = {
-            name: models.VectorParams(size=size, distance=models.Distance.DOT) for name, size in self.sizes().items()
-        }
+        dot = models.Distance.DOT
+        vectors = {name: models.VectorParams(size=size, distance=dot) for name, size in self.sizes().items()}
         no_graph = models.HnswConfigDiff(m=0)  # scanned exactly: a graph would only cost
         self.client.create_collection(
             self.name, vectors_config=vectors, hnsw_config=no_graph, metadata={database.SETTINGS_KEY: settings}
         )
-        if self.remote:  # the flat scan of rows added after an ANN build filters on it
+        if database.is_server(self.folder):  # the flat scan of rows added after an ANN build filters on it
             self.client.create_payload_index(self.name, "id", models.PayloadSchemaType.INTEGER)
 
     def new_ann_collection(self, name: str, width: int, metadata: dict[str, Any]) -> None:
@@ -101,12 +91,8 @@ class QdrantStore(CollectionStore):
     def vector_sizes(self) -> dict[str, int]:
         """The sizes of the collection's named ``DOT`` vectors."""
         vectors = self.client.get_collection(self.name).config.params.vectors
-        dot = qdrant_models().Distance.DOT
-        return {
-            name: params.size
-            for name, params in (vectors if isinstance(vectors, dict) else {}).items()
-            if params.distance == dot
-        }
+        named, dot = vectors if isinstance(vectors, dict) else {}, qdrant_models().Distance.DOT
+        return {name: params.size for name, params in named.items() if params.distance == dot}
 
     def changed(self, known_rows: int) -> bool:
         return self.client.count(self.name, exact=True).count != known_rows
@@ -155,7 +141,7 @@ class QdrantStore(CollectionStore):
         else:
             collection, request = ann.table, {}
             params = models.SearchParams(hnsw_ef=max(options["ef_search"], count))
-        request["params"] = params if self.remote else None
+        request["params"] = params if database.is_server(self.folder) else None
         requests = [models.QueryRequest(query=row, limit=count, with_payload=False, **request) for row in vectors]
         return [[point.id for point in hits.points] for hits in self.client.query_batch_points(collection, requests)]
 

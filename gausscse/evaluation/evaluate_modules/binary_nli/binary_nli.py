@@ -1,12 +1,9 @@
 """Binary NLI (Yoda et al., EACL 2024, §3.1) as a self-contained `evaluate` module (numpy and sklearn only).
-
-Inputs: `predictions` (scores, higher = more likely entailment), `references` (1/True = entailment), optional
-`threshold`. Returns fractions in [0, 1]: `accuracy` of "entailment iff score >= threshold" at `threshold` (if not
-given: at `best_threshold`), the `threshold` used, `best_accuracy`/`best_threshold` (the most accurate threshold of the
-grid 0, 0.001, …, 1, the smallest among ties), `auprc` (the paper's sweep: precision/recall at every grid threshold,
-precision 1 where nothing is predicted positive, plus sklearn's (recall 0, precision 1) anchor; trapezoid over recall)
-and `average_precision` (sklearn's step-wise AP, threshold free).
-"""
+`predictions`: scores (higher = entailment), `references`: 1/True = entailment, optional `threshold`. Fractions in
+[0, 1]: `accuracy` of "entailment iff score >= threshold" at `threshold` (returned too; default `best_threshold`),
+`best_accuracy` and `best_threshold` (the most accurate of the grid 0, 0.001, …, 1, the smallest among ties), `auprc`
+(the paper's sweep: precision/recall at each grid threshold, precision 1 where nothing is predicted positive, then the
+(recall 0, precision 1) anchor; trapezoid over recall) and `average_precision` (sklearn's AP, threshold free)."""
 
 from collections import namedtuple
 
@@ -17,9 +14,11 @@ from sklearn.metrics import average_precision_score
 
 THRESHOLD_GRID = np.round(np.arange(1001) / 1000.0, 3)
 CITATION = "Yoda, Tsukagoshi, Sasano, Takeda. Sentence Representations via Gaussian Embedding. EACL 2024."
+PrecisionRecallSweep = namedtuple("PrecisionRecallSweep", "thresholds precision recall")
 
 
-def _scores_and_labels(scores, labels) -> tuple[np.ndarray, np.ndarray]:
+def _inputs_and_counts(scores, labels, thresholds) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(scores, labels, TP, FP)`` of the rule "score >= t" at every threshold t, the inputs checked."""
     scores, labels = np.asarray(scores, dtype=np.float64).reshape(-1), np.asarray(labels).reshape(-1)
     if scores.shape != labels.shape:
         raise ValueError(f"scores and labels must have the same length, got {scores.size} and {labels.size}")
@@ -29,30 +28,19 @@ def _scores_and_labels(scores, labels) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"scores[{int(np.flatnonzero(~np.isfinite(scores))[0])}] is NaN or inf")
     if labels.dtype != bool and not np.isin(labels, (0, 1)).all():
         raise ValueError(f"labels must be booleans or 0/1, got {labels[~np.isin(labels, (0, 1))][0]!r}")
-    return scores, labels.astype(bool)
-
-
-def _counts(scores, labels, thresholds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(thresholds, TP, FP)`` of the rule "score >= t" at every threshold t."""
-    thresholds = np.asarray(thresholds, dtype=np.float64).reshape(-1)
-    if thresholds.size == 0 or np.any(np.diff(thresholds) <= 0):
+    if np.size(thresholds) == 0 or np.any(np.diff(thresholds) <= 0):
         raise ValueError("thresholds must be a non-empty, strictly increasing sequence")
+    labels = labels.astype(bool)
     positive, negative = np.sort(scores[labels]), np.sort(scores[~labels])
-    return (
-        thresholds,
-        positive.size - np.searchsorted(positive, thresholds, side="left"),
-        negative.size - np.searchsorted(negative, thresholds, side="left"),
-    )
-
-
-PrecisionRecallSweep = namedtuple("PrecisionRecallSweep", "thresholds precision recall")
+    true_positives = positive.size - np.searchsorted(positive, thresholds, side="left")
+    return scores, labels, true_positives, negative.size - np.searchsorted(negative, thresholds, side="left")
 
 
 def precision_recall_sweep(scores, labels, thresholds=THRESHOLD_GRID) -> PrecisionRecallSweep:
     """By increasing threshold t: P(t) = TP/(TP+FP) (1 when nothing is predicted positive), R(t) = TP/#positives;
     then the anchor (R=0, P=1) at t = inf."""
-    scores, labels = _scores_and_labels(scores, labels)
-    thresholds, true_positives, false_positives = _counts(scores, labels, thresholds)
+    thresholds = np.asarray(thresholds, dtype=np.float64).reshape(-1)
+    scores, labels, true_positives, false_positives = _inputs_and_counts(scores, labels, thresholds)
     positives = int(labels.sum())
     if positives == 0:
         raise ValueError("labels has no positive example: precision and recall are undefined")
@@ -71,11 +59,10 @@ class BinaryNLI(evaluate.Metric):
         return evaluate.MetricInfo(description=__doc__, citation=CITATION, features=datasets.Features(features))
 
     def _compute(self, predictions, references, threshold: float | None = None) -> dict[str, float]:
-        scores, labels = _scores_and_labels(predictions, references)
-        grid, true_positives, false_positives = _counts(scores, labels, THRESHOLD_GRID)
+        scores, labels, true_positives, false_positives = _inputs_and_counts(predictions, references, THRESHOLD_GRID)
         correct = true_positives + (~labels).sum() - false_positives
         best = int(np.argmax(correct))  # the first maximum: the smallest threshold
-        best_accuracy, best_threshold = float(correct[best] / scores.size), float(grid[best])
+        best_accuracy, best_threshold = float(correct[best] / scores.size), float(THRESHOLD_GRID[best])
         sweep = precision_recall_sweep(scores, labels)
         return {
             "accuracy": best_accuracy if threshold is None else float(np.mean((scores >= threshold) == labels)),

@@ -1,10 +1,7 @@
-"""McNemar's test on two models' paired correctness as a self-contained `evaluate` module (numpy and scipy only).
-
-Inputs: `correct_a`, `correct_b` (1 where model A / B is correct, same examples in the same order). With
-b = `only_a_correct` and c = `only_b_correct`: `p_value` is the exact two-sided binomial test of b out of b + c at ½
-(scipy.stats.binomtest), `chi2` = (|b − c| − 1)² / (b + c) (continuity-corrected) and `chi2_p_value` its χ²(1)
-p-value; with no discordant pair p = 1 and χ² = 0.
-"""
+"""McNemar's test on two models' paired correctness (`correct_a`, `correct_b`: 1 where A / B is correct) as a
+self-contained `evaluate` module (numpy and scipy only). With b = `only_a_correct`, c = `only_b_correct`: `p_value`
+(exact two-sided binomial test of b out of b + c at ½), `chi2` = (|b − c| − 1)² / (b + c) and `chi2_p_value` (χ²(1));
+with no discordant pair p = 1 and χ² = 0."""
 
 import datasets
 import evaluate

@@ -1,13 +1,9 @@
-"""Ranking metrics with binary relevance as a self-contained `evaluate` module (numpy only), with the definitions of
-sentence-transformers' ``InformationRetrievalEvaluator``.
-
-Inputs: `predictions` (per query, the retrieved corpus ids, best first, at least 100 where the corpus has them),
-`references` (per query, its relevant ids, at least one). Returns the mean over queries (fractions in [0, 1]) of:
-`accuracy@1` (the first hit is relevant), `mrr@10` (1 / rank of the first relevant hit within 10, else 0), `ndcg@10`
-(DCG = Σ_i rel_i / log2(i + 1) over ranks 1..10, divided by the DCG of min(|relevant|, 10) relevant hits),
-`recall@10` (|relevant ∩ top 10| / |relevant|) and `map@100` (Σ of the precision at each relevant hit within 100,
-divided by min(|relevant|, 100)).
-"""
+"""Ranking metrics with binary relevance, as sentence-transformers' ``InformationRetrievalEvaluator`` defines them, as a
+self-contained `evaluate` module (numpy only). `predictions`: per query, the retrieved ids, best first (top 100);
+`references`: per query, its relevant ids (at least one). Means over queries, in [0, 1]: `accuracy@1` (the first hit is
+relevant), `mrr@10` (1 / rank of the first relevant hit in the top 10, else 0), `ndcg@10` (DCG = Σ_i rel_i / log2(i + 1)
+over ranks 1..10, / the DCG of min(|relevant|, 10) relevant hits), `recall@10` (|relevant ∩ top 10| / |relevant|) and
+`map@100` (Σ of the precision at each relevant hit within 100, / min(|relevant|, 100))."""
 
 import datasets
 import evaluate
@@ -35,15 +31,12 @@ def query_metrics(ranked, relevant) -> dict[str, float]:
 class Retrieval(evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
         ids = datasets.Sequence(datasets.Value("int64"))
-        return evaluate.MetricInfo(
-            description=__doc__, citation=CITATION, features=datasets.Features({"predictions": ids, "references": ids})
-        )
+        features = datasets.Features({"predictions": ids, "references": ids})
+        return evaluate.MetricInfo(description=__doc__, citation=CITATION, features=features)
 
     def _compute(self, predictions, references) -> dict[str, float]:
         if len(predictions) != len(references) or not predictions:
-            raise ValueError(
-                f"need one ranking per query and at least one query, got {len(predictions)} rankings and "
-                f"{len(references)} relevant sets"
-            )
+            got = f"got {len(predictions)} rankings and {len(references)} relevant sets"
+            raise ValueError(f"need one ranking per query and at least one query, {got}")
         per_query = [query_metrics(ranked, relevant) for ranked, relevant in zip(predictions, references, strict=True)]
         return {name: float(np.mean([metrics[name] for metrics in per_query])) for name in per_query[0]}

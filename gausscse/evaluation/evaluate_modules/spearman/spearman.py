@@ -1,8 +1,5 @@
-"""Spearman's ρ for STS as a self-contained `evaluate` module (numpy and scipy only).
-
-Inputs: `predictions` (predicted similarities), `references` (gold scores). Returns `spearman`: scipy.stats.spearmanr
-(the Pearson correlation of the ranks, ties given their average rank), NaN when either side is constant. For SimCSE's
-"all" aggregation pass the concatenation of every subset of a year's file.
+"""Spearman's ρ for STS as a self-contained `evaluate` module (numpy and scipy only): `spearman` of `predictions`
+against `references` (scipy.stats.spearmanr), NaN when either is constant. SimCSE's "all": pass every subset at once.
 """
 
 import datasets
@@ -15,8 +12,7 @@ CITATION = "Gao, Yao, Chen. SimCSE: Simple Contrastive Learning of Sentence Embe
 
 class Spearman(evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
-        value = datasets.Value("float64")
-        features = datasets.Features({"predictions": value, "references": value})
+        features = datasets.Features({name: datasets.Value("float64") for name in ("predictions", "references")})
         return evaluate.MetricInfo(description=__doc__, citation=CITATION, features=features)
 
     def _compute(self, predictions, references) -> dict[str, float]:
