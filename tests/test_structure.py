@@ -120,6 +120,23 @@ def test_the_package_has_no_import_cycle():
     graphlib.TopologicalSorter(graph).prepare()  # CycleError names the cycle
 
 
+MAX_FUNCTION_LINES = 80  # issue 38: a function a newcomer reads at once
+MAX_MODEL_FILE_LINES = 450  # modeling_gausscse.py holds the model: forward, heads, similarity API
+
+
+def test_no_package_function_is_over_80_lines_and_the_model_file_stays_small():
+    long_functions = [
+        f"{path.relative_to(REPO_ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in package_files().values()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert long_functions == []
+    model_file = REPO_ROOT / "gausscse" / "model" / "modeling_gausscse.py"
+    assert len(model_file.read_text(encoding="utf-8").splitlines()) <= MAX_MODEL_FILE_LINES
+
+
 def test_the_package_imports_neither_the_studies_nor_the_benchmarks():
     """``gausscse/`` is what a user of the model runs; ``studies/`` and ``bench/`` build on it, never the reverse."""
     offending = {
