@@ -120,7 +120,7 @@ def test_the_package_has_no_import_cycle():
     graphlib.TopologicalSorter(graph).prepare()  # CycleError names the cycle
 
 
-MAX_FUNCTION_LINES = 80  # issue 38: a function a newcomer reads at once
+MAX_FUNCTION_LINES = 80  # a function a newcomer reads at once
 MAX_MODEL_FILE_LINES = 450  # modeling_gausscse.py holds the model: forward, heads, similarity API
 
 
