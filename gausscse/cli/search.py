@@ -21,6 +21,7 @@ from gausscse.io import check_not_nested, check_output_location, check_replaceab
 from gausscse.loading import ModelLoadError, load_model
 from gausscse.model import GaussCSEModel
 from gausscse.search.backends import BACKENDS, uri_usage
+from gausscse.search.backends.database import MEMORY, split_uri
 from gausscse.search.corpus import SCORES, ModelMismatchError, SentenceIndex
 from gausscse.search.index import SETTINGS_FILE
 
@@ -66,7 +67,7 @@ def read_corpus(path: Path, column: str | None) -> list[str]:
         if not path.is_file():
             raise FileNotFoundError(f"--corpus {path}: no such file")
         try:
-            with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as handle:
+            with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8-sig") as handle:
                 sentences = handle.read().splitlines()
         except UnicodeDecodeError as error:
             raise ValueError(f"--corpus {path}: not UTF-8 text ({error})") from error
@@ -92,7 +93,7 @@ def database_uri(args: argparse.Namespace) -> str:
     """``--uri`` (default: ``--index`` + the engine's suffix), checked before encoding: outside the index, unused."""
     store = BACKENDS[args.backend].store_class
     uri = args.uri or str(Path(args.index).with_name(Path(args.index).name + store.default_suffix))
-    if uri.partition("#")[0] == ":memory:":
+    if split_uri(uri)[0] == MEMORY:
         raise ValueError("--uri :memory: does not outlive the command: give a folder, a file or a server URL")
     place = store.local_path(uri)
     if place is not None:

@@ -20,7 +20,7 @@ from transformers import AutoConfig, AutoTokenizer, set_seed
 from gausscse import GaussCSEModel
 from gausscse.data.sources import DataError, DataSpec, DataStats, load_file_source, load_training_examples, source_rows
 from gausscse.data.tokenize import tokenize_examples
-from gausscse.io import check_not_nested, check_output_location
+from gausscse.io import check_not_nested, check_output_location, json_value
 from gausscse.loading import is_complete_checkpoint, latest_complete_checkpoint, load_model
 from gausscse.model.adapters_gausscse import has_adapter, recorded_backbone
 from gausscse.model.modeling_gausscse import resolve_max_length
@@ -126,7 +126,6 @@ def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArg
         max_length=data_args.eval_max_seq_length,
         pairs=pairs,
         name=name,
-        point=training_args.loss == "simcse",
     )
 
 
@@ -171,11 +170,11 @@ def resolve_resume(training_args: GaussCSETrainingArguments, fixed: dict) -> str
     if not recorded_file.is_file():
         logger.warning("%s records no run arguments: the resumed run is not checked against them", resume)
     else:
-        recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
+        recorded = json_value(recorded_file.read_bytes(), recorded_file)
         changed = [
             f"--{name} {fixed[name]!r} (the checkpoint's run: {recorded[name]!r})"
             for name in RUN_FIXED_FLAGS
-            if name in recorded and name in fixed and recorded[name] != fixed[name]
+            if name in recorded and recorded[name] != fixed[name]
         ]
         if changed:
             raise ValueError(f"--resume_from_checkpoint {resume} was trained with other settings: {'; '.join(changed)}")
@@ -370,7 +369,7 @@ def set_search_kl_weight(trainer: GaussCSETrainer, data_args: DataArguments) -> 
     from gausscse.model.gaussian import KL_REDUCTIONS
 
     model, evaluator = trainer.model, trainer.evaluator
-    if evaluator is None or model.config.similarity_reduction not in KL_REDUCTIONS or evaluator.point:
+    if evaluator is None or model.config.similarity_reduction not in KL_REDUCTIONS or model.config.point_embeddings:
         return {}
     pairs = evaluator.pairs
     if evaluator.name == "snli_dev":

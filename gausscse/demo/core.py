@@ -188,7 +188,8 @@ def similarity_figure(model: GaussCSEModel, text: str | None) -> tuple[list[str]
         limits = f"at least 2 sentences, one per line, and at most {MAX_SENTENCES} sentences"
         raise DemoError(f"sentences: give {limits}, got {len(lines)}")
     sentences = [check_sentence(f"sentence {row + 1}", line) for row, line in enumerate(lines)]
-    matrix = model.similarity(sentences, sentences)
+    embeddings = model.encode(sentences)  # once, for both sides
+    matrix = model.similarity(embeddings, embeddings)
     labels = [f"{row + 1}. {line if len(line) <= 40 else line[:39] + '…'}" for row, line in enumerate(sentences)]
     size = 2.5 + 0.75 * len(sentences)
     figure, axis = plt.subplots(figsize=(size + 2.5, size + 1), layout="constrained")

@@ -15,7 +15,7 @@ from .tasks import NLI_DEV, NLIPairs, binary_nli, entailment_direction, load_nli
 class SNLIDevEvaluator:
     """``evaluator(model, tokenizer=None)`` → ``{name}_auprc``, ``{name}_accuracy`` and ``{name}_threshold`` (the
     smallest best grid threshold) and, Gaussian models, ``{name}_direction_accuracy`` (similarity rule), in percent, on
-    SNLI dev (its first ``max_examples`` pairs) or ``pairs``; ``point`` scores by the cosine of μ (SimCSE loss)."""
+    SNLI dev (its first ``max_examples`` pairs) or ``pairs``; a point model (SimCSE loss) by the cosine of μ."""
 
     data_dir: InitVar[str | Path | None] = None
     max_examples: InitVar[int | None] = None
@@ -23,7 +23,6 @@ class SNLIDevEvaluator:
     max_length: int | None = DEFAULT_MAX_LENGTH
     pairs: NLIPairs | None = field(default=None, repr=False)
     name: str = "snli_dev"
-    point: bool = False
     last_encoded: EncodedSentences | None = field(default=None, init=False, repr=False)  # the latest call's sentences
 
     def __post_init__(self, data_dir: str | Path | None, max_examples: int | None) -> None:
@@ -31,7 +30,7 @@ class SNLIDevEvaluator:
             self.pairs = load_nli(self.name, *NLI_DEV, data_dir, max_examples)
 
     def __call__(self, model, tokenizer=None) -> dict[str, float]:
-        options = {"batch_size": self.batch_size, "max_length": self.max_length, "point": self.point}
+        options = {"batch_size": self.batch_size, "max_length": self.max_length}
         self.last_encoded = GaussianEncoder(model, tokenizer, **options).encode_unique(self.pairs.sentences)
         return dev_metrics(self.last_encoded, self.pairs, self.name)
 

@@ -133,8 +133,8 @@ class SentenceEncoder(Protocol):
 @dataclass(eq=False)
 class GaussianEncoder:
     """A GaussCSE model (or a ``DistributedDataParallel`` around one; its train/eval mode is kept) as a
-    :class:`SentenceEncoder`; ``bf16``: under bfloat16 autocast (the KL stays float32); ``point``: scored by the cosine
-    of μ alone (a model trained with the supervised SimCSE loss, which never trains σ²)."""
+    :class:`SentenceEncoder`; ``bf16``: under bfloat16 autocast (the KL stays float32). A model whose config says
+    ``point_embeddings`` (trained with the supervised SimCSE loss, which never trains σ²) is scored by cos(μ)."""
 
     model: Any
     tokenizer: Any = None
@@ -142,7 +142,6 @@ class GaussianEncoder:
     max_length: int | None = None
     bf16: bool = False
     name: str = "gausscse"
-    point: bool = False
     backend: str = "torch"
     onnx_file: str = ONNX_FILE
 
@@ -154,7 +153,7 @@ class GaussianEncoder:
         options = {name: getattr(self, name) for name in MODEL_ENCODE_OPTIONS}
         with torch.autocast(self.model.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
             embeddings = self.model.encode(distinct, show_progress_bar=show_progress_bar, **options)
-        if self.point:
+        if getattr(self.model.config, "point_embeddings", False):
             return EncodedSentences(index_of(distinct), embeddings.mu, None)
         config = self.model.config
         reduction, weight = config.similarity_reduction, getattr(config, "search_kl_weight", None)
@@ -201,8 +200,8 @@ def load_encoder(
     bf16: bool = False,
     device: str = "cpu",
 ) -> SentenceEncoder:
-    """A :class:`GaussianEncoder` for a saved GaussCSE model (``point`` from its config's ``point_embeddings``), else a
-    :class:`PointEncoder`; ``name_or_path``: a local folder or Hub id."""
+    """A :class:`GaussianEncoder` for a saved GaussCSE model (scored as its config's ``point_embeddings`` says), else
+    a :class:`PointEncoder`; ``name_or_path``: a local folder or Hub id."""
     try:
         check_model_reference(name_or_path)
         config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)  # never a folder's own code
@@ -215,4 +214,4 @@ def load_encoder(
         return PointEncoder(name_or_path, device=device, **options)
     model = load_model(name_or_path, device=device)
     name = Path(name_or_path).name or str(name_or_path)
-    return GaussianEncoder(model, name=name, point=model.config.point_embeddings, **options)
+    return GaussianEncoder(model, name=name, **options)

@@ -8,6 +8,7 @@ import json
 
 import torch
 
+from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH
 from gausscse.model.gaussian import KL_REDUCTIONS, cosine_matrix, kl_divergence_matrix, search_score_from
 
 from .tasks import NLI_DEV, RetrievalSet, load_nli, ranking_metrics, retrieval_set
@@ -32,7 +33,9 @@ def best_kl_weight(curve: dict[float, float]) -> float:
     return min(weight for weight, ndcg in curve.items() if ndcg == best)
 
 
-def choose_kl_weight(model, retrieval: RetrievalSet, batch_size: int = 128, max_length: int | None = 64):
+def choose_kl_weight(
+    model, retrieval: RetrievalSet, batch_size: int = 128, max_length: int | None = DEFAULT_MAX_LENGTH
+):
     """``(λ, curve)`` for a GaussCSE model of a KL reduction on ``retrieval``."""
     reduction = model.config.similarity_reduction
     if reduction not in KL_REDUCTIONS:
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a saved GaussCSE folder (its config.json is updated)")
     parser.add_argument("--data_dir", default=None, help="the offline data (default: ../shared/data)")
-    parser.add_argument("--max_length", type=int, default=64)
+    parser.add_argument("--max_length", type=int, default=DEFAULT_MAX_LENGTH, help="default: the encoder's limit")
     args = parser.parse_args(argv)
     model = load_model(args.model).eval()
     dev = retrieval_set(load_nli("snli_dev", *NLI_DEV, data_dir=args.data_dir))

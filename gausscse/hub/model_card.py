@@ -50,7 +50,8 @@ METRIC_NAMES = {  # metric type -> its name; values are percentages except thres
     "spearman_cosine": "Spearman ρ of cos(μ_a, μ_b)",
     "spearman_symmetric_kl": "Spearman ρ of ½[sim(a‖b) + sim(b‖a)]",
 }
-RETRIEVAL_SCORES = {"similarity": "sim(claim‖premise)", "cosine": "cos(μ)"}  # retrieval metric types: <score>_<metric>
+# retrieval metric types: <score>_<metric>
+RETRIEVAL_SCORES = {"search": "cos(μ) − λ·KL/d", "similarity": "sim(claim‖premise)", "cosine": "cos(μ)"}
 # the dev evaluator's metrics (without the set prefix) -> (task type, metric type); any other: binary NLI, as named
 DEV_METRICS = {"direction_accuracy": ("entailment-direction", "similarity_rule")}
 # the snippet's line giving sim(claim‖passage) from dot = −KL, per reduction
@@ -299,13 +300,14 @@ def render_model_card(
     for package in ("torch", "transformers", "sentence-transformers", "tokenizers", *(("peft",) if adapter else ())):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):  # the installed ones
             versions[package] = importlib.metadata.version(package)
+    base_id = base_model_id(base_model)
     metadata = ModelCardData(
         language="en",
         license="apache-2.0",
         library_name="sentence-transformers",
         pipeline_tag="sentence-similarity",
         tags=TAGS,
-        base_model=base_model_id(base_model),
+        base_model=base_id,
         datasets=list(dict.fromkeys(filter(None, map(dataset_id, datasets)))) or None,
         model_name=model_name if results else None,  # the model-index's name; no such field without one
         eval_results=results or None,
@@ -315,7 +317,7 @@ def render_model_card(
         metadata,
         template_path=str(TEMPLATE),
         model_name=model_name,
-        base_id=base_model_id(base_model),
+        base_id=base_id,
         adapter=adapter,
         st_usage=sentence_transformers_usage(model_name, reduction, embedding_size, search_kl_weight),
         reduction=reduction,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +56,6 @@ class SentenceIndex:
         self.sentences = list(sentences)
         self.model_name = model_name
         self.model_fingerprint = model_fingerprint
-        self._checked_models: weakref.WeakSet = weakref.WeakSet()
 
     def __len__(self) -> int:
         return len(self.sentences)
@@ -106,8 +104,8 @@ class SentenceIndex:
 
     def check_model(self, model, allow_model_mismatch: bool = False) -> None:
         """[`ModelMismatchError`] unless ``model`` has the [`model_fingerprint`] of the model that built the index (if
-        it recorded one); checked once per model object."""
-        if allow_model_mismatch or self.model_fingerprint is None or model in self._checked_models:
+        it recorded one), checked at every search (``model_fingerprint`` caches it until the weights change)."""
+        if allow_model_mismatch or self.model_fingerprint is None:
             return
         fingerprint = model_fingerprint(model)
         if fingerprint != self.model_fingerprint:
@@ -116,7 +114,6 @@ class SentenceIndex:
                 f"{getattr(model, 'name_or_path', None) or 'this model'} (fingerprint {fingerprint[:12]}): search with "
                 "the index's model, rebuild the index, or pass allow_model_mismatch=True (--allow_model_mismatch)"
             )
-        self._checked_models.add(model)
 
     def _search(self, direction: str, model, texts, k: int, batch_size: int, allow_model_mismatch: bool):
         self.check_model(model, allow_model_mismatch)

@@ -30,11 +30,11 @@ class NonFiniteError(FloatingPointError):
 
 
 def first_non_finite(named_tensors) -> str | None:
-    """The name of the first tensor that holds NaN or inf, else ``None``."""
-    for name, tensor in named_tensors:
-        if tensor is not None and not bool(torch.isfinite(tensor).all()):
-            return name
-    return None
+    """The name of the first tensor that holds NaN or inf, else ``None``; one read-back from the device, not one per
+    tensor (it runs on every training step)."""
+    named = [(name, tensor) for name, tensor in named_tensors if tensor is not None]
+    finite = torch.stack([torch.isfinite(tensor).all() for _, tensor in named]).tolist() if named else []
+    return next((name for (name, _), ok in zip(named, finite, strict=True) if not ok), None)
 
 
 def check_finite_weights(model: nn.Module, what: str) -> None:

@@ -32,6 +32,7 @@ from gausscse.hub.model_card import (
     dataset_id,
     hub_dataset,
     merge_test_results,
+    metric_name,
     render_model_card,
     sentence_transformers_usage,
     update_model_card,
@@ -70,6 +71,11 @@ def test_the_card_carries_a_sentence_transformers_models_metadata():
     assert sentence_transformers_usage(NAME, "sum", 384) in parsed.text
     assert "python app.py" in parsed.text and "huggingface.co/spaces" in parsed.text
     assert "@inproceedings{yoda-etal-2024-sentence" in parsed.text
+
+
+def test_every_retrieval_score_has_a_name_in_the_model_index():
+    for score in ("search", "similarity", "cosine"):  # the scores gausscse-evaluate's retrieval task reports
+        assert metric_name(f"{score}_ndcg@10").startswith("ndcg@10 ranked by "), score
 
 
 def test_the_card_names_the_datasets_by_the_registrys_hub_ids():

@@ -696,6 +696,12 @@ def test_damaged_index_files_are_named(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_a_text_corpus_saved_with_a_byte_order_mark_reads_clean_sentences(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes("A dog runs.\nA cat sleeps.\n".encode("utf-8-sig"))  # as Windows editors save UTF-8
+    assert read_corpus(path, None) == ["A dog runs.", "A cat sleeps."]
+
+
 @pytest.mark.parametrize("content", [b"not gzip at all", gzip.compress(b"A dog runs.\nA cat sleeps.\n")[:-12]])
 def test_a_bad_gzip_corpus_is_named(tmp_path, content):
     path = tmp_path / "corpus.txt.gz"
@@ -737,6 +743,10 @@ def test_an_index_refuses_another_model_unless_asked(tiny_model_folder, make_tin
     same = GaussCSEModel.from_pretrained(tiny_model_folder).eval()
     assert model_fingerprint(same) == corpus.model_fingerprint  # saved and loaded again: the same model
     assert corpus.entailing(same, ["A man."], k=2)
+    with torch.no_grad():  # the same object, fine-tuned in place after its first search
+        same.logvar_head.bias.add_(1.0)
+    with pytest.raises(ModelMismatchError):
+        corpus.entailing(same, ["A man."], k=2)
     with pytest.raises(ModelMismatchError, match=r"was built with .*: search with the index's model, rebuild"):
         corpus.entailed_by(GaussCSEModel.from_pretrained(other).eval(), ["A man."], k=2)
     changed = GaussCSEModel.from_pretrained(tiny_model_folder).eval()

@@ -34,7 +34,7 @@ from gausscse.training.batch import TripletCollator, split_batch_embeddings
 from gausscse.training.lora import apply_lora, merge_lora
 from gausscse.training.losses import GaussCSELoss
 from gausscse.training.save import save_model_folder
-from gausscse.training.trainer import GaussCSETrainer, NonFiniteError, is_head_parameter
+from gausscse.training.trainer import GaussCSETrainer, NonFiniteError, first_non_finite, is_head_parameter
 
 from ..helpers import nli_rows, train_args, write_jsonl_gz
 
@@ -76,6 +76,9 @@ def test_config_file_yaml_and_json_with_command_line_overrides(tmp_path):
 def test_argument_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match=r"valid losses: ent, ent\+con, ent\+rev, ent\+con\+rev, simcse"):
         parse_arguments(["--loss", "pos+neg"])
+    with pytest.raises(ValueError, match=r"--loss simcse takes --keep_weight only .*got --retrieval_weight"):
+        parse_arguments(["--loss", "simcse", "--retrieval_weight", "1", "--keep_weight", "1"])  # would be dropped
+    assert parse_arguments(["--loss", "simcse", "--keep_weight", "1", "--retrieval_weight", "0"])[2].keep_weight == 1
     bad_file = tmp_path / "bad.yaml"
     bad_file.write_text("loss: ent\nlearning_rat: 0.1\n")
     with pytest.raises(ValueError, match=r"unknown argument.*learning_rat"):
@@ -370,6 +373,13 @@ def test_output_dirs_that_cannot_hold_the_model_are_refused_before_training(back
                 train_args(backbone, data_dir, Path(output), "--max_steps", "1", "--overwrite_output_dir")
             )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a-file"]  # no lock, staging or folder left behind
+
+
+def test_the_first_non_finite_tensor_is_named_in_order():
+    nan, inf = torch.tensor([1.0, float("nan")]), torch.tensor([float("-inf")])
+    named = [("ok", torch.ones(2)), ("no_grad", None), ("int", torch.tensor([3])), ("nan", nan), ("inf", inf)]
+    assert first_non_finite(named) == "nan" and first_non_finite(named[::-1]) == "inf"
+    assert first_non_finite(named[:3]) is None and first_non_finite([]) is None
 
 
 def test_a_diverging_run_stops_at_the_first_non_finite_step_and_saves_nothing(backbone, data_dir, tmp_path):

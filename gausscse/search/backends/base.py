@@ -1,6 +1,6 @@
 """The interface of a ``GaussianIndex`` search backend: which stored items each query is scored against, and what it
-builds and saves for that. A new backend is one module with a subclass of [`SearchBackend`] and one line in
-``gausscse.search.backends.BACKENDS``."""
+builds and saves for that. A new backend is one module with a subclass of [`SearchBackend`] and one import line in
+``gausscse.search.backends`` (its classes in ``ENGINES``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from gausscse.search.index import GaussianIndex
+
+HNSW_NEIGHBOURS = 32  # graph degree M of every engine's HNSW index (FAISS, Qdrant, Milvus)
+HNSW_EF_CONSTRUCTION = 64
 
 
 def engine_module(module: str, package: str) -> Any:

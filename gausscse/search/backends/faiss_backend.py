@@ -14,7 +14,7 @@ from safetensors.numpy import load, save_file
 
 from gausscse.io import first_line
 from gausscse.model.gaussian import SEARCH_DIRECTIONS, GaussianEmbeddings, search_map_width
-from gausscse.search.backends.base import SearchBackend, engine_module
+from gausscse.search.backends.base import HNSW_EF_CONSTRUCTION, HNSW_NEIGHBOURS, SearchBackend, engine_module
 from gausscse.search.lift import (
     FEATURE_CHUNK,
     MAX_OUTLIERS,
@@ -26,8 +26,6 @@ from gausscse.search.lift import (
 )
 
 EXACT, HNSW = "faiss", "faiss-hnsw"
-HNSW_NEIGHBOURS = 32  # graph degree M
-HNSW_EF_CONSTRUCTION = 64
 
 
 def faiss_module():

@@ -14,15 +14,13 @@ from typing import Any
 import numpy as np
 
 from gausscse.search.backends import database
-from gausscse.search.backends.base import engine_module
+from gausscse.search.backends.base import HNSW_EF_CONSTRUCTION, HNSW_NEIGHBOURS, engine_module
 from gausscse.search.backends.database import CollectionStore
 
 MILVUS, MILVUS_HNSW = "milvus", "milvus-hnsw"
 MAX_SENTENCE_BYTES = 65535  # Milvus's longest VARCHAR
 MAX_HITS = 16384  # Milvus's most hits per query (topk), and most rows per query
 ROWS_PER_REQUEST = 2048
-HNSW_NEIGHBOURS = 32  # graph degree M of the ANN collections
-HNSW_EF_CONSTRUCTION = 64
 COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

@@ -13,13 +13,11 @@ import numpy as np
 
 from gausscse.model.gaussian import SEARCH_DIRECTIONS
 from gausscse.search.backends import database
-from gausscse.search.backends.base import engine_module
+from gausscse.search.backends.base import HNSW_EF_CONSTRUCTION, HNSW_NEIGHBOURS, engine_module
 from gausscse.search.backends.database import MEMORY, CollectionStore
 
 QDRANT, QDRANT_HNSW = "qdrant", "qdrant-hnsw"
 POINTS_PER_REQUEST = 512
-HNSW_NEIGHBOURS = 32  # graph degree m of the ANN collections
-HNSW_EF_CONSTRUCTION = 64
 MAP_VECTORS = {direction: direction for direction in SEARCH_DIRECTIONS}  # the named vectors of the stored maps
 
 
