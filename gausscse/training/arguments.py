@@ -176,12 +176,8 @@ class GaussCSETrainingArguments(LossTermArguments, TrainingArguments):
         check_terms(self, prefix="--")
         if self.max_steps == 0 or self.max_steps < -1:
             raise ValueError(f"--max_steps must be a positive number of steps (or -1), got {self.max_steps}")
-        if self.loss == "simcse":  # its loss takes the keep term only: any other would be dropped silently
-            given = [f"--{item.name}" for item in fields(LossTermArguments) if getattr(self, item.name)]
-            if set(given) - {"--keep_weight"}:
-                raise ValueError(f"--loss simcse takes --keep_weight only of the loss terms, got {', '.join(given)}")
-            if self.ddp_find_unused_parameters is None:
-                self.ddp_find_unused_parameters = True  # SimCSE leaves the σ² head without gradient
+        if self.loss == "simcse" and self.ddp_find_unused_parameters is None:
+            self.ddp_find_unused_parameters = True  # SimCSE leaves the σ² head without gradient
         if self.eval_strategy == "no":  # no evaluation, no best checkpoint to pick: keep the last weights
             self.load_best_model_at_end = False
         accelerator = torch.accelerator.is_available() or is_torch_xla_available()

@@ -16,6 +16,7 @@ the denominator, less missing s_j⁻ and in-batch false negatives ([`denominator
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field, fields
 
@@ -32,6 +33,8 @@ from gausscse.model.gaussian import (
 )
 
 from .distributed import gather_with_grad
+
+logger = logging.getLogger(__name__)
 
 GAUSSCSE_VARIANTS = ("ent", "ent+con", "ent+rev", "ent+con+rev")
 LOSS_NAMES = (*GAUSSCSE_VARIANTS, "simcse")
@@ -302,5 +305,8 @@ class EmbeddingKeepLoss(nn.Module):
 def build_loss(name: str, temperature: float, reduction: str, **terms: float | None) -> nn.Module:
     """The loss of a ``--loss`` name: a [`GaussCSELoss`] variant, or [`SupervisedSimCSELoss`] (keep term only)."""
     if check_loss_name(name) == "simcse":
+        ignored = [f"--{term} {value}" for term, value in terms.items() if value and term != "keep_weight"]
+        if ignored:  # e.g. a config shared with the GaussCSE runs
+            logger.warning("--loss simcse takes --keep_weight only of the loss terms; ignored: %s", ", ".join(ignored))
         return SupervisedSimCSELoss(temperature, keep_weight=terms.get("keep_weight") or 0.0)
     return GaussCSELoss(name, temperature, reduction, **terms)

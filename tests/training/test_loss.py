@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -240,6 +242,13 @@ def test_unknown_loss_names_list_the_valid_ones():
     with pytest.raises(TypeError, match="reduction"):  # no default: the caller passes the model's
         GaussCSELoss("ent", TAU)  # type: ignore[call-arg]
     assert isinstance(build_loss("simcse", TAU, "sum"), SupervisedSimCSELoss)
+
+
+def test_the_simcse_loss_says_which_term_flags_it_ignores(caplog):
+    with caplog.at_level(logging.WARNING, logger="gausscse.training.losses"):
+        loss = build_loss("simcse", TAU, "sum", retrieval_weight=1.0, retrieval_kl_weight=None, keep_weight=0.5)
+    assert loss.keep_weight == 0.5 and "ignored: --retrieval_weight 1.0" in caplog.text
+    assert "keep_weight 0.5" not in caplog.text and "retrieval_kl_weight" not in caplog.text
 
 
 # ------------------------------------------------------------------------------------------ 2-process DDP (gloo)

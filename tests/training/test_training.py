@@ -76,9 +76,6 @@ def test_config_file_yaml_and_json_with_command_line_overrides(tmp_path):
 def test_argument_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match=r"valid losses: ent, ent\+con, ent\+rev, ent\+con\+rev, simcse"):
         parse_arguments(["--loss", "pos+neg"])
-    with pytest.raises(ValueError, match=r"--loss simcse takes --keep_weight only .*got --retrieval_weight"):
-        parse_arguments(["--loss", "simcse", "--retrieval_weight", "1", "--keep_weight", "1"])  # would be dropped
-    assert parse_arguments(["--loss", "simcse", "--keep_weight", "1", "--retrieval_weight", "0"])[2].keep_weight == 1
     bad_file = tmp_path / "bad.yaml"
     bad_file.write_text("loss: ent\nlearning_rat: 0.1\n")
     with pytest.raises(ValueError, match=r"unknown argument.*learning_rat"):
