@@ -18,12 +18,13 @@ write_study_json() {
     "$(echo $seeds | sed 's/ /, /g')" "$reductions" > "$file"
 }
 
-# train_candidate FOLDER SEED FLAGS...: one study run from the packaged backbone with the quickstart recipe and FLAGS
-# (no checkpoints; an unfinished earlier run in FOLDER is replaced).
+# train_candidate FOLDER SEED FLAGS...: one study run from the packaged backbone with the recipe $study_config (default
+# configs/study_base.yaml, the earlier quickstart recipe) and FLAGS (no checkpoints; an unfinished earlier run in
+# FOLDER is replaced).
 train_candidate() {
   local folder=$1 seed=$2
   shift 2
-  .venv/bin/python train_gausscse.py configs/study_base.yaml --model_name_or_path "$backbone" \
+  .venv/bin/python train_gausscse.py "${study_config:-configs/study_base.yaml}" --model_name_or_path "$backbone" \
     --output_dir "$folder" --seed "$seed" --bf16 "$bf16" --save_strategy no --overwrite_output_dir "$@"
 }
 

@@ -263,3 +263,45 @@ def test_release_yaml_is_the_selected_candidate_for_the_hour():
     assert release["max_steps"] == int(3000 / per_step) // 100 * 100
     assert release["eval_steps"] == release["save_steps"] == release["max_steps"] // 5
     assert set(release["train_datasets"]) == {"snli", "mnli"} and "max_train_examples" not in release
+
+
+def runner_flags(runner: Path, candidate: str) -> dict[str, list[str]]:
+    """A study runner's ``candidate_flags`` of ``candidate``: ``{"--flag": [values...]}``."""
+    tokens = runner.read_text().split(f'    {candidate}) echo "')[1].split('"')[0].split()
+    flags: dict[str, list[str]] = {}
+    for token in tokens:
+        if token.startswith("--"):
+            flags[token] = []
+        else:
+            flags[next(reversed(flags))].append(token)
+    return flags
+
+
+def test_nli_md_is_the_report_of_the_committed_json_and_the_quickstart_is_its_selection():
+    """results/NLI.md is nli_report's output on results/nli_study; configs/quickstart.yaml trains the selected
+    candidate: its runner flags on top of the recipe the study started from (the quickstart's own)."""
+    from gausscse.model.backbone_gausscse import BACKBONE_VARIANCE_LAYERS
+    from studies import nli_report
+
+    report = nli_report.report()
+    assert report == (REPO_ROOT / "results" / "NLI.md").read_text()
+    selected = report.split("**Selected: `")[1].split("`")[0]
+    flags = runner_flags(REPO_ROOT / "studies" / "run_nli_study.sh", selected)
+    quickstart = yaml.safe_load((REPO_ROOT / "configs" / "quickstart.yaml").read_text())
+    assert quickstart["train_datasets"] == flags["--train_datasets"]
+    assert quickstart.get("train_dataset_repeats", []) == flags.get("--train_dataset_repeats", [])
+    layers = int(flags.get("--variance_layers", [BACKBONE_VARIANCE_LAYERS])[0])
+    assert quickstart.get("variance_layers", BACKBONE_VARIANCE_LAYERS) == layers
+    steps = int(flags.get("--max_steps", [1600])[0])
+    assert quickstart["max_steps"] == quickstart["eval_steps"] == steps
+
+
+def test_monotonicity_md_is_the_report_of_the_committed_json():
+    from studies import monotonicity
+
+    results = json.loads((REPO_ROOT / "results" / "monotonicity.json").read_text())
+    assert monotonicity.report(results) == (REPO_ROOT / "results" / "MONOTONICITY.md").read_text()
+    assert {context: measured["pairs"] for context, measured in results["contexts"].items()} == {
+        "upward": 16,
+        "downward": 16,
+    }

@@ -19,6 +19,7 @@ import torch
 from sentence_transformers.models import Pooling
 from transformers import AutoTokenizer, BertConfig, RobertaConfig
 
+from gausscse.cli import COMMANDS
 from gausscse.model.encoding_gausscse import pool_tokens, resolve_max_length
 from gausscse.model.shipped_gausscse import SENTENCE_TRANSFORMERS_MODULE
 from gausscse.model.shipped_gausscse import SHIPPED_FILES as LISTED_FILES
@@ -168,6 +169,7 @@ def test_every_package_module_is_reachable_from_what_a_user_runs():
     files = package_files()
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     roots = {"gausscse", *(target.split(":")[0] for target in scripts.values())}
+    roots |= {target.split(":")[0] for target, _ in COMMANDS.values()}  # imported by name when a script runs
     roots |= {name for name in files if name.endswith(".__main__")}
     roots |= {module for script in ("app.py", "train_gausscse.py") for module in imports_of(REPO_ROOT / script)}
     # imported by name, not by an import statement: GaussCSEModel.as_sentence_transformer (and a folder's modules.json)
@@ -213,6 +215,7 @@ def test_the_model_files_import_only_torch_transformers_and_each_other():
     allowed |= {"numpy"}  # a transformers dependency: ONNX Runtime's inputs and outputs, encode's padding
     allowed |= {"itertools", "functools", "concurrent", "contextlib"}  # encode pads ahead of the forward (a thread)
     allowed |= {"multiprocessing", "traceback"}  # encode on several devices: worker processes (concurrent.futures)
+    allowed |= {"sys"}  # the workers re-import the main module: sys.modules["__main__"] is checked first
     optional = {"peft", "onnxruntime"}  # in try blocks (transformers' import check skips them): adapters, ONNX only
     for path in MODEL_DIR.glob("*.py"):
         for line in path.read_text().splitlines():
@@ -309,8 +312,8 @@ def test_pip_install_gives_the_package_and_its_commands(tmp_path):
     assert "gausscse/hub/model_card_template.md" in names  # package data
     for requirement in ("torch", "transformers", "datasets", "evaluate", "accelerate", "peft", "scipy"):
         assert f"Requires-Dist: {requirement}" in metadata
-    for command in ("gausscse-train = gausscse.cli.train:run", "gausscse-evaluate = gausscse.cli.evaluate:run"):
-        assert command in entry_points
+    for command in ("train", "evaluate", "precision", "search", "demo"):
+        assert f"gausscse-{command} = gausscse.cli:run_{command}" in entry_points
 
     site = tmp_path / "site"
     install = [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)]
@@ -325,3 +328,20 @@ def test_pip_install_gives_the_package_and_its_commands(tmp_path):
             [str(site / "bin" / command), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True
         )
         assert done.returncode == 0 and f"usage: {command}" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("script", "missing", "extra"),
+    [("gausscse-search", "datasets", "search"), ("gausscse-evaluate", "matplotlib", "train"),
+     ("gausscse-demo", "gradio", "demo")],
+)  # fmt: skip
+def test_a_command_whose_extra_is_missing_names_it_in_one_line(script, missing, extra):
+    """As after a plain ``pip install .``: the command's extra is not installed (its module blocked here)."""
+    name = script.removeprefix("gausscse-")
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None; sys.argv = [{script!r}, '--help']\n"
+        f"from gausscse.cli import run_{name}; run_{name}()"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == f"{script}: error: {missing} is not installed: pip install 'gausscse[{extra}]'"

@@ -118,6 +118,8 @@ def build_index(args: argparse.Namespace) -> None:
     """``build``: check the output places, read the corpus, encode it (here or on Ray), index it, save the index."""
     check_output_location(args.index, "--index")
     check_replaceable(args.index, SETTINGS_FILE, "--index")
+    if args.ray is not None and args.ray_workers < 1:
+        raise ValueError(f"--ray_workers must be at least 1 (Ray workers, one model each), got {args.ray_workers}")
     index_kwargs = {}
     if BACKENDS[args.backend].database:
         index_kwargs["uri"] = database_uri(args)

@@ -264,6 +264,7 @@ def train_and_save(
         "dev_curve": curve,
         "data": data_stats.as_dict(),
         **set_search_kl_weight(trainer, data_args),
+        **choose_entailment_score(trainer, data_args),
     }
     card = model_card_fields(model_args, data_args, trainer, metrics, data_stats)
     evaluator, figure = trainer.evaluator, None
@@ -297,10 +298,12 @@ def build_trainer(
         data_dir=data_args.data_dir,
         shape=data_args.data_shape,
         columns=data_args.column_overrides,
+        repeats=data_args.repeats,
     )
     examples, data_stats = load_training_examples(spec, drop_bad_rows=data_args.drop_bad_rows)
     if data_args.max_train_examples is not None:
         examples = examples.select(range(min(data_args.max_train_examples, len(examples))))
+        data_stats.cut_to(examples)  # the card and train_results.json count what is trained on
     evaluator = build_evaluator(data_args, training_args)  # its data read now: a bad file stops before training
     name = model_args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=model_args.trust_remote_code)
@@ -385,6 +388,17 @@ def set_search_kl_weight(trainer: GaussCSETrainer, data_args: DataArguments) -> 
         f"{evaluator.name}_search_ndcg@10": curve[weight],
         f"{evaluator.name}_cosine_ndcg@10": curve[0.0],
     }
+
+
+def choose_entailment_score(trainer: GaussCSETrainer, data_args: DataArguments) -> dict:
+    """Choose the entailment score binary NLI decides by (α and the threshold, set in the model's config) on SNLI dev
+    and LingNLI validation, and return what to report (``{}`` without evaluation or for a point encoder)."""
+    from gausscse.evaluation.entailment_weight import dev_pairs, set_entailment_score
+
+    if trainer.evaluator is None or trainer.model.config.point_embeddings:
+        return {}
+    pairs = dev_pairs(data_args.data_dir)
+    return set_entailment_score(trainer.model, pairs, max_length=data_args.eval_max_seq_length)
 
 
 def run() -> None:

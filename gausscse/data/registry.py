@@ -19,6 +19,9 @@ LOCAL_FILES: dict[tuple[str, str], tuple[str, tuple[str, str] | None]] = {
     ("snli", "train"): ("snli/train_100k.jsonl.gz", None),
     **{("snli", split): (f"snli/{split}.jsonl.gz", None) for split in ("validation", "test")},
     ("mnli", "train"): ("mnli/train_subset.jsonl.gz", None),
+    # LingNLI (Parrish et al., 2021): MultiNLI-genre premises, each with an entailed, a neutral and a contradicting
+    # hypothesis; its validation split keeps the pairs whose premise is in no evaluation set (an MNLI-genre dev set)
+    **{("lingnli", split): (f"lingnli/{split}.jsonl.gz", None) for split in ("train", "validation")},
     **{("mnli", split): (f"mnli/{split}.jsonl.gz", None) for split in ("validation_matched", "validation_mismatched")},
     **{("sick", split): ("sick/sick.jsonl.gz", ("split", part)) for split, part in SICK_SPLITS.items()},
     **{(name, "test"): (f"sts/{name}.jsonl.gz", None) for name in STS_TESTS},
@@ -36,7 +39,9 @@ HUB_DATASETS: dict[str, tuple[str, str | None]] = {
     "sickr": ("mteb/sickr-sts", None),
 }
 # (dataset, split) -> (Hub id, config, Hub split): the one source of the datasets' Hub ids (the model card's too)
-HUB_SOURCES = {(name, split): (*HUB_DATASETS[name], split) for name, split in LOCAL_FILES}
+HUB_SOURCES = {(name, split): (*HUB_DATASETS[name], split) for name, split in LOCAL_FILES if name in HUB_DATASETS}
+# datasets with no Hub copy: read from a local folder only (LingNLI is published as files in its authors' repository)
+LOCAL_ONLY = {"lingnli": "https://github.com/Alicia-Parrish/ling_in_loop"}
 # RobZamp/sick holds a loading script, which datasets >= 4 refuses to run; its parquet export loads.
 HUB_REVISIONS = {"RobZamp/sick": "refs/convert/parquet"}
 # Hub NLI columns -> the local layout's
@@ -63,9 +68,21 @@ def load_split(name: str, split: str, data_dir: str | Path | None = None) -> dat
         known = ", ".join(f"{n}/{s}" for n, s in LOCAL_FILES)
         raise ValueError(f"Unknown dataset split {name}/{split}; known: {known}")
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+    if data_dir is None and name in LOCAL_ONLY:
+        raise FileNotFoundError(
+            f"{name}/{split} is local only (no Hub copy; the files come from {LOCAL_ONLY[name]}): pass --data_dir or "
+            f"set GAUSSCSE_DATA_DIR to a folder holding {LOCAL_FILES[(name, split)][0]}"
+        )
     if data_dir is None:
         hub_id, config, hub_split = HUB_SOURCES[(name, split)]
-        dataset = datasets.load_dataset(hub_id, config, split=hub_split, revision=HUB_REVISIONS.get(hub_id))
+        try:
+            dataset = datasets.load_dataset(hub_id, config, split=hub_split, revision=HUB_REVISIONS.get(hub_id))
+        except Exception as error:  # offline, no such dataset, a network error: datasets raises many types
+            looked = "$GAUSSCSE_DATA_DIR, shared/data beside the checkout or in the current folder"
+            raise FileNotFoundError(
+                f"{name}/{split}: no local data folder ({looked}) and the Hub's {hub_id} could not be loaded "
+                f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}): pass --data_dir"
+            ) from error
         if "score" in dataset.column_names:  # STS: already sentence1 / sentence2 / score
             return dataset
         renames = {hub: local for hub, local in HUB_COLUMNS.items() if hub in dataset.column_names}

@@ -25,7 +25,7 @@ from gausscse.io import json_lines, json_value
 
 logger = logging.getLogger(__name__)
 
-TRAIN_SOURCES = ("snli", "mnli", "sick")
+TRAIN_SOURCES = ("snli", "mnli", "lingnli", "sick")
 EXAMPLE_COLUMNS = ("premise", "entailment", "contradiction")
 SHAPES = ("auto", "nli", "triplet", "pair")
 # role -> column names recognised for it, first match wins; a shape is the first whose required roles all match.
@@ -75,6 +75,7 @@ class SourceRows:
     shape: str
     columns: dict[str, str]
     line_numbers: bool = False
+    repeat: int = 1  # each example built from these rows, this many times (--train_dataset_repeats)
 
 
 @dataclass
@@ -90,10 +91,19 @@ class DataStats:
     complete_triplets: int = 0
     entailment_only: int = 0
     premises_without_entailment: int = 0
+    repeated_examples: int = 0  # the extra copies of --train_dataset_repeats (counted in examples)
+    examples_built: int | None = None  # before --max_train_examples cut them (None: not cut)
     per_source: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+    def cut_to(self, examples: datasets.Dataset) -> None:
+        """Count what is trained on: the first ``examples`` of those built (``--max_train_examples``)."""
+        self.examples_built = self.examples_built or self.examples
+        self.examples = len(examples)
+        self.complete_triplets = sum(negative is not None for negative in examples["contradiction"])
+        self.entailment_only = self.examples - self.complete_triplets
 
 
 def resolve_shape(
@@ -125,6 +135,17 @@ def resolve_shape(
     absent = [role for role in SHAPE_ROLES[candidates[0]] if role not in found]
     missing = [f"{role} (column {overrides.get(role) or ' / '.join(COLUMN_ALIASES[role])})" for role in absent]
     raise DataError(f"{location}: missing column(s) for the {candidates[0]} shape: {', '.join(missing)}; {columns_are}")
+
+
+def parse_repeats(pairs: Sequence[str] | None) -> dict[str, int]:
+    """``["lingnli=2", ...]`` → ``{"lingnli": 2, ...}`` (from ``--train_dataset_repeats``; counts ≥ 1)."""
+    repeats: dict[str, int] = {}
+    for pair in pairs or ():
+        name, separator, count = pair.partition("=")
+        if not separator or not count.strip().isdigit() or int(count) < 1:
+            raise DataError(f"--train_dataset_repeats expects name=count items with a count >= 1, got {pair!r}")
+        repeats[name.strip()] = int(count)
+    return repeats
 
 
 def parse_column_overrides(pairs: Sequence[str] | None) -> dict[str, str]:
@@ -341,10 +362,11 @@ def source_rows(source: SourceRows, drop_bad_rows: bool, stats: DataStats) -> It
 def build_examples(sources: Sequence[SourceRows], drop_bad_rows: bool = False) -> tuple[datasets.Dataset, DataStats]:
     """The examples of all sources, each once, in first-seen order: NLI rows grouped by premise (each entailment
     hypothesis one example, paired with a contradiction of the same premise, cycling, or ``None``; neutral rows
-    unused), then triplets and pairs (contradiction ``None``). Returns them (columns ``EXAMPLE_COLUMNS``) and the
-    counts; [`DataError`] when there is none."""
+    unused; repeated as its source's ``repeat`` says), then triplets and pairs (contradiction ``None``). Returns them
+    (columns ``EXAMPLE_COLUMNS``) and the counts; [`DataError`] when there is none."""
     stats = DataStats()
     groups: dict[str, tuple[dict[str, None], dict[str, None]]] = {}  # premise -> ordered sets of hypotheses
+    repeats: dict[str, int] = {}  # premise -> copies of its examples (the largest repeat of its sources)
     ready: dict[tuple[str, str, str | None], None] = {}  # triplet/pair examples, in order, each once
     for source in sources:
         before = stats.rows
@@ -359,6 +381,7 @@ def build_examples(sources: Sequence[SourceRows], drop_bad_rows: bool = False) -
                 stats.neutral_rows += 1
                 continue
             entailments, contradictions = groups.setdefault(premise, ({}, {}))
+            repeats[premise] = max(repeats.get(premise, 1), source.repeat)
             hypotheses = entailments if label == "entailment" else contradictions
             stats.duplicate_rows += hypothesis in hypotheses
             hypotheses[hypothesis] = None
@@ -368,7 +391,9 @@ def build_examples(sources: Sequence[SourceRows], drop_bad_rows: bool = False) -
         stats.premises_without_entailment += not entailments
         negatives = list(contradictions)
         for position, entailment in enumerate(entailments):
-            rows.append((premise, entailment, negatives[position % len(negatives)] if negatives else None))
+            row = (premise, entailment, negatives[position % len(negatives)] if negatives else None)
+            rows += [row] * repeats[premise]
+            stats.repeated_examples += repeats[premise] - 1
     rows += ready
     stats.examples = len(rows)
     stats.complete_triplets = sum(row[2] is not None for row in rows)
@@ -393,6 +418,7 @@ class DataSpec:
     data_dir: str | Path | None = None
     shape: str = "auto"
     columns: Mapping[str, str] = field(default_factory=dict)
+    repeats: Mapping[str, int] = field(default_factory=dict)  # built-in source -> copies of each of its examples
 
     def load_sources(self) -> list[SourceRows]:
         configs = [None if config == "none" else config for config in self.dataset_config_names]
@@ -401,7 +427,12 @@ class DataSpec:
                 f"--dataset_config_name takes one value per --dataset_name ({len(self.dataset_names)}), got "
                 f"{len(configs)}; 'none' for a dataset without config"
             )
+        unknown = sorted(set(self.repeats) - set(self.train_datasets))
+        if unknown:
+            raise DataError(f"--train_dataset_repeats names {unknown}, which --train_datasets does not list")
         sources = [load_source(name, self.data_dir) for name in self.train_datasets]
+        for name, source in zip(self.train_datasets, sources, strict=True):
+            source.repeat = self.repeats.get(name, 1)
         sources += [load_file_source(path, self.shape, self.columns) for path in self.train_files]
         for name, config in zip(self.dataset_names, configs or [None] * len(self.dataset_names), strict=True):
             location = hub_location(name, config, self.train_split)  # a split of a Hub dataset
@@ -428,7 +459,8 @@ def load_training_examples(
         "Training examples: %(examples)d (%(complete_triplets)d complete triplets, %(entailment_only)d without a "
         "contradiction) from %(rows)d rows %(per_source)s; %(neutral_rows)d neutral and %(unlabelled_rows)d "
         "unlabelled rows unused, %(duplicate_rows)d repeated rows counted once, %(bad_rows_dropped)d bad rows "
-        "dropped, %(premises_without_entailment)d premises without an entailment hypothesis",
+        "dropped, %(premises_without_entailment)d premises without an entailment hypothesis, "
+        "%(repeated_examples)d extra copies (--train_dataset_repeats)",
         stats.as_dict(),
     )
     return dataset, stats

@@ -196,3 +196,14 @@ def build_app(model_name: str | None = None, answers: Answers | None = None) -> 
         gr.api(answers.similarity, api_name="similarity")
         gr.api(answers.search, api_name="search")
     return app
+
+
+def main() -> None:
+    """``gausscse-demo [MODEL]``: the app on MODEL (a folder or Hub id; default as [`build_app`]), served by Gradio
+    (``$GRADIO_SERVER_NAME`` / ``$GRADIO_SERVER_PORT``, default 127.0.0.1:7860) until interrupted."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="gausscse-demo", description=main.__doc__.split("\n")[0])
+    parser.add_argument("model", nargs="?", default=None, help="a GaussCSE folder or Hub id (default: $GAUSSCSE_MODEL, "
+                        f"else {core.DEFAULT_MODEL})")  # fmt: skip
+    build_app(parser.parse_args().model).launch()

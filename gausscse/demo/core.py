@@ -127,6 +127,8 @@ class Direction:
     generality_b: float
     figure: Figure
     dimensions: list[int]  # the two embedding dimensions the figure shows (x, y)
+    entailment_ab: float | None = None  # the model's entailment score that a entails b (binary NLI)
+    threshold: float | None = None  # the model's entailment_threshold: a entails b iff entailment_ab ≥ it
 
     @property
     def a_entails_b(self) -> bool:
@@ -141,7 +143,8 @@ class Direction:
     def scores(self) -> dict[str, float]:
         """Both similarities and both generalities, at full precision."""
         names = ("sim(a||b)", "sim(b||a)", "generality(a)", "generality(b)")
-        return dict(zip(names, (self.sim_ab, self.sim_ba, self.generality_a, self.generality_b), strict=True))
+        scores = dict(zip(names, (self.sim_ab, self.sim_ba, self.generality_a, self.generality_b), strict=True))
+        return scores | ({} if self.entailment_ab is None else {"entailment score(a => b)": self.entailment_ab})
 
     def verdict(self) -> str:
         """Markdown: the similarity rule's answer and whether the variance rule agrees, or that neither rule can tell
@@ -157,10 +160,18 @@ class Direction:
         high, low = max(self.sim_ab, self.sim_ba), min(self.sim_ab, self.sim_ba)
         broad, narrow = max(self.generality_a, self.generality_b), min(self.generality_a, self.generality_b)
         digits = DISPLAY_DIGITS
+        decision = ""
+        if self.entailment_ab is not None and self.threshold is not None:  # binary NLI: does A entail B at all?
+            verdict = "entails" if self.entailment_ab >= self.threshold else "does not entail"
+            relation = "≥" if self.entailment_ab >= self.threshold else "<"
+            decision = (
+                f"\n\nBinary NLI: A {verdict} B (the model's entailment score {self.entailment_ab:.{digits}f} "
+                f"{relation} its threshold {self.threshold:g})."
+            )
         return (
             f"**{entailing} entails {entailed}** (similarity rule: sim({entailed}‖{entailing}) = {high:.{digits}f} > "
             f"sim({entailing}‖{entailed}) = {low:.{digits}f})\n\nVariance rule: {general} is the broader Gaussian "
-            f"(Σlog σ² {broad:.1f} vs {narrow:.1f}), so {general} entails {specific}: it {agreement}."
+            f"(Σlog σ² {broad:.1f} vs {narrow:.1f}), so {general} entails {specific}: it {agreement}.{decision}"
         )
 
 
@@ -175,7 +186,17 @@ def direction(model: GaussCSEModel, sentence_a: str | None, sentence_b: str | No
     plt.close(figure)  # gradio renders the figure itself; pyplot keeps no reference
     similarities = float(result.sim_ab[0]), float(result.sim_ba[0])
     generalities = float(gaussians.generality[0]), float(gaussians.generality[1])
-    return Direction(sentence_a, sentence_b, *similarities, *generalities, figure=figure, dimensions=dimensions)
+    entailment = float(model.entailment_score(gaussians[0:1], gaussians[1:2])[0])
+    return Direction(
+        sentence_a,
+        sentence_b,
+        *similarities,
+        *generalities,
+        figure=figure,
+        dimensions=dimensions,
+        entailment_ab=entailment,
+        threshold=model.config.entailment_threshold,
+    )
 
 
 def similarity_figure(model: GaussCSEModel, text: str | None) -> tuple[list[str], list[list[float]], Figure]:

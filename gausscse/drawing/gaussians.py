@@ -99,8 +99,9 @@ def covering_dimensions(mu: torch.Tensor, logvar: torch.Tensor, count: int = 2) 
 def draw_direction(
     axis: Axes, mu: torch.Tensor, logvar: torch.Tensor, sentences: Sequence[str], names: Sequence[str] = ("A", "B")
 ) -> list[int]:
-    """Two Gaussians ``(2, d)`` on their [`covering_dimensions`]: filled 1σ and dashed 2σ ellipses and the means,
-    legend "name (Σlogσ² = …): sentence". Returns the dimensions drawn (x first)."""
+    """Two Gaussians ``(2, d)`` on their [`covering_dimensions`], each axis on its own scale: filled 1σ and dashed 2σ
+    ellipses and the means, a figure legend below (the figure needs ``layout="constrained"``) "name (Σlogσ² = …):
+    sentence". Returns the dimensions drawn (x first)."""
     dimensions = covering_dimensions(mu, logvar)
     centres = mu.double()[:, dimensions].numpy()
     std = logvar.double()[:, dimensions].mul(0.5).exp().numpy()
@@ -127,6 +128,8 @@ def draw_direction(
     xlabel, ylabel = (
         f"dimension {dimension}: {label}" for dimension, label in zip(dimensions, deviations, strict=True)
     )
-    axis.set(xlim=(low[0], high[0]), ylim=(low[1], high[1]), aspect="equal", xlabel=xlabel, ylabel=ylabel)
-    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    # each axis on its own scale (the two dimensions' σ can differ a hundredfold: one scale would flatten the
+    # ellipses into a strip); the legend in the figure's margin below, clear of the axes' labels
+    axis.set(xlim=(low[0], high[0]), ylim=(low[1], high[1]), aspect="auto", xlabel=xlabel, ylabel=ylabel)
+    axis.figure.legend(*axis.get_legend_handles_labels(), fontsize=7, loc="outside lower center")
     return dimensions

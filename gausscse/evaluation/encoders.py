@@ -19,7 +19,7 @@ from gausscse.loading import ModelLoadError, check_model_reference, load_model
 from gausscse.model.backbone_gausscse import sentence_transformers_pooling
 from gausscse.model.configuration_gausscse import TOKEN_POOLINGS
 from gausscse.model.encoding_gausscse import length_sorted_batches, padded_batches, pool_tokens, resolve_max_length
-from gausscse.model.gaussian import GaussianEmbeddings, similarity
+from gausscse.model.gaussian import GaussianEmbeddings, paired_entailment_score, similarity
 from gausscse.model.onnx_gausscse import ONNX_FILE
 
 DEFAULT_BATCH_SIZE = 128
@@ -81,13 +81,15 @@ def encode_hidden(
 @dataclass
 class EncodedSentences:
     """Embeddings of distinct sentences looked up by text (``index``: sentence → row); ``mu`` ``(N, d)``: the means or
-    point embeddings; ``logvar``, ``reduction`` and ``search_kl_weight``: ``None`` where the encoder has none."""
+    point embeddings; ``logvar``, ``reduction``, ``search_kl_weight`` and ``entailment_cosine_weight`` (the model
+    config's): ``None`` where the encoder has none."""
 
     index: dict[str, int]
     mu: torch.Tensor
     logvar: torch.Tensor | None
     reduction: str | None = None
     search_kl_weight: float | None = None
+    entailment_cosine_weight: float | None = None
 
     @property
     def is_gaussian(self) -> bool:
@@ -97,8 +99,13 @@ class EncodedSentences:
         return rows_of(self.index, sentences)
 
     def entailment_score(self, premises: Sequence[str], hypotheses: Sequence[str]) -> torch.Tensor:
-        """Score in [0, 1] that premise_i entails hypothesis_i: sim(hyp‖pre), or (cos + 1) / 2 for a point encoder."""
-        return self.asymmetric_similarity(hypotheses, premises)
+        """Score in [0, 1] that premise_i entails hypothesis_i: the model's (``GaussCSEModel.entailment_score``), or
+        (cos + 1) / 2 for a point encoder."""
+        if not self.is_gaussian:
+            return self.asymmetric_similarity(hypotheses, premises)
+        hyp, pre = self.rows(hypotheses), self.rows(premises)
+        gaussians = (self.mu[hyp], self.logvar[hyp], self.mu[pre], self.logvar[pre])
+        return paired_entailment_score(*gaussians, self.reduction, self.entailment_cosine_weight)
 
     def asymmetric_similarity(self, a: Sequence[str], b: Sequence[str]) -> torch.Tensor:
         """Row-wise sim(a_i‖b_i), or (cos(a_i, b_i) + 1) / 2 for a point encoder."""
@@ -156,8 +163,10 @@ class GaussianEncoder:
         if getattr(self.model.config, "point_embeddings", False):
             return EncodedSentences(index_of(distinct), embeddings.mu, None)
         config = self.model.config
-        reduction, weight = config.similarity_reduction, getattr(config, "search_kl_weight", None)
-        return EncodedSentences(index_of(distinct), embeddings.mu, embeddings.logvar, reduction, weight)
+        weights = [getattr(config, name, None) for name in ("search_kl_weight", "entailment_cosine_weight")]
+        return EncodedSentences(
+            index_of(distinct), embeddings.mu, embeddings.logvar, config.similarity_reduction, *weights
+        )
 
 
 @dataclass(eq=False)

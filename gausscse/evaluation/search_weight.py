@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+from typing import Any
 
 import torch
 
@@ -13,8 +15,10 @@ from gausscse.model.gaussian import KL_REDUCTIONS, cosine_matrix, kl_divergence_
 
 from .tasks import NLI_DEV, RetrievalSet, load_nli, ranking_metrics, retrieval_set
 
-# 0 (the cosine) and 10⁻⁴ … 10 in quarter decades
-KL_WEIGHT_GRID = (0.0, *(round(10 ** (exponent / 4), 6) for exponent in range(-16, 5)))
+logger = logging.getLogger(__name__)
+
+# 0 (the cosine) and 10⁻⁴ … 10³ in quarter decades: a choice at the top is logged (the KL alone ranks as well)
+KL_WEIGHT_GRID = (0.0, *(round(10 ** (exponent / 4), 6) for exponent in range(-16, 13)))
 
 
 def kl_weight_curve(
@@ -28,9 +32,12 @@ def kl_weight_curve(
 
 
 def best_kl_weight(curve: dict[float, float]) -> float:
-    """The λ of the highest nDCG@10, the smallest among equal ones."""
+    """The λ of the highest nDCG@10, the smallest among equal ones; a warning where it is the grid's largest."""
     best = max(curve.values())
-    return min(weight for weight, ndcg in curve.items() if ndcg == best)
+    weight = min(weight for weight, ndcg in curve.items() if ndcg == best)
+    if weight == max(curve):
+        logger.warning("search score: λ = %g, the grid's top: the KL alone ranks as well as any mix", weight)
+    return weight
 
 
 def choose_kl_weight(
@@ -46,16 +53,22 @@ def choose_kl_weight(
     return best_kl_weight(curve), curve
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Choose λ for a saved model on SNLI dev and write it into the folder's config.json."""
+def saved_model_command(description: str, argv: list[str] | None) -> tuple[argparse.Namespace, Any]:
+    """The arguments of a command that chooses a score's setting for a saved folder (``--model``, ``--data_dir``,
+    ``--max_length``) and the folder's model, loaded in eval mode."""
     from gausscse.loading import load_model
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", required=True, help="a saved GaussCSE folder (its config.json is updated)")
     parser.add_argument("--data_dir", default=None, help="the offline data (default: ../shared/data)")
     parser.add_argument("--max_length", type=int, default=DEFAULT_MAX_LENGTH, help="default: the encoder's limit")
     args = parser.parse_args(argv)
-    model = load_model(args.model).eval()
+    return args, load_model(args.model).eval()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Choose λ for a saved model on SNLI dev and write it into the folder's config.json."""
+    args, model = saved_model_command(__doc__.split("\n\n")[0], argv)
     dev = retrieval_set(load_nli("snli_dev", *NLI_DEV, data_dir=args.data_dir))
     weight, curve = choose_kl_weight(model, dev, max_length=args.max_length)
     model.config.search_kl_weight = weight

@@ -52,10 +52,18 @@ def run_encoder(encoder: SentenceEncoder, data: TaskData, show_progress_bar: boo
     encoded = encoder.encode_unique(data.sentences(), show_progress_bar=show_progress_bar)
     run = ModelRun(name=encoder.name, is_gaussian=encoded.is_gaussian)
     run.results["unique_sentences"] = len(encoded.index)
+    if encoded.entailment_cosine_weight is not None:
+        run.results["entailment_cosine_weight"] = encoded.entailment_cosine_weight
     if "nli" in data.tasks:
         measured = on_each_split("nli", {"snli_dev": data.nli_dev}, lambda pairs: dev_metrics(encoded, pairs))
         dev = {key.removeprefix("snli_dev_"): value for key, value in measured["snli_dev"].items()}
         run.results["snli_dev"] = dev
+        if data.lingnli_dev is not None:  # AUPRC, accuracy at the SNLI-dev threshold, direction
+            lingnli = binary_nli(encoded, data.lingnli_dev, dev["threshold"]).metrics
+            run.results["lingnli_dev"] = {key: lingnli[key] for key in ("auprc", "accuracy", "threshold")}
+            if encoded.is_gaussian:
+                direction = entailment_direction(encoded, data.lingnli_dev).metrics["similarity_rule"]
+                run.results["lingnli_dev"]["direction_accuracy"] = direction
         run.nli = on_each_split("nli", data.nli_test, lambda pairs: binary_nli(encoded, pairs, dev["threshold"]))
         run.results["nli"] = {name: result.metrics for name, result in run.nli.items()}
     if "direction" in data.tasks:

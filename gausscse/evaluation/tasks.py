@@ -5,6 +5,7 @@ percentage (0–100) except thresholds (0–1) and counts."""
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,12 @@ from gausscse.model import gaussian
 from .encoders import EncodedSentences
 from .metrics import load_metric
 
+logger = logging.getLogger(__name__)
+
 # task name -> (dataset, split)
 NLI_DEV = ("snli", "validation")
+# an MNLI-genre dev set (premises outside every test set), scored at the SNLI-dev threshold; local data only
+LINGNLI_DEV = ("lingnli", "validation")
 NLI_TEST_SETS = {
     "snli": ("snli", "test"),
     "mnli_mismatched": ("mnli", "validation_mismatched"),
@@ -263,6 +268,7 @@ class TaskData:
 
     tasks: tuple[str, ...]
     nli_dev: NLIPairs | None = None
+    lingnli_dev: NLIPairs | None = None
     nli_test: dict[str, NLIPairs] = field(default_factory=dict)
     sts: dict[str, STSPairs] = field(default_factory=dict)
     sts_dev: STSPairs | None = None
@@ -279,6 +285,11 @@ class TaskData:
         sts = functools.partial(load_sts, data_dir=data_dir, max_examples=max_examples)
         if "nli" in data.tasks or "retrieval" in data.tasks:
             data.nli_dev = nli("snli_dev", *NLI_DEV)
+        if "nli" in data.tasks:
+            try:
+                data.lingnli_dev = nli("lingnli_dev", *LINGNLI_DEV)
+            except FileNotFoundError as error:
+                logger.warning("%s; no LingNLI dev metrics", error)
         if "nli" in data.tasks or "direction" in data.tasks:
             data.nli_test = {name: nli(name, *where) for name, where in NLI_TEST_SETS.items()}
         if "sts" in data.tasks:
@@ -292,5 +303,12 @@ class TaskData:
 
     def sentences(self) -> list[str]:
         """Every sentence of every loaded split, with repeats (the encoder keeps each distinct one once)."""
-        splits = [self.nli_dev, *self.nli_test.values(), *self.sts.values(), self.sts_dev, *self.retrieval.values()]
+        splits = [
+            self.nli_dev,
+            self.lingnli_dev,
+            *self.nli_test.values(),
+            *self.sts.values(),
+            self.sts_dev,
+            *self.retrieval.values(),
+        ]
         return [sentence for pairs in splits if pairs is not None for sentence in pairs.sentences]

@@ -17,7 +17,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from gausscse import __version__
-from gausscse.data.registry import HUB_DATASETS, HUB_SOURCES
+from gausscse.data.registry import HUB_DATASETS, HUB_SOURCES, LOCAL_ONLY
 from gausscse.data.sources import TRAIN_SOURCES
 from gausscse.io import write_atomic
 from gausscse.loading import is_hub_id, valid_repo_id
@@ -111,7 +111,7 @@ def base_model_id(name_or_path: str) -> str | None:
 def dataset_id(name: str) -> str | None:
     """The Hub id of a training source: a built-in's from the registry, a Hub id as given, ``None`` for a local one."""
     if name in TRAIN_SOURCES:
-        return HUB_DATASETS[name][0]
+        return HUB_DATASETS[name][0] if name in HUB_DATASETS else None
     return name if is_hub_id(name) else None
 
 
@@ -272,12 +272,15 @@ def render_model_card(
     adapter: bool = False,
     figure: str | None = None,
     search_kl_weight: float | None = None,
+    entailment_cosine_weight: float | None = None,
+    entailment_threshold: float | None = None,
 ) -> str:
     """The ``README.md`` text of a model folder: ``model_name`` (Hub repo id or folder name) is what the snippets load;
     ``base_model`` is ``--model_name_or_path``; ``datasets`` the built-in and Hub sources trained on; ``metrics`` the
     training's final dev metrics (``snli_dev_auprc``, ...); ``training_arguments`` the run's arguments (``train_file``,
     ``validation_file``, ``eval_max_examples`` too); ``data_stats`` is ``DataStats.as_dict()``; ``reduction``,
-    ``embedding_size`` and ``search_kl_weight`` (λ or ``None``) are the model config's; ``adapter``: the folder holds a
+    ``embedding_size``, ``search_kl_weight`` (λ or ``None``) and the entailment score's ``entailment_cosine_weight``
+    (α) and ``entailment_threshold`` are the model config's; ``adapter``: the folder holds a
     LoRA adapter and the heads; ``figure``: the file name of the final evaluation's figure in the folder."""
     file, count = training_arguments.get("validation_file"), training_arguments.get("eval_max_examples")
     if file:
@@ -294,6 +297,9 @@ def render_model_card(
     for name in datasets:
         hub_id = dataset_id(name)
         link = f"[{hub_id}](https://huggingface.co/datasets/{hub_id})"
+        if name in LOCAL_ONLY:  # no Hub copy: its authors' files
+            sources.append(f"{name} ([{LOCAL_ONLY[name]}]({LOCAL_ONLY[name]}), local files)")
+            continue
         sources.append(local_name(name) if hub_id is None else link if hub_id == name else f"{name} ({link})")
     sources += [f"`{Path(path).name}` (own file)" for path in training_arguments.get("train_file") or ()]
     versions = {"gausscse": __version__, "Python": platform.python_version()}
@@ -322,6 +328,8 @@ def render_model_card(
         st_usage=sentence_transformers_usage(model_name, reduction, embedding_size, search_kl_weight),
         reduction=reduction,
         weight=None if search_kl_weight is None else f"{search_kl_weight:g}",
+        alpha=f"{entailment_cosine_weight:g}" if entailment_cosine_weight else None,
+        threshold=None if entailment_threshold is None else f"{entailment_threshold:g}",
         passages=json.dumps(EXAMPLE_PASSAGES),
         claims=json.dumps([EXAMPLE_CLAIM]),
         evaluation=evaluation_section(results),

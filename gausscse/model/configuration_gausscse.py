@@ -58,10 +58,13 @@ def write_json_atomic(path: str | Path, content: Any) -> None:
     write_bytes_atomic(path, (json.dumps(content, indent=2) + "\n").encode("utf-8"))
 
 
-# config fields that say where and how a model was loaded, not what it computes: left out of its fingerprint
+# config fields left out of a model's fingerprint, which covers what its Gaussians depend on: where and how it was
+# loaded, and the scores' weights and threshold (chosen after training, they rank and decide but change no Gaussian;
+# an index records the λ it ranks by in its own settings)
 VOLATILE_CONFIG_KEYS = frozenset(
     {"transformers_version", "dtype", "torch_dtype", "architectures", "auto_map"}
     | {"output_attentions", "output_hidden_states", "return_dict"}
+    | {"search_kl_weight", "entailment_cosine_weight", "entailment_threshold"}
 )
 
 
@@ -103,6 +106,19 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
+# the largest weight of a score term (λ, α): its product with any KL/d the log σ² clamp allows stays finite in float32
+MAX_SCORE_WEIGHT = 1e6
+
+
+def check_number(name: str, value: Any, maximum: float) -> None:
+    """``ValueError`` naming the config field ``name`` unless ``value`` is ``None`` or a number (not a bool, not text)
+    in [0, ``maximum``]."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= maximum:
+        raise ValueError(f"{name} (the model's config.json) must be a number in [0, {maximum:g}], got {value!r}")
+
+
 class GaussCSEConfig(PreTrainedConfig):
     r"""Configuration of [`GaussCSEModel`]: a pre-trained encoder plus a mean head and a log-variance head.
 
@@ -114,6 +130,8 @@ class GaussCSEConfig(PreTrainedConfig):
         variance_layers: with `frozen_mean`, k > 0: the encoder gives μ, a trained copy of its top k layers log σ².
         embedding_size, similarity_reduction: d (default: hidden size); `"mean_kl"` (default), `"sum"` or `"mean_dim"`.
         search_kl_weight: λ of the search score cos(μ_q, μ_x) − λ · KL(q‖x) / d; `None`: no search score stated.
+        entailment_cosine_weight: α of the entailment score 1 / (1/sim(hyp‖pre) + α·(1 − cos(μ_hyp, μ_pre))) that
+            binary NLI decides by; `None` or 0: sim(hyp‖pre). entailment_threshold: "entails" iff score ≥ it.
         point_embeddings: a point encoder (trained on μ alone), evaluated by cos(μ).
         logvar_min, logvar_max: clamp range of log σ² (default ±10, within ±30).
     """
@@ -131,6 +149,8 @@ class GaussCSEConfig(PreTrainedConfig):
     embedding_size: int | None = None
     similarity_reduction: str = "mean_kl"
     search_kl_weight: float | None = None
+    entailment_cosine_weight: float | None = None
+    entailment_threshold: float | None = None
     point_embeddings: bool = False
     logvar_min: float = -10.0
     logvar_max: float = 10.0
@@ -154,8 +174,9 @@ class GaussCSEConfig(PreTrainedConfig):
                 f"variance_layers (copied top layers) needs frozen_mean=True and 1 <= variance_layers <= layers "
                 f"({layers}), got variance_layers={self.variance_layers}, frozen_mean={self.frozen_mean}"
             )
-        if self.search_kl_weight is not None and not 0 <= self.search_kl_weight < float("inf"):
-            raise ValueError(f"search_kl_weight must be a finite number >= 0, got {self.search_kl_weight}")
+        for name, maximum in (("search_kl_weight", MAX_SCORE_WEIGHT), ("entailment_cosine_weight", MAX_SCORE_WEIGHT),
+                              ("entailment_threshold", 1.0)):  # fmt: skip
+            check_number(name, getattr(self, name), maximum)
         if self.embedding_size is None:
             self.embedding_size = self.encoder_config.hidden_size
         if self.embedding_size < 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import traceback
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -12,6 +13,10 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import nullcontext
 
 import torch
+
+from .configuration_gausscse import model_fingerprint
+
+WORKER_START_SECONDS = 300.0  # how long the workers may take to start (load the model) before encode gives up
 
 
 def forward_batches(
@@ -35,6 +40,35 @@ def start_worker(model, devices, threads: int) -> None:
     if torch.device(device).type == "cpu":
         torch.set_num_threads(threads)
     _WORKER.update(model=model.to(device).eval(), device=device)
+
+
+def worker_ready() -> str:
+    """In a worker: its device, once it has started."""
+    return _WORKER["device"]
+
+
+def unavailable(device: torch.device) -> str | None:
+    """Why ``device`` cannot run here (no such accelerator, or fewer of them), or ``None``."""
+    backend = getattr(torch, device.type, None)  # torch.cuda, torch.mps, torch.xpu, ...; none for cpu and meta
+    if device.type == "cpu" or not hasattr(backend, "is_available"):
+        return None
+    if not backend.is_available():
+        return f"{device}: this machine has no {device.type} device"
+    count = backend.device_count() if hasattr(backend, "device_count") else 1
+    if (device.index or 0) >= count:
+        return f"{device}: this machine has {count} {device.type} device(s), numbered from 0"
+    return None
+
+
+def check_main_module() -> None:
+    """``RuntimeError`` where spawned workers cannot re-import the main module (a script read from standard input)."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file is not None and not os.path.exists(main_file):
+        raise RuntimeError(
+            f"encode on several devices starts worker processes that re-import your main module, and {main_file!r} "
+            'is no file they can read: run a script file (its encode under `if __name__ == "__main__":`) or '
+            "encode on one device (device='cpu')"
+        )
 
 
 def worker_forward(rows: torch.Tensor, features: dict, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -61,6 +95,11 @@ class EncodePool:
             raise ValueError(f"devices must be torch devices such as 'cuda:0' or 'cpu', got {devices!r}") from error
         if not self.devices:
             raise ValueError("devices must name at least one device, e.g. ['cuda:0', 'cuda:1'] or ['cpu', 'cpu']")
+        missing = [reason for reason in map(unavailable, map(torch.device, self.devices)) if reason]
+        if missing:
+            raise ValueError(f"cannot encode on {', '.join(missing)}")
+        check_main_module()
+        self.fingerprint = model_fingerprint(model)  # the model the workers hold: encode checks it is the caller's
         context = multiprocessing.get_context("spawn")
         queued = context.Queue()
         for device in self.devices:
@@ -70,6 +109,16 @@ class EncodePool:
         self.executor = ProcessPoolExecutor(
             len(self.devices), context, initializer=start_worker, initargs=(model, queued, threads)
         )
+        started = [self.executor.submit(worker_ready) for _ in self.devices]
+        try:
+            for future in started:
+                future.result(timeout=WORKER_START_SECONDS)
+        except (BrokenProcessPool, TimeoutError) as error:
+            self.close()
+            raise RuntimeError(
+                f"the encode workers on {', '.join(self.devices)} did not start ({type(error).__name__}: {error}); "
+                "encode on one device (device='cpu') or see the workers' errors above"
+            ) from None
 
     def forward(
         self, inputs: Iterator[tuple[torch.Tensor, dict[str, torch.Tensor]]], dtype: torch.dtype | None = None

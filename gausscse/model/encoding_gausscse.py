@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
-from .configuration_gausscse import TOKEN_POOLINGS
+from .configuration_gausscse import TOKEN_POOLINGS, model_fingerprint
 from .devices_gausscse import EncodePool, forward_batches
 from .gaussian import GaussianEmbeddings
 from .onnx_gausscse import ONNX_FILE
@@ -209,6 +209,11 @@ def encode_sentences(
     max_length = resolve_max_length(tokenizer, model.config.encoder_config, max_length)
     token_ids = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
     batches = length_sorted_batches(token_ids, batch_size)
+    if pool is not None and pool.fingerprint != model_fingerprint(model):
+        raise ValueError(
+            "pool was started for another model (or this one's weights changed since): start one for this model with "
+            "model.start_multi_process_pool()"
+        )
     with EncodePool(model, device) if several_devices else nullcontext(pool) as pool:
         was_training = model.training
         model.eval()

@@ -154,6 +154,29 @@ def search_score_from(cosine: Tensor, kl: Tensor, kl_weight: float, dim: int) ->
     return cosine if kl_weight == 0 else cosine - kl_weight * kl / dim
 
 
+def entailment_score_from(similarity: Tensor, cosine: Tensor, cosine_weight: float | None) -> Tensor:
+    """The entailment score 1 / (1/sim + α·(1 − cos)) of the same pairs, in [0, 1]: the model's similarity sim(hyp‖pre)
+    with α·(1 − cos(μ_hyp, μ_pre)) added to its distance 1/sim − 1 (KL/d for ``mean_kl``, so that it ranks as the search
+    score cos − KL/(α·d)); α = ``cosine_weight`` ≥ 0, ``None`` or 0: sim(hyp‖pre) itself."""
+    if not cosine_weight:
+        return similarity
+    if not 0 < cosine_weight < float("inf"):
+        raise ValueError(f"cosine_weight must be a finite number >= 0, got {cosine_weight}")
+    return 1.0 / (1.0 / similarity + cosine_weight * (1.0 - cosine))
+
+
+def paired_entailment_score(
+    mu_hyp: Tensor, logvar_hyp: Tensor, mu_pre: Tensor, logvar_pre: Tensor, reduction: str, cosine_weight: float | None
+) -> Tensor:
+    """Row-wise [`entailment_score_from`] that pre_i entails hyp_i (float32; float64 in: float64)."""
+    similarity = paired_similarity(mu_hyp, logvar_hyp, mu_pre, logvar_pre, reduction)
+    if not cosine_weight:
+        return similarity
+    with torch.autocast(device_type=mu_hyp.device.type, enabled=False):
+        cosine = (normalize(as_float32(mu_hyp), dim=-1) * normalize(as_float32(mu_pre), dim=-1)).sum(dim=-1)
+        return entailment_score_from(similarity, cosine.to(similarity.dtype), cosine_weight)
+
+
 def search_score_matrix(mu_a: Tensor, logvar_a: Tensor, mu_b: Tensor, logvar_b: Tensor, kl_weight: float) -> Tensor:
     """All-pairs S_ij = cos(μ_{a_i}, μ_{b_j}) − λ · KL(a_i‖b_j) / d ``(N, M)``, float32 (float64 in: float64)."""
     with torch.autocast(device_type=mu_a.device.type, enabled=False):

@@ -44,6 +44,7 @@ from .gaussian import (
     EntailmentDirection,
     GaussianEmbeddings,
     entailment_direction,
+    paired_entailment_score,
     paired_similarity,
     similarity_matrix,
 )
@@ -307,9 +308,28 @@ class GaussCSEModel(PreTrainedModel):
         return paired_similarity(a.mu, a.logvar, b.mu, b.logvar, reduction=self.config.similarity_reduction)
 
     def entailment_score(self, premises: Sentences, hypotheses: Sentences) -> torch.Tensor:
-        """Score that premise_i entails hypothesis_i: sim(hyp_i‖pre_i), shape ``(N,)``."""
+        """Score in [0, 1] that premise_i entails hypothesis_i, shape ``(N,)``: sim(hyp_i‖pre_i), or with the config's
+        ``entailment_cosine_weight`` α, 1 / (1/sim(hyp_i‖pre_i) + α·(1 − cos(μ_hyp_i, μ_pre_i)))."""
         premises, hypotheses = self._pair(premises, hypotheses, ("premises", "hypotheses"), rows="")
-        return self.similarity_pairwise(hypotheses, premises)
+        config = self.config
+        return paired_entailment_score(
+            hypotheses.mu,
+            hypotheses.logvar,
+            premises.mu,
+            premises.logvar,
+            config.similarity_reduction,
+            config.entailment_cosine_weight,
+        )
+
+    def entails(self, premises: Sentences, hypotheses: Sentences) -> torch.Tensor:
+        """Per pair, does premise_i entail hypothesis_i? [`entailment_score`] ≥ the config's ``entailment_threshold``
+        (chosen on SNLI dev at the end of training), shape ``(N,)``, bool."""
+        if self.config.entailment_threshold is None:
+            raise ValueError(
+                "entails() needs a model whose config states entailment_threshold (set at the end of "
+                "training, or by python -m gausscse.evaluation.entailment_weight --model DIR)"
+            )
+        return self.entailment_score(premises, hypotheses) >= self.config.entailment_threshold
 
     def entailment_direction(self, a: Sentences, b: Sentences) -> EntailmentDirection:
         """Per pair, does a_i entail b_i? Both rules of the paper (§3.2): [`entailment_direction`]."""

@@ -69,7 +69,8 @@ class GaussCSETransformer(InputModule):
         self.kl_weight = None if score == "similarity" or direction == "none" else kl_weight
         self.model = model
         self.tokenizer = tokenizer
-        self.max_seq_length = max_seq_length
+        # the tokens taken as sentence-transformers states it (None: the encoder's limit, resolved here)
+        self.max_seq_length = resolve_max_length(tokenizer, model.config.encoder_config, max_seq_length)
         self.direction = direction
         self.onnx_encoder = onnx_encoder
         reduction = model.config.similarity_reduction
@@ -179,6 +180,24 @@ class GaussCSESentenceTransformer(SentenceTransformer):
 
     def _gausscse_module(self) -> GaussCSETransformer | None:
         return next((module for module in self if isinstance(module, GaussCSETransformer)), None)
+
+    @SentenceTransformer.similarity_fn_name.setter
+    def similarity_fn_name(self, value) -> None:
+        """sentence-transformers' setter; a warning where the KL routes' vectors would be compared by anything but
+        the dot product (their dot product is the model's score; a cosine of them ranks otherwise)."""
+        SentenceTransformer.similarity_fn_name.fset(self, value)
+        module = self._gausscse_module() if self.__dict__.get("_modules") else None  # none yet while constructed
+        if (
+            value is not None
+            and self._similarity_fn_name != "dot"
+            and module is not None
+            and module.direction != "none"
+        ):
+            logger.warning(
+                f"similarity_fn_name={self._similarity_fn_name!r}: the vectors of encode_query/encode_document rank "
+                "by their dot product (the model's score); compared by another function they rank otherwise. Keep "
+                "'dot' for them (μ, from encode(), may use any)"
+            )
 
     def encode(self, *args, **kwargs):
         """sentence-transformers' ``encode`` after [`check_route_options`] and, with ONNX, [`check_model`]."""

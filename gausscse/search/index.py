@@ -265,7 +265,9 @@ class GaussianIndex:
 
     @classmethod
     def open(cls, backend: str, uri: str | Path) -> GaussianIndex:
-        """The index in the ``backend`` database at ``uri`` (a local place or a server URL); ``add`` writes there."""
+        """The index in the ``backend`` database at ``uri`` (a local place or a server URL), searched as ``backend``
+        says (``"qdrant"``: the exact flat scan, ``"qdrant-hnsw"``: the HNSW index) whichever built it; ``add`` writes
+        there."""
         if backend not in BACKENDS or not BACKENDS[backend].database:
             names = [name for name, engine in BACKENDS.items() if engine.database]
             raise ValueError(f"backend must be a database backend, one of {names}, got {backend!r}")
@@ -280,7 +282,7 @@ class GaussianIndex:
             if backend.database and backend.store_class.holds(folder):
                 if (folder / SETTINGS_FILE).exists():
                     raise ValueError(f"{folder} holds both a saved index ({SETTINGS_FILE}) and a database")
-                return backend.open(folder, cls)
+                return backend.open(folder, cls, as_built=True)
         return cls.from_files(folder, read_folder(folder, "GaussianIndex"), device)
 
     @classmethod

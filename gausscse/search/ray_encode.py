@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gausscse.io import first_line
 from gausscse.loading import load_model
 from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH, check_sentences
 from gausscse.model.gaussian import GaussianEmbeddings
@@ -74,6 +75,8 @@ def encode_on_ray(
     sentences = check_sentences("sentences", sentences)
     if not sentences:
         raise ValueError("no sentences to encode: the corpus is empty")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"num_workers (--ray_workers) must be a whole number >= 1, got {num_workers!r}")
     try:
         import pyarrow
         import ray
@@ -83,7 +86,14 @@ def encode_on_ray(
     if not ray.is_initialized() and address is None and "RAY_ADDRESS" not in os.environ:
         ray.init(num_cpus=num_workers, include_dashboard=False)  # a new local Ray
     elif not ray.is_initialized():
-        ray.init(address=address)
+        try:
+            ray.init(address=address)
+        except ConnectionError as error:  # no cluster at that address (also 'auto' with none running)
+            where = address or os.environ.get("RAY_ADDRESS")
+            raise ValueError(
+                f"no Ray cluster at {where!r} ({first_line(error)}); leave the address out for a local "
+                "Ray, or start one (ray start --head)"
+            ) from None
     table = pyarrow.table({ROW_COLUMN: np.arange(len(sentences)), TEXT_COLUMN: sentences})
     blocks = [table.slice(start, rows_per_task) for start in range(0, len(sentences), rows_per_task)]
     encoder = {

@@ -22,7 +22,7 @@ import yaml
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.utils import is_torch_xla_available
 
-from gausscse.data.sources import SHAPES, TRAIN_SOURCES, parse_column_overrides
+from gausscse.data.sources import SHAPES, TRAIN_SOURCES, parse_column_overrides, parse_repeats
 from gausscse.data.tokenize import TRAIN_MAX_LENGTH
 from gausscse.model.backbone_gausscse import STARTS
 from gausscse.model.configuration_gausscse import HEAD_INITS, MEAN_ACTIVATIONS, POOLINGS, GaussCSEConfig
@@ -96,6 +96,12 @@ class DataArguments:
         "--train_file or --dataset_name is given).",
         fixes_run=True,
     )
+    train_dataset_repeats: list[str] | None = arg(
+        None,
+        "Copies of each example of a built-in source per epoch, as name=count (e.g. lingnli=2 mnli=2: those rows "
+        "weigh twice).",
+        fixes_run=True,
+    )
     train_file: list[str] | None = arg(
         None,
         "Training files (CSV, TSV, JSON, JSON Lines or Parquet; .gz too) of NLI rows (premise, hypothesis, label), "
@@ -134,6 +140,7 @@ class DataArguments:
         if self.data_shape not in SHAPES:
             raise ValueError(f"Unknown --data_shape {self.data_shape!r}; valid: {', '.join(SHAPES)}")
         self.column_overrides = parse_column_overrides(self.columns)
+        self.repeats = parse_repeats(self.train_dataset_repeats)
 
 
 @dataclass

@@ -62,6 +62,8 @@ def save_model_folder(
             adapter=adapter,
             figure=None if figure is None else FIGURE_FILE,
             search_kl_weight=config.search_kl_weight,
+            entailment_cosine_weight=config.entailment_cosine_weight,
+            entailment_threshold=config.entailment_threshold,
         )
         write_json(staging / "train_results.json", dict(results))
         # record the model's files, link in the rest of model_dir, but not the earlier model's files nor graphs

@@ -21,6 +21,7 @@ from tokenizers import normalizers
 from torch.utils.data import DataLoader
 from transformers import AutoConfig, AutoTokenizer
 
+from gausscse.data.registry import load_split
 from gausscse.data.sources import (
     BadRowError,
     DataError,
@@ -31,10 +32,12 @@ from gausscse.data.sources import (
     load_training_examples,
     normalize_label,
     parse_column_overrides,
+    parse_repeats,
     read_table,
     resolve_shape,
 )
 from gausscse.data.tokenize import text_id, tokenize_examples, tokenizer_fingerprint
+from gausscse.training.arguments import DataArguments
 from gausscse.training.batch import TripletCollator, text_batch_layout
 
 from ..helpers import MINILM_PATH, nli_rows, write_jsonl_gz
@@ -184,6 +187,80 @@ def test_contradictions_cycle_over_the_entailments_of_a_premise(tmp_path):
 def test_offline_snli_is_the_100k_slice_of_shared_data():
     source = load_source("snli")  # ../shared/data (CI has it beside the clone)
     assert source.location.endswith("snli/train_100k.jsonl.gz") and len(source.rows) == 99_890
+
+
+def test_a_cut_counts_the_examples_trained_on(data_dir):
+    """--max_train_examples: the stats (train_results.json, the model card) count the examples kept, and the built."""
+    from gausscse.hub.model_card import render_model_card
+
+    dataset, stats = load_training_examples(["snli", "mnli"], data_dir=data_dir)
+    assert stats.examples == 40 and stats.examples_built is None and "examples_built" not in stats.as_dict()
+    kept = dataset.select(range(30))  # the snli triplets first, then 6 of mnli's entailment-only examples
+    stats.cut_to(kept)
+    assert (stats.examples, stats.complete_triplets, stats.entailment_only, stats.examples_built) == (30, 24, 6, 40)
+    card = render_model_card(
+        model_name="m", base_model="b", datasets=["snli"], metrics={}, training_arguments={},
+        data_stats=stats.as_dict(), reduction="mean_kl", embedding_size=8,
+    )  # fmt: skip
+    assert "| examples | 30 |" in card and "| examples built | 40 |" in card
+
+
+def test_a_sources_examples_are_repeated_as_asked(data_dir):
+    """--train_dataset_repeats mnli=2: each MNLI example twice (up-weighted), SNLI's once; bad items are named."""
+    spec = DataSpec(train_datasets=["snli", "mnli"], data_dir=data_dir, repeats=parse_repeats(["mnli=2"]))
+    dataset, stats = load_training_examples(spec)
+    once, _ = load_training_examples(["snli", "mnli"], data_dir=data_dir)
+    built, single = examples_of(dataset), examples_of(once)
+    assert stats.examples == 24 + 2 * 16 and stats.repeated_examples == 16
+    assert {example: built.count(example) for example in single} == {
+        example: 1 if example[2] is not None else 2
+        for example in single  # mnli's examples have no contradiction
+    }
+    for bad in (["mnli"], ["mnli=0"], ["mnli=x"]):
+        with pytest.raises(DataError, match=r"--train_dataset_repeats expects name=count items with a count >= 1"):
+            parse_repeats(bad)
+    with pytest.raises(DataError, match=r"--train_dataset_repeats names \['lingnli'\], which --train_datasets does"):
+        load_training_examples(DataSpec(train_datasets=["snli"], data_dir=data_dir, repeats={"lingnli": 2}))
+
+
+def test_offline_lingnli_gives_its_complete_triplets():
+    """LingNLI's 44,983 pairs are 14,993 (premise, entailment, contradiction) triplets over 5,006 premises; each
+    premise's k-th entailment is paired with its k-th contradiction (one of each per collection protocol)."""
+    source = load_source("lingnli")  # ../shared/data
+    assert source.location.endswith("lingnli/train.jsonl.gz") and source.line_numbers
+    dataset, stats = build_examples([source])
+    assert len(source.rows) == 44_983 and stats.neutral_rows == 14_995
+    assert stats.examples == stats.complete_triplets and stats.entailment_only == 0
+    rows = source.rows.to_pandas()
+    entailments = rows[rows.label == "entailment"][["premise", "hypothesis"]]
+    assert stats.examples == len(entailments.drop_duplicates())  # a hypothesis repeated for its premise counts once
+    first = dataset[0]
+    premise_rows = rows[rows.premise == first["premise"]]
+    assert first["entailment"] == premise_rows[premise_rows.label == "entailment"].hypothesis.iloc[0]
+    assert first["contradiction"] == premise_rows[premise_rows.label == "contradiction"].hypothesis.iloc[0]
+
+
+def test_lingnli_is_a_training_source_and_local_only(tmp_path, monkeypatch):
+    rows = [{**row, "protocol": "group1"} for row in nli_rows(6)]
+    write_jsonl_gz(tmp_path / "lingnli/train.jsonl.gz", rows)
+    _, stats = load_training_examples(["lingnli"], data_dir=tmp_path)
+    assert stats.examples == stats.complete_triplets == 6
+    assert DataArguments(train_datasets=["snli", "lingnli"]).train_datasets == ["snli", "lingnli"]
+    monkeypatch.delenv("GAUSSCSE_DATA_DIR", raising=False)
+    for module in ("registry", "sources"):  # no local folder: the Hub's
+        monkeypatch.setattr(f"gausscse.data.{module}.default_data_dir", lambda: None)
+    with pytest.raises(FileNotFoundError, match=r"lingnli/train is local only .*--data_dir.*lingnli/train.jsonl.gz"):
+        load_source("lingnli")
+    with pytest.raises(FileNotFoundError, match=r"expected the file .*lingnli/validation.jsonl.gz"):
+        load_split("lingnli", "validation", tmp_path)
+    offline = ConnectionError("Couldn't reach 'stanfordnlp/snli' on the Hub (LocalEntryNotFoundError)")
+    with mock.patch("gausscse.data.registry.datasets.load_dataset", side_effect=offline):
+        with pytest.raises(
+            FileNotFoundError,
+            match=r"snli/test: no local data folder \(\$GAUSSCSE_DATA_DIR, .*\) "
+            r"and the Hub's stanfordnlp/snli could not be loaded \(ConnectionError: .*\): pass --data_dir",
+        ):
+            load_split("snli", "test")
 
 
 # ------------------------------------------------------------------------------------------------------- the Hub

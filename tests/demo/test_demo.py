@@ -81,6 +81,20 @@ def test_direction_reports_both_similarities_generalities_and_the_rules(model):
     assert len(result.figure.axes[0].patches) == 2 * len(SIGMAS)  # each sentence's contours
 
 
+def test_direction_states_binary_nli_by_the_models_entailment_score(model, monkeypatch):
+    assert "Binary NLI" not in direction(model, SENTENCE_A, SENTENCE_B).verdict()  # no threshold stated
+    monkeypatch.setattr(model.config, "entailment_cosine_weight", 2.0)
+    score = float(model.entailment_score([SENTENCE_A], [SENTENCE_B])[0])  # that A entails B
+    sim_ba = float(reference(model, [SENTENCE_B], [SENTENCE_A])[0, 0])
+    assert score != pytest.approx(sim_ba, rel=1e-4)  # α changes the score
+    for threshold, verdict in ((score - 0.01, "A entails B"), (score + 0.01, "A does not entail B")):
+        monkeypatch.setattr(model.config, "entailment_threshold", threshold)
+        result = direction(model, SENTENCE_A, SENTENCE_B)
+        assert result.entailment_ab == pytest.approx(score, rel=1e-6)
+        assert f"Binary NLI: {verdict} (the model's entailment score {score:.4f}" in result.verdict()
+        assert result.scores()["entailment score(a => b)"] == pytest.approx(score, rel=1e-6)
+
+
 def test_similarity_matrix_is_sim_row_given_column(model):
     text = f"{SENTENCE_A}\n\n{SENTENCE_B}\nan old dog sleeps\n"
     sentences, matrix, figure = similarity_figure(model, text)
@@ -223,6 +237,49 @@ def test_the_direction_picture_draws_both_gaussians_on_those_dimensions(model):
         np.testing.assert_allclose([ellipse.width, ellipse.height], [2 * std[row, x], 2 * std[row, y]], rtol=1e-6)
 
 
+def assert_readable(figure) -> None:
+    """The axes are no strip, the broader 1σ ellipse spans at least a quarter of them in both directions and the
+    narrower one a hundredth (no line), and the legend is clear of the axes and their labels."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure)  # as gradio renders it (the demo closed it in pyplot)
+    canvas.draw()
+    axis = figure.axes[0]
+    box, renderer = axis.get_window_extent(), canvas.get_renderer()
+    assert min(box.width, box.height) >= 0.3 * max(box.width, box.height), box  # the axes are no strip either
+    extents = [ellipse.get_window_extent(renderer) for ellipse in axis.patches[:: len(SIGMAS)]]
+    broad = max(extents, key=lambda extent: extent.width * extent.height)
+    assert broad.width >= 0.25 * box.width and broad.height >= 0.25 * box.height, (broad, box)
+    for extent in extents:
+        assert extent.width >= 0.01 * box.width and extent.height >= 0.01 * box.height, (extent, box)
+    legend = (figure.legends[0] if figure.legends else axis.get_legend()).get_window_extent(renderer)
+    for label in (axis.xaxis.label, axis.yaxis.label):
+        assert not legend.overlaps(label.get_window_extent(renderer))
+    assert not legend.overlaps(axis.get_tightbbox(renderer))
+
+
+def test_the_picture_is_readable_when_the_dimensions_differ_a_hundredfold_and_for_the_apps_examples(
+    model, minilm_gausscse, minilm_tokenizer
+):
+    """The user's case: the covering dimensions' σ differ by ×100 (x-axis ±150, y-axis ±1): both ellipses stay
+    ellipses; and every example of the app's Direction tab draws readably."""
+    import matplotlib.pyplot as plt
+
+    from gausscse.demo.core import DIRECTION_EXAMPLES
+    from gausscse.drawing.gaussians import draw_direction
+
+    mu = torch.tensor([[0.0, 0.0, 5.0], [10.0, 0.1, 5.0]])
+    logvar = torch.log(torch.tensor([[150.0, 1.5, 1.0], [20.0, 0.2, 1.0]]) ** 2)
+    figure, axis = plt.subplots(figsize=(6.4, 7), layout="constrained")
+    assert draw_direction(axis, mu, logvar, ["a broad sentence", "a narrow sentence"]) == [0, 1]
+    assert_readable(figure)
+    plt.close(figure)
+    for pair in DIRECTION_EXAMPLES:
+        assert_readable(direction(model, *pair).figure)
+        minilm_gausscse.get_tokenizer(minilm_tokenizer)
+        assert_readable(direction(minilm_gausscse, *pair).figure)
+
+
 def test_projection_plane_is_orthonormal_and_spans_what_separates_the_gaussians():
     torch.manual_seed(0)
     mu, var = torch.randn(5, 16), torch.rand(5, 16) + 0.1
@@ -276,7 +333,8 @@ def test_an_error_shows_in_its_tab_and_the_next_good_answer_clears_it(model, tmp
     assert (verdict, scores, picture) == ("", None, None)  # no answer to other input beside the message
     error, verdict, scores, picture = run_direction(SENTENCE_A, SENTENCE_B)
     assert_error_cleared(error)
-    assert "entails" in verdict and set(scores) == {"sim(a||b)", "sim(b||a)", "generality(a)", "generality(b)"}
+    names = {"sim(a||b)", "sim(b||a)", "generality(a)", "generality(b)", "entailment score(a => b)"}
+    assert "entails" in verdict and set(scores) == names
 
     run_similarity = button_handler(app, "similarity-error")
     assert_error_shown(run_similarity(SENTENCE_A)[0], "give at least 2 sentences")
@@ -309,6 +367,7 @@ def test_the_page_shows_numbers_rounded_to_display_digits(model, tmp_path):
         "sim(b||a)": float(reference(model, [SENTENCE_B], [SENTENCE_A])[0, 0]),
         "generality(a)": float(gaussians.logvar[0].double().sum()),
         "generality(b)": float(gaussians.logvar[1].double().sum()),
+        "entailment score(a => b)": float(model.entailment_score([SENTENCE_A], [SENTENCE_B])[0]),
     }
     assert all(decimals(value) <= 4 for value in scores.values()), scores
     assert scores == pytest.approx(exact, abs=5.1e-5)  # rounded, not some other number

@@ -420,11 +420,14 @@ def markdown_rows(report: str, first_header: str) -> tuple[list[str], dict[str, 
 def check_report_tables_show_the_results(report: str, runs: dict[str, dict]) -> None:
     """Every measured cell of the NLI, AUPRC and STS tables is the results.json value, in the column of its set."""
     header, rows = markdown_rows(report, "model")
-    assert [NLI_HEADERS[cell] for cell in header[1:-1]] == list(NLI_HEADERS.values())
+    assert header[-2:] == ["SNLI-dev threshold", "α"]
+    assert [NLI_HEADERS[cell] for cell in header[1:-2]] == list(NLI_HEADERS.values())
     for name, results in runs.items():
-        for column, cell in zip(header[1:-1], rows[name][1:-1], strict=True):
+        for column, cell in zip(header[1:-2], rows[name][1:-2], strict=True):
             assert cell == f"{results['nli'][NLI_HEADERS[column]]['accuracy']:.2f}", (name, column)
-        assert rows[name][-1] == f"{results['snli_dev']['threshold']:.3f}"
+        assert rows[name][-2] == f"{results['snli_dev']['threshold']:.3f}"
+        alpha = results.get("entailment_cosine_weight")
+        assert rows[name][-1] == ("—" if alpha is None else f"{alpha:.3f}")
     area_header_index = report.index("AUPRC (%")
     header, rows = markdown_rows(report[area_header_index:], "model")
     for name, results in runs.items():

@@ -5,6 +5,7 @@ sets built so that the KL or the cosine finds the relevant item, the command tha
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import pytest
@@ -63,13 +64,44 @@ def test_the_curve_is_ndcg_at_10_and_lambda_follows_what_finds_the_relevant_item
     assert best_kl_weight(cosine_case) == 0.0 and cosine_case[0.0] == pytest.approx(100)
 
 
-def test_equal_ndcg_picks_the_smallest_weight():
+def test_equal_ndcg_picks_the_smallest_weight_and_the_grids_top_is_logged(caplog):
     assert best_kl_weight({0.0: 50.0, 0.1: 70.0, 1.0: 70.0, 10.0: 60.0}) == 0.1
+    assert KL_WEIGHT_GRID[-1] >= 1000 and "the grid's top" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        assert best_kl_weight({0.0: 50.0, 1.0: 60.0, 1000.0: 61.0}) == 1000.0
+    assert "λ = 1000, the grid's top" in caplog.text
 
 
-def test_the_config_refuses_a_negative_weight():
-    with pytest.raises(ValueError, match=r"search_kl_weight must be a finite number >= 0, got -0.5"):
-        GaussCSEConfig(search_kl_weight=-0.5)
+@pytest.mark.parametrize("bad", [-0.5, 1e300, float("inf"), float("nan"), "0.5", True, [0.5]])
+def test_the_config_refuses_a_weight_that_is_no_number_or_breaks_the_scores(bad):
+    with pytest.raises(
+        ValueError, match=r"search_kl_weight \(the model's config.json\) must be a number in \[0, 1e\+06\]"
+    ):
+        GaussCSEConfig(search_kl_weight=bad)
+
+
+def test_a_hand_edited_config_json_is_refused_on_every_route(tmp_path, make_tiny_model, minilm_tokenizer):
+    """λ written into config.json by hand: the largest allowed still ranks with finite scores, anything else is
+    refused where the folder is loaded (AutoModel and sentence-transformers), naming the field."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel
+
+    folder = tmp_path / "model"
+    model = make_tiny_model(similarity_reduction="mean_kl", initializer_range=0.2)
+    model.get_tokenizer(minilm_tokenizer)
+    model.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    for bad in (1e300, "0.5", True):
+        (folder / "config.json").write_text(json.dumps({**config, "search_kl_weight": bad}))
+        for load in (lambda: AutoModel.from_pretrained(folder, trust_remote_code=True),
+                     lambda: SentenceTransformer(str(folder), trust_remote_code=True)):  # fmt: skip
+            with pytest.raises(ValueError, match=r"search_kl_weight \(the model's config.json\) must be a number"):
+                load()
+    (folder / "config.json").write_text(json.dumps({**config, "search_kl_weight": 1e6}))
+    loaded = AutoModel.from_pretrained(folder, trust_remote_code=True)
+    embeddings = loaded.encode(["a dog runs", "an animal moves", "two men cook"])
+    scores = search_score_matrix(embeddings.mu, embeddings.logvar, embeddings.mu, embeddings.logvar, 1e6)
+    assert torch.isfinite(scores).all()
 
 
 def test_the_command_writes_lambda_into_a_saved_folder(tmp_path, make_tiny_model, minilm_tokenizer, data_dir, capsys):

@@ -22,7 +22,7 @@ from huggingface_hub import ModelCard
 import gausscse
 from gausscse.cli.evaluate import card_eval_results
 from gausscse.cli.evaluate import main as evaluate_main
-from gausscse.data.registry import HUB_SOURCES
+from gausscse.data.registry import HUB_SOURCES, LOCAL_ONLY
 from gausscse.data.sources import TRAIN_SOURCES
 from gausscse.drawing.reports import plot_dev_summary
 from gausscse.evaluation.encoders import GaussianEncoder
@@ -69,7 +69,9 @@ def test_the_card_carries_a_sentence_transformers_models_metadata():
     assert all(isinstance(sentence, str) for sentence in widget["sentences"])
     assert "![" in parsed.text and "](evaluation.png)" in parsed.text
     assert sentence_transformers_usage(NAME, "sum", 384) in parsed.text
-    assert "python app.py" in parsed.text and "huggingface.co/spaces" in parsed.text
+    assert (
+        "gausscse-demo " in parsed.text and "## Limitations" in parsed.text and "huggingface.co/spaces" in parsed.text
+    )
     assert "@inproceedings{yoda-etal-2024-sentence" in parsed.text
 
 
@@ -82,12 +84,12 @@ def test_the_card_names_the_datasets_by_the_registrys_hub_ids():
     """One source of the Hub ids: the card's training datasets and its model-index sets are the datasets the data
     loader reads (``gausscse.data.registry.HUB_SOURCES``), one id per dataset."""
     for name in TRAIN_SOURCES:
-        assert dataset_id(name) == HUB_SOURCES[(name, "train")][0]
+        assert dataset_id(name) == (None if name in LOCAL_ONLY else HUB_SOURCES[(name, "train")][0])
     for (name, split), (hub_id, config, hub_split) in HUB_SOURCES.items():
         assert hub_dataset(name, split) == CardDataset(hub_id, name, hub_split, config)
         assert hub_id == HUB_SOURCES[next(key for key in HUB_SOURCES if key[0] == name)][0]
     assert ModelCard(card(datasets=list(TRAIN_SOURCES))).data.datasets == [
-        HUB_SOURCES[(name, "train")][0] for name in TRAIN_SOURCES
+        HUB_SOURCES[(name, "train")][0] for name in TRAIN_SOURCES if name not in LOCAL_ONLY
     ]
 
 
@@ -95,6 +97,22 @@ def results_by_metric(text: str) -> dict[tuple[str, str, str | None, str], float
     """The parsed model-index: (task, dataset id, split, metric type) → value."""
     return {(r.task_type, r.dataset_type, r.dataset_split, r.metric_type): r.metric_value
             for r in ModelCard(text).data.eval_results}  # fmt: skip
+
+
+def test_a_local_only_source_is_linked_to_its_files_and_left_out_of_the_hub_ids():
+    text = card(datasets=["snli", "mnli", "lingnli"])
+    assert ModelCard(text).data.datasets == [HUB_SOURCES[(name, "train")][0] for name in ("snli", "mnli")]
+    assert f"lingnli ([{LOCAL_ONLY['lingnli']}]({LOCAL_ONLY['lingnli']}), local files)" in text
+
+
+def test_the_card_states_the_entailment_score_binary_nli_decides_by():
+    plain = card()
+    assert "Binary NLI is decided by sim(hyp‖pre)." in plain and "model.entails" not in plain
+    text = card(entailment_cosine_weight=0.5623, entailment_threshold=0.412)
+    assert "entailment score 1 / (1/sim(hyp‖pre) + 0.5623·(1 − cos(μ_hyp, μ_pre)))" in text
+    assert "at least 0.412 (the SNLI-dev best" in text
+    assert "print(model.entails(premises, hypotheses))               # score ≥ 0.412" in text
+    ModelCard(text)  # still a valid card
 
 
 def test_the_model_index_holds_every_dev_metric_given_on_the_dev_set_used():

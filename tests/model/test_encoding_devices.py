@@ -2,6 +2,7 @@
 passes on several devices (gausscse/model/devices_gausscse.py: worker processes, here CPU processes)."""
 
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -61,6 +62,61 @@ def test_a_failing_worker_is_named_and_bad_devices_are_refused(model):
         EncodePool(model, [])
     with pytest.raises(ValueError, match="torch devices"):
         EncodePool(model, ["gpu-7"])
+
+
+def test_a_pool_serves_only_the_model_it_was_started_for(model, minilm_tokenizer):
+    other = tiny_model(seed=1, initializer_range=0.2)
+    other.get_tokenizer(minilm_tokenizer)
+    with model.start_multi_process_pool(["cpu"]) as pool:
+        with pytest.raises(ValueError, match=r"pool was started for another model .*start_multi_process_pool"):
+            other.encode(corpus(5), pool=pool)
+        model.config.search_kl_weight = 0.3  # a score weight changes no Gaussian: the pool still serves
+        try:
+            torch.testing.assert_close(model.encode(corpus(5), pool=pool).mu, model.encode(corpus(5)).mu)
+        finally:
+            model.config.search_kl_weight = None
+        changed = tiny_model(initializer_range=0.2)
+        changed.get_tokenizer(minilm_tokenizer)
+        with torch.no_grad():
+            changed.logvar_head.bias.add_(0.5)  # the same model, its weights changed in place after the start
+        with EncodePool(changed, ["cpu"]) as changed_pool:
+            with torch.no_grad():
+                changed.logvar_head.bias.sub_(0.5)
+            with pytest.raises(ValueError, match="pool was started for another model"):
+                changed.encode(corpus(5), pool=changed_pool)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 7, reason="needs a machine with at most 7 CUDA devices")
+def test_devices_this_machine_lacks_are_refused_before_any_worker_starts(model):
+    for devices in (["cuda:7"], ["cpu", "cuda:7"]):
+        with pytest.raises(ValueError, match=r"cannot encode on cuda:7: this machine has (no cuda|\d+ cuda) device"):
+            model.encode(corpus(4), device=devices)
+
+
+def test_workers_that_cannot_import_the_main_module_end_encode_with_one_line(tmp_path):
+    """A script read from standard input: spawned workers cannot re-import it; encode says so instead of waiting."""
+    from ..helpers import MINILM_PATH
+
+    script = f"""
+import torch
+from transformers import AutoTokenizer
+from tests.helpers import tiny_model
+model = tiny_model()
+model.get_tokenizer(AutoTokenizer.from_pretrained({str(MINILM_PATH)!r}))
+try:
+    model.encode(["a dog runs", "two men cook"], device=["cpu", "cpu"])
+except RuntimeError as error:
+    print("REFUSED", error)
+"""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120, cwd=root, check=True
+    )
+    assert "REFUSED encode on several devices starts worker processes that re-import your main module" in done.stdout
+    assert "'<stdin>' is no file they can read" in done.stdout
 
 
 def test_padding_matches_the_tokenizers_own(minilm_tokenizer):

@@ -382,6 +382,28 @@ print("ok")
     assert fresh_python(code, tmp_path).strip().endswith("ok")
 
 
+def test_choosing_a_score_weight_keeps_the_folders_graph_and_fingerprint(saved_model, data_dir):
+    """λ, α and the threshold rank and decide but change no Gaussian: setting them on a saved folder (the README's
+    ``python -m gausscse.evaluation.search_weight --model DIR``, and α by ``entailment_weight``) keeps the model's
+    fingerprint, so the folder's ONNX graph is still its own; a weight changed in place is another fingerprint."""
+    from gausscse.evaluation import entailment_weight, search_weight
+    from gausscse.model.configuration_gausscse import model_fingerprint
+
+    model, folder = saved_model()
+    export_onnx(model, folder)
+    before = model_fingerprint(GaussCSEModel.from_pretrained(folder))
+    search_weight.main(["--model", str(folder), "--data_dir", str(data_dir)])
+    entailment_weight.main(["--model", str(folder), "--data_dir", str(data_dir)])
+    reloaded = GaussCSEModel.from_pretrained(folder)
+    assert reloaded.config.search_kl_weight is not None and reloaded.config.entailment_threshold is not None
+    assert model_fingerprint(reloaded) == before
+    onnx, reference = reloaded.encode(SENTENCES, backend="onnx"), reloaded.encode(SENTENCES)  # not refused
+    torch.testing.assert_close(onnx.mu, reference.mu, atol=1e-5, rtol=1e-4)
+    with torch.no_grad():
+        reloaded.logvar_head.bias.add_(0.1)
+    assert model_fingerprint(reloaded) != before
+
+
 def test_the_kept_fingerprint_follows_every_change_of_the_weights(make_tiny_model):
     """The fingerprint an ONNX encode checks at every call is kept per model (hashing the weights each time cost more
     than encoding a sentence) and is recomputed after any change: in place, a replaced parameter, ``.data`` swapped,

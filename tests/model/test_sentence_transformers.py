@@ -18,6 +18,7 @@ from transformers.utils import logging as transformers_logging
 
 from gausscse import GaussCSEConfig, GaussCSEModel
 from gausscse.model.configuration_gausscse import SENTENCE_TRANSFORMERS_FILES
+from gausscse.model.encoding_gausscse import resolve_max_length
 from gausscse.model.sentence_transformer_gausscse import GaussCSESentenceTransformer, GaussCSETransformer
 from studies import retrieval
 
@@ -376,6 +377,27 @@ def test_the_route_dimension_is_reported(minilm_tokenizer):
     assert points.get_embedding_dimension(task="query") == points.encode_query(CLAIMS).shape[1] == 32
     with pytest.raises(ValueError, match="task must be 'query', 'document' or None, got 'passage'"):
         st.get_embedding_dimension(task="passage")
+
+
+def test_a_similarity_function_other_than_dot_is_warned_of_and_max_seq_length_is_stated(minilm_tokenizer, caplog):
+    """The routes' vectors rank by their dot product: setting cosine (or any other) on the model says so; μ-only
+    (direction="none") takes any without a word. max_seq_length is the tokens taken, the encoder's limit if unset."""
+    st = spread_model().as_sentence_transformer(minilm_tokenizer)
+    assert st.similarity_fn_name == "dot" and st.max_seq_length == resolve_max_length(
+        minilm_tokenizer, st[0].model.config.encoder_config
+    )
+    transformers_logging.enable_propagation()
+    try:
+        st.similarity_fn_name = "dot"
+        assert "similarity_fn_name" not in caplog.text
+        st.similarity_fn_name = "cosine"
+        warned = "similarity_fn_name='cosine': the vectors of encode_query/encode_document rank by their dot product"
+        assert warned in caplog.text
+        caplog.clear()
+        spread_model().as_sentence_transformer(minilm_tokenizer, direction="none").similarity_fn_name = "cosine"
+        assert "similarity_fn_name" not in caplog.text
+    finally:
+        transformers_logging.disable_propagation()
 
 
 def test_a_plain_sentence_transformer_of_the_module_gets_the_checks(minilm_tokenizer):

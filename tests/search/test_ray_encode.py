@@ -77,6 +77,36 @@ def test_bad_input_is_named_before_ray_runs(model_folder, monkeypatch):
         encode_on_ray(model_folder, ["a man is outside"])
 
 
+def test_impossible_ray_resources_end_the_command_with_one_line(model_folder, tmp_path, capsys, monkeypatch):
+    """--ray_workers 0 is refused before Ray starts (it would wait forever for a CPU); --ray auto with no cluster
+    running is one line and exit 2, not ray's ConnectionError traceback."""
+    from gausscse.cli.search import run
+
+    corpus_path = tmp_path / "corpus.txt"
+    corpus_path.write_text("a man is outside\na dog runs\n", encoding="utf-8")
+    common = ["gausscse-search", "build", "--model", str(model_folder), "--corpus", str(corpus_path)]
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process
+    monkeypatch.setattr(ray, "init", lambda **kwargs: pytest.fail(f"ray.init({kwargs}) with 0 workers"))
+    monkeypatch.setattr(sys, "argv", [*common, "--index", str(tmp_path / "zero"), "--ray", "--ray_workers", "0"])
+    with pytest.raises(SystemExit) as stopped:
+        run()
+    assert stopped.value.code == 2 and "--ray_workers must be at least 1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"num_workers \(--ray_workers\) must be a whole number >= 1, got 0"):
+        encode_on_ray(model_folder, ["a man"], num_workers=0)
+
+    def no_cluster(address=None, **kwargs):
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to.")
+
+    monkeypatch.setattr(ray, "init", no_cluster)
+    monkeypatch.setattr(sys, "argv", [*common, "--index", str(tmp_path / "auto"), "--ray", "auto"])
+    with pytest.raises(SystemExit) as stopped:
+        run()
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "Traceback" not in err
+    assert len([line for line in err.splitlines() if line.startswith("gausscse-search: error:")]) == 1
+    assert "no Ray cluster at 'auto' (Could not find any running Ray instance" in err and "ray start --head" in err
+
+
 def test_the_worker_class_keeps_the_id_column_and_names_a_row_that_is_not_text(model_folder):
     encoder = GaussianEncoder(str(model_folder), batch_size=2)
     batch = encoder({"id": np.array([10, 11, 12]), "text": np.array(["a man", "a dog runs", "two cats"], dtype=object)})

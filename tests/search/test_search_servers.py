@@ -7,6 +7,8 @@ module (one Milvus Lite process), each test in collections of its own."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -118,6 +120,21 @@ def test_a_small_index_against_torch_distributions_and_reopened_by_uri_and_folde
         assert_top_k(ids, scores, reference_search_score(queries, items, 0.5, direction), rtol=1e-5)
 
 
+@pytest.mark.parametrize("engine", [*ENGINES, "lancedb"])
+def test_open_searches_as_the_backend_it_is_given_and_load_as_built(engine, new_uri, tmp_path):
+    """``GaussianIndex.open(backend, uri)`` honours the exact/approximate choice whichever backend built the table;
+    ``GaussianIndex.load(uri)`` reopens it as it was built."""
+    flat, approximate = (engine, "lancedb-ann") if engine == "lancedb" else (engine, f"{engine}-hnsw")
+    uri = str(tmp_path / "lance") if engine == "lancedb" else new_uri(engine)
+    items, queries = gaussians(120, seed=21, dim=16), gaussians(4, seed=22, dim=16)
+    GaussianIndex(16, "sum", approximate, uri=uri).add(items)
+    assert GaussianIndex.load(uri).backend == approximate
+    exact = GaussianIndex.open(flat, uri)
+    assert exact.backend == flat and not exact.engine.approximate
+    check_against_brute_force(exact, queries, items, 10)
+    assert GaussianIndex.open(approximate, uri).backend == approximate
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_approximate_recall_at_10_through_the_engines_graph_on_lifted_vectors(engine, new_uri):
     """HNSW under the raw inner product on the lifted maps (all of one norm), re-scored: recall@10 ≥ 0.95 in both
@@ -205,6 +222,152 @@ def drop(engine: str, uri: str) -> None:
         qdrant_client(place).delete_collection(name)
     else:
         milvus_client(place).drop_collection(name)
+
+
+def ann_metadata(engine: str, uri: str, direction: str) -> dict:
+    name = uri.split("#")[1]
+    return GaussianIndex.open(f"{engine}-hnsw", uri).engine.table.ann_metadata(f"{name}_ann_{direction}")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_ann_collection_left_by_another_index_or_cut_short_is_built_again(engine, new_uri):
+    """The ANN collections record their parent's table id and how many vectors they hold: a new index at the name of a
+    deleted one does not search the old graph, and an ANN collection that lost vectors (a build killed between two
+    requests) is built again at the next approximate search, which then answers as the brute force."""
+    uri, backend = new_uri(engine), f"{engine}-hnsw"
+    old, new, queries = gaussians(200, seed=31, dim=16), gaussians(200, seed=32, dim=16), gaussians(5, seed=33, dim=16)
+    first = GaussianIndex(16, "sum", backend, uri=uri)
+    first.add(old)
+    first.entailing(queries, 5)  # builds the ANN collections
+    drop(engine, uri)  # the index, not its ANN collections
+    second = GaussianIndex(16, "sum", backend, uri=uri)
+    second.add(new)
+    check_against_brute_force(second, queries, new, 10)
+    table_id = second.engine.table.table_id
+    assert {ann_metadata(engine, uri, d)["table_id"] for d in ("entailing", "entailed_by")} == {table_id}
+    place, name = uri.split("#")
+    ann = f"{name}_ann_entailing"
+    if engine == "qdrant":  # the build cut short: vectors missing from the ANN collection
+        from qdrant_client import models
+
+        qdrant_client(place).delete(ann, points_selector=models.FilterSelector(filter=models.Filter()))
+    else:
+        milvus_client(place).delete(ann, filter="id >= 100")
+    assert GaussianIndex.open(backend, uri).engine.table.row_count(ann) < 200
+    check_against_brute_force(GaussianIndex.open(backend, uri), queries, new, 10)
+    reopened = GaussianIndex.open(backend, uri).engine.table
+    assert reopened.row_count(ann) == ann_metadata(engine, uri, "entailing")["vectors"] > 100
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_collection_at_an_ann_name_is_refused_and_never_taken_for_one(engine, new_uri):
+    uri = new_uri(engine)
+    with pytest.raises(ValueError, match=r"is the name of the ANN collection of an index named 'c\w+': choose another"):
+        GaussianIndex(16, "sum", engine, uri=f"{uri}_ann_entailing")
+    place, name = uri.split("#")
+    if engine == "qdrant":  # someone's own collection where the ANN collection would go
+        from qdrant_client import models
+
+        qdrant_client(place).create_collection(
+            f"{name}_ann_entailing", vectors_config=models.VectorParams(size=4, distance="Dot")
+        )
+    else:
+        milvus_client(place).create_collection(f"{name}_ann_entailing", dimension=4)
+    index = GaussianIndex(16, "sum", f"{engine}-hnsw", uri=uri)
+    index.add(gaussians(50, seed=34, dim=16))
+    with pytest.raises(ValueError, match=rf"'{name}_ann_entailing', where this index keeps its ANN index, is another"):
+        index.entailing(gaussians(2, seed=35, dim=16), 3)
+    assert GaussianIndex.open(engine, uri).entailing(gaussians(2, seed=35, dim=16), 3)[1].shape == (2, 3)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_add_killed_between_its_requests_is_never_served_and_is_rolled_back(engine, tmp_path):
+    """A writer killed after the first of its add's requests (Qdrant 512 points, Milvus 2,048 rows a request; 64 here):
+    a reopened index serves the rows of the adds that finished, and the next add replaces the partial batch."""
+    uri = str(tmp_path / ("qdrant" if engine == "qdrant" else "gaussians.db")) + "#docs"
+    module, requests, method = {
+        "qdrant": ("qdrant_backend", "POINTS_PER_REQUEST", "upsert"),
+        "milvus": ("milvus_backend", "ROWS_PER_REQUEST", "insert"),
+    }[engine]
+    writer = f"""
+import os, torch
+from gausscse import GaussianEmbeddings
+from gausscse.search import GaussianIndex
+from gausscse.search.backends import {module}
+{module}.{requests} = 64
+generator = torch.Generator().manual_seed(7)
+def gaussians(count):
+    return GaussianEmbeddings(torch.randn(count, 16, generator=generator), torch.randn(count, 16, generator=generator))
+index = GaussianIndex(16, "sum", "{engine}", uri={uri!r})
+index.add(gaussians(10))
+client, calls = index.engine.table.client, []
+original = getattr(client, "{method}")
+def dying(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:
+        os._exit(3)  # killed after the first request of this add
+    return original(*args, **kwargs)
+setattr(client, "{method}", dying)
+index.add(gaussians(1000))
+"""
+    done = subprocess.run([sys.executable, "-c", writer], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr[-3000:]
+    generator = torch.Generator().manual_seed(7)
+    first = GaussianEmbeddings(torch.randn(10, 16, generator=generator), torch.randn(10, 16, generator=generator))
+    reopened = GaussianIndex.open(engine, uri)
+    assert len(reopened) == 10 and reopened.engine.table.row_count(reopened.engine.table.name) == 74
+    queries, more = gaussians(3, seed=41, dim=16), gaussians(5, seed=42, dim=16)
+    check_against_brute_force(reopened, queries, first, 10)  # the 64 rows written past them are not served
+    reopened.add(more)
+    both = GaussianEmbeddings(torch.cat([first.mu, more.mu]), torch.cat([first.logvar, more.logvar]))
+    again = GaussianIndex.load(uri)
+    assert len(again) == 15 and again.engine.table.row_count(again.engine.table.name) == 15  # rolled back
+    check_against_brute_force(again, queries, both, 15)
+
+
+def in_new_process(code: str, cwd) -> str:
+    """Run ``code`` in a new interpreter (this project importable), return stdout."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+def test_milvus_refuses_a_folder_and_reopens_in_a_fresh_process(tmp_path):
+    """A folder named like a Milvus Lite file (a user's, another engine's database) is refused, not written into;
+    an index built by one process is reopened and searched by another (the README's build, then query)."""
+    folder = tmp_path / "mine.db"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"mine.db holds keep.txt: a Milvus Lite database needs a new name"):
+        GaussianIndex(16, "sum", "milvus", uri=str(folder))
+    assert [path.name for path in folder.iterdir()] == ["keep.txt"]
+    qdrant = tmp_path / "qdrant.db"
+    GaussianIndex(16, "sum", "qdrant", uri=str(qdrant)).add(gaussians(3, seed=1, dim=16))
+    with pytest.raises(FileExistsError, match=r"qdrant.db holds .*: a Milvus Lite database needs a new name"):
+        GaussianIndex(16, "sum", "milvus", uri=f"{qdrant}#other")
+    uri = str(tmp_path / "fresh.db")
+    build = f"""
+import torch
+from gausscse import GaussianEmbeddings
+from gausscse.search import GaussianIndex
+generator = torch.Generator().manual_seed(5)
+index = GaussianIndex(16, "sum", "milvus-hnsw", uri={uri!r})
+index.add(GaussianEmbeddings(torch.randn(60, 16, generator=generator), torch.randn(60, 16, generator=generator)))
+index.entailing(GaussianEmbeddings(torch.randn(2, 16), torch.zeros(2, 16)), 3)
+print("built")
+"""
+    query = f"""
+import torch
+from gausscse import GaussianEmbeddings
+from gausscse.search import GaussianIndex
+for backend in ("milvus", "milvus-hnsw"):
+    index = GaussianIndex.open(backend, {uri!r})
+    scores, ids = index.entailing(GaussianEmbeddings(torch.randn(2, 16), torch.zeros(2, 16)), 3)
+    print(backend, len(index), ids.shape[1])
+print(len(GaussianIndex.load({uri!r})))
+"""
+    assert "built" in in_new_process(build, tmp_path)
+    assert in_new_process(query, tmp_path).split() == ["milvus", "60", "3", "milvus-hnsw", "60", "3", "60"]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -139,7 +139,15 @@ class DatabaseStore:
         columns = {"mu": mu.numpy(), "logvar": logvar.numpy(), "sentence": sentences}
         for direction, field in self.map_fields.items():
             columns[field] = stored_map(mu, logvar, direction, self.kl_weight).float().numpy()
+        self.discard_from(first_id)  # rows of an add that never finished
         self.insert(np.arange(first_id, first_id + len(mu)), columns)
+        self.commit(first_id + len(mu))  # written last: until then, readers see the rows before
+
+    def discard_from(self, first_id: int) -> None:
+        """Remove the rows of id ``first_id`` on (an engine's hook: where an add is several requests)."""
+
+    def commit(self, rows: int) -> None:
+        """Record ``rows`` as the table's complete row count (an engine's hook: where an add is several requests)."""
 
     def hits(self, vectors: np.ndarray, count: int, direction: str, **request: Any) -> torch.Tensor:
         """``(Q, count)`` ids [`search`] finds, ``QUERIES_PER_REQUEST`` rows of ``vectors`` at a time; −1: none."""
@@ -157,6 +165,9 @@ class DatabaseStore:
             found = {direction: self.find_ann(direction) for direction in SEARCH_DIRECTIONS}
             tables = {}
             for direction, (table, metadata) in (found if None not in found.values() else {}).items():
+                if not self.ann_complete(table, metadata):  # another index's, or a build cut short: built again
+                    tables = {}
+                    break
                 transform = {key: np.array(metadata[key], dtype=np.float64) for key in ("mean", "scale")}
                 transform["keep"] = kept_columns(direction, self.dim, self.kl_weight)
                 transform["radius2"] = np.array([metadata["radius2"]])
@@ -164,6 +175,16 @@ class DatabaseStore:
                 tables[direction] = AnnTable(table, transform, int(metadata["rows"]))
             self._ann = tables
         return self._ann
+
+    def ann_complete(self, table: Any, metadata: dict[str, Any]) -> bool:
+        """Whether the ANN table ``table`` was built for this index (its parent's ``table_id``) and holds every vector
+        its metadata counts (a build is cut short between requests), where the engine can count them."""
+        rows = self.row_count(table)
+        return metadata.get("table_id") == self.table_id and (rows is None or rows == metadata.get("vectors"))
+
+    def row_count(self, table: Any) -> int | None:
+        """How many rows the collection ``table`` holds (an engine's hook; ``None``: not counted)."""
+        return None
 
     def ann_covers(self, size: int) -> bool:
         """Whether the ANN tables serve an index of ``size`` rows: built, and later rows no more than their own."""
@@ -186,6 +207,7 @@ class DatabaseStore:
                         transform, inliers, vectors = fit_lift(stored, table_direction, self.kl_weight)
                         metadata = {key: transform[key].tolist() for key in ("mean", "scale", "outliers")}
                         metadata.update(radius2=float(transform["radius2"][0]), rows=size)
+                        metadata.update(table_id=self.table_id, vectors=len(inliers))
                         table = self.new_ann_table(table_direction, inliers, vectors, metadata)
                         tables[table_direction] = AnnTable(table, transform, size)
                     self._ann = tables
@@ -206,7 +228,9 @@ class CollectionStore(DatabaseStore):
     ``<name>_ann_<direction>``. An engine adds ``connect(place)`` (its client, cached), ``exists(client, name)``,
     ``metadata(client, name)`` (the ``SETTINGS_KEY``, ``ANN_KEY`` entries), ``is_database(path)`` (seen unopened),
     ``new_collection(settings)``, ``new_ann_collection(name, width, metadata)``, ``drop(name)``, ``vector_sizes()``,
-    ``read_page(first_id, cursor)`` (``(rows, next cursor or None)``, each row a dict: id, mu, logvar, sentence)."""
+    ``read_page(first_id, cursor)`` (``(rows, next cursor or None)``, each row a dict: id, mu, logvar, sentence),
+    ``row_count(name)``, ``write_settings(settings)`` (the collection's ``SETTINGS_KEY`` metadata) and
+    ``delete_from(first_id)``. An add is visible once complete: its row count is written into the settings last."""
 
     def __init__(self, uri: str, settings: dict[str, Any]):
         super().__init__(uri, settings)
@@ -225,6 +249,20 @@ class CollectionStore(DatabaseStore):
     def check_uri(cls, place: str, name: str) -> None:
         """``ValueError`` unless the engine takes ``place`` and the collection name ``name``."""
 
+    @staticmethod
+    def opened(client, name: str) -> None:
+        """Make the existing collection ``name`` ready to be searched (an engine's hook; nothing by default)."""
+
+    @classmethod
+    def check_name(cls, uri: str, name: str) -> None:
+        """``ValueError`` for a collection named as an index's ANN collections are (``<index>_ann_<direction>``)."""
+        for direction in SEARCH_DIRECTIONS:
+            if name.endswith(f"_ann_{direction}"):
+                parent = name.removesuffix(f"_ann_{direction}")
+                raise ValueError(
+                    f"{uri}: {name!r} is the name of the ANN collection of an index named {parent!r}: choose another"
+                )
+
     @classmethod
     def local_path(cls, uri: str | Path) -> Path | None:
         place = split_uri(uri)[0]
@@ -240,6 +278,7 @@ class CollectionStore(DatabaseStore):
 
     @classmethod
     def create(cls, uri: str, settings: dict[str, Any]) -> CollectionStore:
+        cls.check_name(uri, split_uri(uri)[1])
         cls.check_new(uri)
         store = cls(uri, settings)
         store.new_collection(settings)
@@ -255,6 +294,7 @@ class CollectionStore(DatabaseStore):
         client = cls.client_of(place)
         if not cls.exists(client, name):
             raise FileNotFoundError(f"{place} holds no GaussianIndex collection ({name!r})")
+        cls.opened(client, name)
         settings = cls.metadata(client, name).get(SETTINGS_KEY)
         if not isinstance(settings, dict):
             raise ValueError(f"{uri}: {cls.kind} {name!r} has no GaussianIndex settings in its metadata")
@@ -294,11 +334,29 @@ class CollectionStore(DatabaseStore):
             raise ValueError(f"{self.uri}: {message}") from None
         return metadata.get(SETTINGS_KEY) or {}
 
+    def committed_rows(self) -> int:
+        """The complete rows: the count the last finished add recorded (a collection written before counts kept
+        theirs: all rows)."""
+        rows = self.stored_settings().get("rows")
+        return self.row_count(self.name) if rows is None else int(rows)
+
+    def changed(self, known_rows: int) -> bool:
+        return self.committed_rows() != known_rows
+
+    def commit(self, rows: int) -> None:
+        self.write_settings({**self.stored_settings(), "rows": rows})
+
+    def discard_from(self, first_id: int) -> None:
+        if self.row_count(self.name) > first_id:
+            self.delete_from(first_id)
+
     def read(self, first_id: int = 0) -> tuple[GaussianEmbeddings, list[str | None]]:
+        complete = self.committed_rows()
         rows, cursor = self.read_page(first_id, None)
         while cursor is not None:
             page, cursor = self.read_page(first_id, cursor)
             rows += page
+        rows = [row for row in rows if row["id"] < complete]  # not those of an add that never finished
         ids = np.array([row["id"] for row in rows], dtype=np.int64)
         order = in_id_order(ids, first_id, f"{self.uri} collection {self.name!r}")
 
@@ -307,13 +365,30 @@ class CollectionStore(DatabaseStore):
 
         return GaussianEmbeddings(matrix("mu"), matrix("logvar")), [rows[row]["sentence"] for row in order]
 
+    def ann_metadata(self, name: str) -> dict[str, Any] | None:
+        """The ``ANN_KEY`` metadata of the collection ``name`` (``None``: there is none); ``ValueError`` where that
+        name holds a collection that is no ANN collection (another index)."""
+        if not self.exists(self.client, name):
+            return None
+        metadata = self.metadata(self.client, name)
+        if ANN_KEY not in metadata:
+            raise ValueError(
+                f"{self.uri}: the {self.kind} {name!r}, where this index keeps its ANN index, is another collection: "
+                "remove or rename it, or search this index with the exact backend"
+            )
+        return metadata[ANN_KEY]
+
     def find_ann(self, direction: str) -> tuple[str, dict[str, Any]] | None:
         name = f"{self.name}_ann_{direction}"
-        return (name, self.metadata(self.client, name)[ANN_KEY]) if self.exists(self.client, name) else None
+        metadata = self.ann_metadata(name)
+        if metadata is None:
+            return None
+        self.opened(self.client, name)
+        return name, metadata
 
     def new_ann_table(self, direction: str, ids: np.ndarray, vectors: np.ndarray, metadata: dict[str, Any]) -> str:
         name = f"{self.name}_ann_{direction}"
-        if self.exists(self.client, name):
+        if self.ann_metadata(name) is not None:
             self.drop(name)
         self.new_ann_collection(name, vectors.shape[1], {ANN_KEY: metadata})
         self.insert(ids, {"vector": vectors}, table=name)
@@ -357,9 +432,11 @@ class DatabaseBackend(SearchBackend):
         if count >= len(self.index) or (limit is not None and count > limit):
             return None  # every item, or more than the engine returns: the index scores them all
         if not self.approximate:  # a flat scan (the queries' maps scaled to unit length)
-            return self.table.hits(query_vectors(queries, direction, self.table.kl_weight), count, direction)
-        options = {"nprobes": self.nprobes, "ef_search": self.index.ef_search}
-        return self.table.ann_candidates(queries, count, direction, self.index.embeddings, **options)
+            ids = self.table.hits(query_vectors(queries, direction, self.table.kl_weight), count, direction)
+        else:
+            options = {"nprobes": self.nprobes, "ef_search": self.index.ef_search}
+            ids = self.table.ann_candidates(queries, count, direction, self.index.embeddings, **options)
+        return ids.masked_fill(ids >= len(self.index), -1)  # rows of an add still under way: not served yet
 
     @classmethod
     def reopen(cls, settings: dict[str, Any], settings_file: Path, index_class: type[GaussianIndex]) -> GaussianIndex:
@@ -384,13 +461,15 @@ class DatabaseBackend(SearchBackend):
         return index
 
     @classmethod
-    def open(cls, uri: str | Path, index_class: type[GaussianIndex]) -> GaussianIndex:
-        """The index (an ``index_class``) in the database at ``uri`` (settings from its table, Gaussians read back);
+    def open(cls, uri: str | Path, index_class: type[GaussianIndex], as_built: bool = False) -> GaussianIndex:
+        """The index (an ``index_class``) in the database at ``uri`` (settings from its table, Gaussians read back),
+        searched as this backend says (flat or approximate), or with ``as_built`` as the backend that built it;
         ``add`` goes on writing there."""
         uri = cls.store_class.normalized(uri)
         table, settings = cls.store_class.open(uri)
+        settings = {"ef_search": 128, **settings, **({} if as_built else {"backend": cls.name})}
         index = index_class.from_settings(
-            {"ef_search": 128, **settings}, f"{uri} ({cls.store_class.kind})", ("nprobes",), uri=uri, _table=table
+            settings, f"{uri} ({cls.store_class.kind})", ("nprobes",), uri=uri, _table=table
         )
         stored, _ = table.read()
         index.store(index.checked(stored, f"{uri} {cls.store_class.kind}"))

@@ -58,9 +58,15 @@ class MilvusStore(CollectionStore):
                 decoded[key] = json.loads(properties[key])
         return decoded
 
+    @staticmethod
+    def opened(client, name: str) -> None:
+        """Load the collection for searches and queries (another process's client may have released it)."""
+        client.load_collection(name)
+
     @classmethod
     def is_database(cls, path: Path) -> bool:
-        return path.name.endswith(".db") and path.exists()
+        """A Milvus Lite database: a folder ending in .db with its ``collections`` and ``databases`` folders."""
+        return path.name.endswith(".db") and (path / "collections").is_dir() and (path / "databases").is_dir()
 
     @classmethod
     def check_uri(cls, place: str, name: str) -> None:
@@ -68,6 +74,14 @@ class MilvusStore(CollectionStore):
             raise ValueError(f"uri {place}: a Milvus database is a Milvus Lite file ending in .db or a server URL")
         if not COLLECTION_NAME.fullmatch(name):
             raise ValueError(f"uri {place}#{name}: a Milvus collection name is letters, digits and '_', got {name!r}")
+
+    @classmethod
+    def check_new(cls, uri: str | Path) -> None:
+        """Also refused: a local place that holds something else than a Milvus Lite database."""
+        folder = cls.local_path(uri)
+        if folder is not None and not cls.is_database(folder):
+            database.check_unused(folder, "a Milvus Lite database needs a new name ending in .db, or a Milvus Lite one")
+        super().check_new(uri)
 
     def make_collection(self, name: str, fields: dict[str, tuple], index: dict[str, dict], properties: dict) -> None:
         """The collection ``name``: an ``INT64`` key ``id``, ``fields`` ``{name: (DataType name, options)}``, ``index``
@@ -112,9 +126,15 @@ class MilvusStore(CollectionStore):
             name: params.get(name, {}).get("dim", params.get(name, {}).get("max_capacity")) for name in self.sizes()
         }
 
-    def changed(self, known_rows: int) -> bool:
-        counted = self.client.query(self.name, filter="", output_fields=["count(*)"])
-        return int(counted[0]["count(*)"]) != known_rows
+    def write_settings(self, settings: dict[str, Any]) -> None:
+        self.client.alter_collection_properties(self.name, properties={database.SETTINGS_KEY: json.dumps(settings)})
+
+    def delete_from(self, first_id: int) -> None:
+        self.client.delete(self.name, filter=f"id >= {first_id}")
+
+    def row_count(self, table: str) -> int:
+        counted = self.client.query(table, filter="", output_fields=["count(*)"])
+        return int(counted[0]["count(*)"])
 
     def insert(self, ids: np.ndarray, columns: dict[str, Any], table: str | None = None) -> None:
         """Rows ``ids`` with their ``columns``, ``ROWS_PER_REQUEST`` per insert."""

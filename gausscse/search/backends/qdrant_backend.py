@@ -92,8 +92,15 @@ class QdrantStore(CollectionStore):
         named, dot = vectors if isinstance(vectors, dict) else {}, qdrant_models().Distance.DOT
         return {name: params.size for name, params in named.items() if params.distance == dot}
 
-    def changed(self, known_rows: int) -> bool:
-        return self.client.count(self.name, exact=True).count != known_rows
+    def write_settings(self, settings: dict[str, Any]) -> None:
+        self.client.update_collection(self.name, metadata={database.SETTINGS_KEY: settings})
+
+    def delete_from(self, first_id: int) -> None:
+        selector = qdrant_models().FilterSelector(filter=self.id_filter(first_id) or qdrant_models().Filter())
+        self.client.delete(self.name, points_selector=selector, wait=True)
+
+    def row_count(self, table: str) -> int:
+        return self.client.count(table, exact=True).count
 
     def id_filter(self, first_id: int):
         """The points of id ``first_id`` on (``None``: all)."""
