@@ -82,7 +82,7 @@ def test_argument_errors_name_the_problem(tmp_path):
         parse_arguments([str(bad_file)])
     with pytest.raises(ValueError, match="Unknown argument"):
         parse_arguments(["--no_such_flag", "1"])
-    with pytest.raises(ValueError, match="valid: snli, mnli, sick"):
+    with pytest.raises(ValueError, match="valid: snli, mnli, lingnli, sick"):
         parse_arguments(["--train_datasets", "snli", "quora"])
 
 
