@@ -312,10 +312,16 @@ class CollectionStore(DatabaseStore):
             return False
         return cls.exists(cls.client_of(str(local.resolve())), split_uri(uri)[1])
 
+    new_place: ClassVar[str]  # what a local place needs to be to hold a new collection (refused otherwise)
+
     @classmethod
     def check_new(cls, uri: str | Path) -> None:
+        """``FileExistsError`` for a local place that holds something else than this engine's database, or a
+        collection of that name."""
         place, name = split_uri(uri)
         local = cls.local_path(uri)
+        if local is not None and not cls.is_database(local):
+            check_unused(local, cls.new_place)
         if (local is None or local.exists()) and cls.exists(cls.client_of(place), name):
             reopen = f"GaussianIndex.open({cls.kind.split()[0].lower()!r}, {str(uri)!r})"  # 'qdrant', 'milvus'
             message = f"reopen a GaussianIndex there with {reopen}, remove it or pass another uri or #collection"

@@ -43,6 +43,7 @@ class MilvusStore(CollectionStore):
     max_shortlist = MAX_HITS
     max_sentence_bytes = MAX_SENTENCE_BYTES
     connect = staticmethod(connect)
+    new_place = "a Milvus Lite database needs a new name ending in .db, or a Milvus Lite one"
 
     @staticmethod
     def exists(client, name: str) -> bool:
@@ -74,14 +75,6 @@ class MilvusStore(CollectionStore):
             raise ValueError(f"uri {place}: a Milvus database is a Milvus Lite file ending in .db or a server URL")
         if not COLLECTION_NAME.fullmatch(name):
             raise ValueError(f"uri {place}#{name}: a Milvus collection name is letters, digits and '_', got {name!r}")
-
-    @classmethod
-    def check_new(cls, uri: str | Path) -> None:
-        """Also refused: a local place that holds something else than a Milvus Lite database."""
-        folder = cls.local_path(uri)
-        if folder is not None and not cls.is_database(folder):
-            database.check_unused(folder, "a Milvus Lite database needs a new name ending in .db, or a Milvus Lite one")
-        super().check_new(uri)
 
     def make_collection(self, name: str, fields: dict[str, tuple], index: dict[str, dict], properties: dict) -> None:
         """The collection ``name``: an ``INT64`` key ``id``, ``fields`` ``{name: (DataType name, options)}``, ``index``

@@ -42,6 +42,7 @@ class QdrantStore(CollectionStore):
     place = "a Qdrant folder, ':memory:' or server URL, with an optional #collection"
     map_fields = MAP_VECTORS
     connect = staticmethod(connect)
+    new_place = "a Qdrant database needs a new or empty folder, or a Qdrant one"
 
     @staticmethod
     def exists(client, name: str) -> bool:
@@ -54,14 +55,6 @@ class QdrantStore(CollectionStore):
     @classmethod
     def is_database(cls, path: Path) -> bool:
         return (path / "meta.json").is_file()
-
-    @classmethod
-    def check_new(cls, uri: str | Path) -> None:
-        """Also refused: a local folder that holds something else than a Qdrant database."""
-        folder = cls.local_path(uri)
-        if folder is not None and not cls.is_database(folder):
-            database.check_unused(folder, "a Qdrant database needs a new or empty folder, or a Qdrant one")
-        super().check_new(uri)
 
     def new_collection(self, settings: dict[str, Any]) -> None:
         models = qdrant_models()
