@@ -75,8 +75,8 @@ class DatabaseStore:
     ``open(uri)`` (``(store, settings)``; ``FileNotFoundError``: no table, ``ValueError``: not an index's),
     ``holds(uri)`` (whether a local database holds an index), ``check_new(uri)`` (``FileExistsError`` where one is);
     and ``writing()`` (the writers' ``FileLock``), ``stored_settings()`` (``ValueError`` once they cannot be read),
-    ``changed(known_rows)`` (whether other handles wrote), ``insert(ids, columns, table=None)`` (into the index's table
-    or an ANN one), ``read(first_id=0)`` (Gaussians and sentences in id order), ``search(vectors, count, direction,
+    ``changed(known_rows, stored)`` (whether other handles wrote; ``stored``: the settings just read),
+    ``insert(ids, columns, table=None)`` (into the index's table or an ANN one), ``read(first_id=0)`` (Gaussians and sentences in id order), ``search(vectors, count, direction,
     first_id=0, ann=None, options=None)`` (per query the ids of largest raw ⟨query map, stored map⟩ from ``first_id``
     on, or nearest through the ANN index of ``ann``), ``find_ann(direction)`` (``(handle, metadata)`` or ``None``) and
     ``new_ann_table(direction, ids, vectors, metadata)`` (its handle)."""
@@ -119,7 +119,7 @@ class DatabaseStore:
         if stored.get("table_id") != self.table_id:
             replaced = f"{self.kind} {stored.get('table_id')}, this index's is {self.table_id}"
             raise ValueError(f"{self.uri} now holds another GaussianIndex table ({replaced}): load the index again")
-        if not self.changed(known_rows):
+        if not self.changed(known_rows, stored):
             return False
         self._ann = None
         return True
@@ -340,14 +340,14 @@ class CollectionStore(DatabaseStore):
             raise ValueError(f"{self.uri}: {message}") from None
         return metadata.get(SETTINGS_KEY) or {}
 
-    def committed_rows(self) -> int:
-        """The complete rows: the count the last finished add recorded (a collection written before counts kept
-        theirs: all rows)."""
-        rows = self.stored_settings().get("rows")
+    def committed_rows(self, stored: dict[str, Any] | None = None) -> int:
+        """The complete rows: the count the last finished add recorded in the settings (``stored``: as just read; a
+        collection written before counts kept theirs: all rows)."""
+        rows = (self.stored_settings() if stored is None else stored).get("rows")
         return self.row_count(self.name) if rows is None else int(rows)
 
-    def changed(self, known_rows: int) -> bool:
-        return self.committed_rows() != known_rows
+    def changed(self, known_rows: int, stored: dict[str, Any]) -> bool:
+        return self.committed_rows(stored) != known_rows
 
     def commit(self, rows: int) -> None:
         self.write_settings({**self.stored_settings(), "rows": rows})

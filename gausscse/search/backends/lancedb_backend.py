@@ -120,7 +120,7 @@ class LanceTable(DatabaseStore):
             raise ValueError(f"{self.uri}: the database cannot be read any more ({first_line(error)})") from None
         return metadata_value(self.table, SETTINGS_KEY, f"{self.uri} table {TABLE_NAME!r} settings")
 
-    def changed(self, known_rows: int) -> bool:
+    def changed(self, known_rows: int, stored: dict[str, Any]) -> bool:
         if self.table.version == self.version:
             return False
         self.version = self.table.version
