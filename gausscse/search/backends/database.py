@@ -73,13 +73,13 @@ class DatabaseStore:
 
     An engine implements the classmethods ``create(uri, settings)`` (a new, empty table, never an overwrite),
     ``open(uri)`` (``(store, settings)``; ``FileNotFoundError``: no table, ``ValueError``: not an index's),
-    ``holds(uri)`` (whether a local database holds an index), ``check_new(uri)`` (``FileExistsError`` where one is);
-    and ``writing()`` (the writers' ``FileLock``), ``stored_settings()`` (``ValueError`` once they cannot be read),
-    ``changed(known_rows, stored)`` (whether other handles wrote; ``stored``: the settings just read),
-    ``insert(ids, columns, table=None)`` (into the index's table or an ANN one), ``read(first_id=0)`` (Gaussians and sentences in id order), ``search(vectors, count, direction,
-    first_id=0, ann=None, options=None)`` (per query the ids of largest raw ⟨query map, stored map⟩ from ``first_id``
-    on, or nearest through the ANN index of ``ann``), ``find_ann(direction)`` (``(handle, metadata)`` or ``None``) and
-    ``new_ann_table(direction, ids, vectors, metadata)`` (its handle)."""
+    ``holds(uri)`` (whether a local database holds an index), ``check_new(uri)`` (``FileExistsError`` where one is); and
+    ``writing()`` (the writers' ``FileLock``), ``stored_settings()`` (``ValueError`` once they cannot be read),
+    ``changed(known_rows, stored)`` (whether other handles wrote; ``stored``: the settings just read), ``insert(ids,
+    columns, table=None)`` (into the index's table or an ANN one), ``read(first_id=0)`` (Gaussians and sentences in id
+    order), ``search(vectors, count, direction, first_id=0, ann=None, options=None)`` (per query the ids of largest raw
+    ⟨query map, stored map⟩ from ``first_id`` on, or nearest through the ANN index of ``ann``), ``find_ann(direction)``
+    (``(handle, metadata)`` or ``None``) and ``new_ann_table(direction, ids, vectors, metadata)`` (its handle)."""
 
     kind: ClassVar[str]  # what the engine calls it, for messages: "LanceDB table", "Qdrant collection", ...
     default_suffix: ClassVar[str]  # the default uri of the command line: INDEX + this suffix
