@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The release model: GaussCSE trained from the packaged all-MiniLM-L6-v2 on all the offline training data (SNLI, the
-# first 100k lines of train, + MNLI, the 20k sample) with the recipe of configs/release.yaml (chosen in
+# first 100k lines of train, + MNLI, the 20k sample, + LingNLI) with the recipe of configs/release.yaml (chosen in
 # results/RELEASE.md), next to its supervised SimCSE twin: the same config, backbone, data, steps, batch and seed, with
 # the cosine loss on one trained encoder (--loss simcse --frozen_mean false). Both are evaluated on the full test
 # splits in one gausscse-evaluate run (binary NLI, direction, STS, entailment retrieval; the untouched backbone

@@ -36,9 +36,11 @@ GAUSSCSE, TWIN, BACKBONE = "GaussCSE", "SimCSE twin", "all-MiniLM-L6-v2"  # the 
 TEST_SETS = (("snli", "SNLI"), ("mnli_mismatched", "MNLI (mm)"), ("sick", "SICK"), ("mnli_matched", "MNLI (m)"))
 CURVE_FILE = "release_curve.png"
 HEADING = "## Release"
-# issue 25's targets on the full test splits
-DIRECTION_TARGETS = {"snli": 97.0, "mnli_mismatched": 88.5, "sick": 87.0}
-NLI_SLACK = {"snli": 0.0, "sick": 0.0, "mnli_mismatched": 1.0}  # points GaussCSE may be below the twin
+# issue 47's targets on the full test splits: the direction bars, and binary NLI against the twin — accuracy on at
+# least two of the three sets, AUPRC on all three
+DIRECTION_TARGETS = {"snli": 96.5, "mnli_mismatched": 89.0, "sick": 87.0}
+NLI_SETS = ("snli", "mnli_mismatched", "sick")
+ACCURACY_WINS = 2  # of NLI_SETS
 CURVE_METRICS = (("snli_dev_auprc", "SNLI-dev AUPRC"), ("snli_dev_accuracy", "SNLI-dev accuracy"))
 
 
@@ -49,7 +51,7 @@ def metric(results: Mapping[str, Any], *path: str) -> float:
 
 
 def targets(models: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each target of issue 25: what, GaussCSE's value, the bar and whether it is met."""
+    """Each target of the release (issues 25 and 47): what, GaussCSE's value, the bar and whether it is met."""
     gauss, twin, backbone = models[GAUSSCSE], models[TWIN], models[BACKBONE]
     rows = [
         {
@@ -60,15 +62,24 @@ def targets(models: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
         for key, label in TEST_SETS
         if key in DIRECTION_TARGETS
     ]
-    rows += [
+    labels = dict(TEST_SETS)
+    for measure, name in (("accuracy", "NLI accuracy"), ("auprc", "AUPRC")):
+        rows += [
+            {
+                "target": f"{name} {labels[key]} ≥ {TWIN}",
+                "value": metric(gauss, "nli", key, measure),
+                "bar": metric(twin, "nli", key, measure),
+            }
+            for key in NLI_SETS
+        ]
+    wins = sum(round(row["value"], 2) >= round(row["bar"], 2) for row in rows if row["target"].startswith("NLI"))
+    rows.append(
         {
-            "target": f"NLI accuracy {label} ≥ SimCSE twin" + (f" − {NLI_SLACK[key]:g}" if NLI_SLACK[key] else ""),
-            "value": metric(gauss, "nli", key, "accuracy"),
-            "bar": metric(twin, "nli", key, "accuracy") - NLI_SLACK[key],
+            "target": f"NLI accuracy ≥ {TWIN} on at least {ACCURACY_WINS} of {len(NLI_SETS)} sets",
+            "value": float(wins),
+            "bar": float(ACCURACY_WINS),
         }
-        for key, label in TEST_SETS
-        if key in NLI_SLACK
-    ]
+    )
     rows.append(
         {
             "target": "STS avg (cos μ) ≥ the backbone's",
@@ -186,7 +197,7 @@ def markdown(release: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]]
         f"Entailment direction (%, entailment pairs):\n\n{direction}",
         f"STS and entailment retrieval:\n\n{keep}",
         f"McNemar, {GAUSSCSE} against the {TWIN} (binary NLI):\n\n{mcnemar}",
-        f"Targets (issue 25):\n\n{goals}",
+        f"Targets (issues 25 and 47; the per-set accuracy rows count towards the at-least-{ACCURACY_WINS} row):\n\n{goals}",
     ]
     if curve_file:
         parts.append(

@@ -376,7 +376,9 @@ def set_search_kl_weight(trainer: GaussCSETrainer, data_args: DataArguments) -> 
         return {}
     pairs = evaluator.pairs
     if evaluator.name == "snli_dev":
-        pairs = load_nli("snli_dev", *NLI_DEV, data_dir=data_args.data_dir)
+        pairs = load_nli(
+            "snli_dev", *NLI_DEV, data_dir=data_args.data_dir, max_examples=data_args.selection_max_examples
+        )
     weight, curve = choose_kl_weight(model, retrieval_set(pairs), max_length=data_args.eval_max_seq_length)
     model.config.search_kl_weight = weight
     logger.info(
@@ -385,6 +387,7 @@ def set_search_kl_weight(trainer: GaussCSETrainer, data_args: DataArguments) -> 
     )
     return {
         "search_kl_weight": weight,
+        "search_dev_pairs": len(pairs.premises),  # the dev pairs λ was chosen on (--selection_max_examples)
         f"{evaluator.name}_search_ndcg@10": curve[weight],
         f"{evaluator.name}_cosine_ndcg@10": curve[0.0],
     }
@@ -397,7 +400,7 @@ def choose_entailment_score(trainer: GaussCSETrainer, data_args: DataArguments) 
 
     if trainer.evaluator is None or trainer.model.config.point_embeddings:
         return {}
-    pairs = dev_pairs(data_args.data_dir)
+    pairs = dev_pairs(data_args.data_dir, max_examples=data_args.selection_max_examples)
     return set_entailment_score(trainer.model, pairs, max_length=data_args.eval_max_seq_length)
 
 

@@ -93,6 +93,7 @@ def set_entailment_score(model, pairs: Sequence[NLIPairs], max_length: int | Non
         "entailment_cosine_weight": weight,
         "entailment_threshold": threshold,
         "entailment_dev_sets": [split.name for split in pairs],
+        "entailment_dev_pairs": [len(split.premises) for split in pairs],
         "entailment_dev_objective": curve[weight],
         "entailment_dev_objective_similarity": curve[0.0],
         "entailment_at_grid_edge": weight == COSINE_WEIGHT_GRID[-1],

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import ModelCard, hf_hub_download
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
@@ -32,6 +33,27 @@ ROUTE_TASKS = ("query", "document")  # the tasks encode_query / encode_document 
 SCORES = ("auto", "search", "similarity")  # what the routes' dot product is
 ONNX_MODEL_KWARGS = ("file_name", "provider", "export")  # backend="onnx" model_kwargs: OnnxGaussianEncoder.from_model
 _ENCODE_SIGNATURE = inspect.signature(SentenceTransformer.encode)
+
+
+def card_metadata(model_name_or_path: str, subfolder: str = "", **hub) -> dict[str, Any]:
+    """The YAML header of the model's card: ``README.md`` of the folder, or of the Hub repository (``hub``: the
+    ``hf_hub_download`` keywords the model was loaded with); ``{}`` where there is none or it cannot be reached."""
+    try:
+        folder = Path(model_name_or_path) / subfolder
+        card = folder / "README.md" if folder.is_dir() else hf_hub_download(model_name_or_path, "README.md", **hub)
+        return ModelCard.load(card, ignore_metadata_errors=True).data.to_dict() if Path(card).is_file() else {}
+    except (OSError, ValueError):  # no card, the Hub unreachable, or a header that is not YAML
+        return {}
+
+
+def loaded_hub_id(model_name_or_path: str) -> str | None:
+    """The Hub id a model was loaded by: as given, or the repository of a Hub-cache snapshot folder; ``None`` for
+    any other local folder."""
+    path = Path(model_name_or_path)
+    if not path.exists():
+        return model_name_or_path
+    repository = next((part for part in path.parts if part.startswith("models--")), None)
+    return repository.removeprefix("models--").replace("--", "/") if repository else None
 
 
 def _check_task(task: str | None) -> None:
@@ -73,6 +95,8 @@ class GaussCSETransformer(InputModule):
         self.max_seq_length = resolve_max_length(tokenizer, model.config.encoder_config, max_seq_length)
         self.direction = direction
         self.onnx_encoder = onnx_encoder
+        self.hub_id: str | None = None  # set by load: the Hub id loaded by, and the card's YAML header
+        self.card: dict[str, Any] = {}
         reduction = model.config.similarity_reduction
         if direction != "none" and self.kl_weight is None and reduction not in KL_REDUCTIONS:
             logger.warning(
@@ -114,7 +138,11 @@ class GaussCSETransformer(InputModule):
         if backend == "onnx":
             model.get_tokenizer(tokenizer)  # the ONNX export's example inputs
             onnx_encoder = OnnxGaussianEncoder.from_model(model, **onnx_kwargs)
-        return cls(model, tokenizer, **config, onnx_encoder=onnx_encoder)
+        module = cls(model, tokenizer, **config, onnx_encoder=onnx_encoder)
+        hub_files = {"cache_dir": cache_folder, "local_files_only": local_files_only}
+        module.hub_id = loaded_hub_id(model_name_or_path)
+        module.card = card_metadata(model_name_or_path, subfolder, token=token, revision=revision, **hub_files)
+        return module
 
     def preprocess(self, inputs: Sequence[str], prompt: str | None = None, **kwargs) -> dict[str, torch.Tensor]:
         """Tokenise ``inputs`` (strings; ``prompt`` is prepended) into one padded, truncated batch."""
@@ -152,7 +180,8 @@ class GaussCSETransformer(InputModule):
         return dimension if task is None or self.direction == "none" else search_map_width(dimension, self.kl_weight)
 
     def on_model_ready(self, model) -> None:
-        """sentence-transformers' hook: a plain ``SentenceTransformer`` of this module gets the GaussCSE checks."""
+        """sentence-transformers' hook: a plain ``SentenceTransformer`` of this module gets the GaussCSE checks, and its
+        ``model_card_data`` what the model's card states ([`fill_card_data`])."""
         if type(model) is SentenceTransformer and len(model) == 1:
             model.__class__ = GaussCSESentenceTransformer
         elif not isinstance(model, GaussCSESentenceTransformer):
@@ -160,6 +189,21 @@ class GaussCSETransformer(InputModule):
                 f"{type(model).__name__} of {len(model)} module(s) is not a GaussCSESentenceTransformer: the options "
                 "that break dot = −KL are not checked on encode_query/encode_document"
             )
+        self.fill_card_data(model.model_card_data)
+
+    def fill_card_data(self, card_data) -> None:
+        """sentence-transformers' ``model_card_data`` from the loaded model's card: ``base_model`` is the Hub id the
+        model was loaded by (sentence-transformers' convention, kept offline too) or, for a local folder, the Hub model
+        its card says it was trained from; language, license and tags as the card states them."""
+        card = self.card
+        base_model = self.hub_id or card.get("base_model")
+        if base_model and not card_data.base_model:
+            card_data.base_model = base_model[0] if isinstance(base_model, list) else base_model
+        if card.get("language") and not card_data.language:
+            card_data.set_language(card["language"])
+        if card.get("license") and not card_data.license:
+            card_data.set_license(card["license"])
+        card_data.add_tags(card.get("tags") or [])
 
     def save(self, output_path: str, *args, **kwargs) -> None:
         """Write the model's folder, ``sentence_bert_config.json`` and the ONNX graph if still the model's."""

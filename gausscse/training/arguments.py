@@ -126,7 +126,16 @@ class DataArguments:
     )
     pack_length: int | None = arg(None, "Tokens per packed row (default: 2 × max_seq_length).", fixes_run=True)
     drop_bad_rows: bool = arg(False, "Drop (and log) rows with missing fields or bad labels.", fixes_run=True)
-    eval_max_examples: int | None = arg(None, "Evaluate on only the first N SNLI dev pairs (default: all 9,842).")
+    eval_max_examples: int | None = arg(
+        None,
+        "Evaluate on only the first N SNLI dev pairs during training (default: all 9,842); the choice of the scores' "
+        "λ and α at the end takes --selection_max_examples.",
+    )
+    selection_max_examples: int | None = arg(
+        None,
+        "Choose the search score's λ and the entailment score's α at the end of training on only the first N pairs "
+        "of each dev set (default: all of SNLI dev and LingNLI validation).",
+    )
     eval_max_seq_length: int | None = arg(DEFAULT_MAX_LENGTH, "Evaluation truncation (default: the encoder's limit).")
 
     def __post_init__(self) -> None:
@@ -137,6 +146,9 @@ class DataArguments:
             raise ValueError(f"Unknown --train_datasets {unknown}; valid: {', '.join(TRAIN_SOURCES)}")
         if self.max_seq_length < 2:
             raise ValueError(f"max_seq_length must be at least 2, got {self.max_seq_length}")
+        for name in ("max_train_examples", "eval_max_examples", "selection_max_examples"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be a positive number of examples, got {getattr(self, name)}")
         if self.data_shape not in SHAPES:
             raise ValueError(f"Unknown --data_shape {self.data_shape!r}; valid: {', '.join(SHAPES)}")
         self.column_overrides = parse_column_overrides(self.columns)

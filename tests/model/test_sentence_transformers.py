@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -19,7 +20,11 @@ from transformers.utils import logging as transformers_logging
 from gausscse import GaussCSEConfig, GaussCSEModel
 from gausscse.model.configuration_gausscse import SENTENCE_TRANSFORMERS_FILES
 from gausscse.model.encoding_gausscse import resolve_max_length
-from gausscse.model.sentence_transformer_gausscse import GaussCSESentenceTransformer, GaussCSETransformer
+from gausscse.model.sentence_transformer_gausscse import (
+    GaussCSESentenceTransformer,
+    GaussCSETransformer,
+    loaded_hub_id,
+)
 from studies import retrieval
 
 from ..helpers import ACROSS_PROCESSES, nli_rows, tiny_encoder_config, write_jsonl_gz
@@ -433,3 +438,29 @@ def test_encode_takes_the_deprecated_sentences_keyword(minilm_tokenizer):
     torch.testing.assert_close(
         st.encode(sentences=CLAIMS, convert_to_tensor=True), st.encode(CLAIMS, convert_to_tensor=True)
     )
+
+
+def test_model_card_data_states_what_the_models_card_does(saved_folder, tmp_path):
+    """model_card_data after loading a folder: base_model the Hub model its card says it was trained from (offline, a
+    local folder has no Hub id of its own), language, license and tags as the card states them; a folder without a
+    card keeps sentence-transformers' defaults."""
+    folder = tmp_path / "with-card"
+    shutil.copytree(saved_folder, folder)
+    header = "base_model: sentence-transformers/all-MiniLM-L6-v2\nlanguage: [en]\nlicense: apache-2.0\ntags: [gausscse]"
+    (folder / "README.md").write_text(f"---\n{header}\n---\n\n# a GaussCSE model\n")
+    data = SentenceTransformer(str(folder), trust_remote_code=True).model_card_data
+    assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert data.language == ["en"] and data.license == "apache-2.0" and "gausscse" in data.tags
+    assert (
+        data.get_default_model_name() == "GaussCSESentenceTransformer based on sentence-transformers/all-MiniLM-L6-v2"
+    )
+    plain = SentenceTransformer(str(saved_folder), trust_remote_code=True).model_card_data
+    assert plain.base_model is None and plain.license is None and "gausscse" not in plain.tags
+
+
+def test_the_hub_id_a_model_was_loaded_by(tmp_path):
+    snapshot = tmp_path / "hub" / "models--someone--gausscse-minilm" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    assert loaded_hub_id(str(snapshot)) == "someone/gausscse-minilm"  # a Hub-cache snapshot folder
+    assert loaded_hub_id("someone/gausscse-minilm") == "someone/gausscse-minilm"  # a Hub id, as given
+    assert loaded_hub_id(str(tmp_path)) is None  # any other local folder

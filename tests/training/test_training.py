@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
@@ -592,3 +593,28 @@ def test_continuing_a_gausscse_folder_keeps_its_config_and_rejects_contradicting
     with pytest.raises(ValueError, match=r"--pooling cls \(the model has 'mean'\)"):
         train_gausscse.main(train_args(first, data_dir, tmp_path / "second", "--max_steps", "2", "--pooling", "cls"))
     assert not (tmp_path / "second").exists()
+
+
+def test_the_scores_are_chosen_on_the_first_selection_max_examples_dev_pairs(
+    make_tiny_model, minilm_tokenizer, tmp_path
+):
+    """--selection_max_examples N: λ (search score) and α (entailment score) are chosen on the first N pairs of each
+    dev set, exactly as on those pairs directly; without it on all of them."""
+    write_jsonl_gz(tmp_path / "snli/validation.jsonl.gz", nli_rows(15, offset=500))
+    write_jsonl_gz(tmp_path / "lingnli/validation.jsonl.gz", nli_rows(10, offset=900))
+    model = make_tiny_model(similarity_reduction="mean_kl", initializer_range=0.2)
+    model.get_tokenizer(minilm_tokenizer)
+    trainer = SimpleNamespace(model=model, evaluator=SimpleNamespace(name="snli_dev", pairs=None))
+    arguments = ["--output_dir", str(tmp_path / "out"), "--data_dir", str(tmp_path), "--selection_max_examples", "12"]
+    _, data_args, _ = parse_arguments(arguments)
+    search = train_gausscse.set_search_kl_weight(trainer, data_args)
+    entailment = train_gausscse.choose_entailment_score(trainer, data_args)
+    assert search["search_dev_pairs"] == 12 and entailment["entailment_dev_pairs"] == [12, 12]
+    first = load_nli("snli_dev", *NLI_DEV, data_dir=str(tmp_path), max_examples=12)
+    chosen, curve = choose_kl_weight(model, retrieval_set(first), max_length=data_args.eval_max_seq_length)
+    assert search["search_kl_weight"] == chosen and search["snli_dev_search_ndcg@10"] == pytest.approx(curve[chosen])
+    _, all_pairs, _ = parse_arguments(arguments[:4])
+    assert train_gausscse.set_search_kl_weight(trainer, all_pairs)["search_dev_pairs"] == 45  # 15 premises × 3 rows
+    assert train_gausscse.choose_entailment_score(trainer, all_pairs)["entailment_dev_pairs"] == [45, 30]
+    with pytest.raises(ValueError, match="--selection_max_examples must be a positive number of examples, got 0"):
+        parse_arguments([*arguments[:4], "--selection_max_examples", "0"])
