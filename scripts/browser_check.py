@@ -4,9 +4,10 @@ and render a model card to HTML; save screenshots.
     apt-get install -y chromium                      # Debian's Chromium (Playwright downloads no browser here)
     .venv/bin/pip install playwright==1.65.2
     GAUSSCSE_MODEL=outputs/quickstart .venv/bin/python scripts/browser_check.py --card outputs/quickstart/README.md \
-        --readme_image docs/demo.png
+        --readme_image docs/demo.png --examples_image docs/demo_examples.png
 
-Writes ``direction.png``, ``direction_error.png``, ``direction_fixed.png``, ``similarity.png``, ``search.png`` and
+Writes ``direction.png``, ``direction_error.png``, ``direction_fixed.png``, ``direction_example_<i>.png`` (each of
+the app's Direction examples, chosen from its Examples table), ``similarity.png``, ``search.png`` and
 ``model_card.png`` (with ``model_card.html``) into ``--output`` (default ``outputs/browser_check``). The app runs as
 ``python app.py`` on a free port, exactly as a user starts it. Each step waits for the page to show the answer, or a bad
 input's message in the tab's error box, and fails if it does not; after every good answer it also fails if any error
@@ -29,7 +30,7 @@ from markdown_it import MarkdownIt
 from PIL import Image
 from playwright.sync_api import Page, expect, sync_playwright
 
-from gausscse.demo.core import DISPLAY_DIGITS
+from gausscse.demo.core import DIRECTION_EXAMPLES, DISPLAY_DIGITS
 from gausscse.io import atomic_path, write_atomic
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -119,6 +120,50 @@ def check_direction(page: Page, output: Path) -> None:
     expect(page.locator("#direction-plot img")).to_be_visible(timeout=TIMEOUT_MS)
     assert_no_error(page)
     page.screenshot(path=output / "direction_fixed.png", full_page=True)
+    check_direction_examples(page, output)
+
+
+def check_direction_examples(page: Page, output: Path) -> list[Path]:
+    """Each of the app's Direction examples, chosen from its Examples table as a user does: its own verdict and
+    its picture, shown at a readable shape (not a flat strip), no error;
+    each picture is saved as ``direction_example_<i>.png``."""
+    pictures = []
+    for number, (sentence_a, sentence_b) in enumerate(DIRECTION_EXAMPLES, start=1):
+        page.get_by_test_id(f"dataset-cell-{number - 1}-0").click()  # the row of the Examples table
+        expect(page.get_by_label("Sentence A")).to_have_value(sentence_a)
+        expect(page.get_by_label("Sentence B")).to_have_value(sentence_b)
+        verdict = page.locator("#direction-verdict")
+        previous = verdict.inner_text()
+        page.get_by_role("button", name="Which entails which?").click()
+        if number > 1:  # the first example is the pair already answered; each other pair has its own scores
+            expect(verdict).not_to_have_text(previous, timeout=TIMEOUT_MS)
+        for answer in (verdict, page.locator("#direction-plot")):  # Gradio's "processing" overlay gone: answered
+            expect(answer).not_to_contain_text("processing", timeout=TIMEOUT_MS)
+        expect(verdict).to_contain_text("entails", timeout=TIMEOUT_MS)
+        assert number == 1 or verdict.inner_text() != previous, f"example {number}: the verdict did not change"
+        picture = page.locator("#direction-plot img")
+        expect(picture).to_be_visible(timeout=TIMEOUT_MS)
+        box = picture.bounding_box()
+        assert box and box["height"] >= 0.3 * box["width"], f"example {number}: the picture is a flat strip ({box})"
+        assert_no_error(page)
+        pictures.append(output / f"direction_example_{number}.png")
+        picture.screenshot(path=pictures[-1])
+    return pictures
+
+
+def save_examples_strip(pictures: list[Path], target: Path, height: int = 320) -> None:
+    """The examples' pictures side by side at ``height`` pixels (256-colour PNG), for docs/."""
+    images = []
+    for path in pictures:
+        with Image.open(path) as image:
+            images.append(image.convert("RGB").resize((round(image.width * height / image.height), height)))
+    strip = Image.new("RGB", (sum(image.width for image in images), height), "white")
+    left = 0
+    for image in images:
+        strip.paste(image, (left, 0))
+        left += image.width
+    with atomic_path(target) as temporary:
+        strip.quantize(colors=256).save(temporary, format="PNG", optimize=True)
 
 
 def check_similarity(page: Page, output: Path) -> None:
@@ -198,6 +243,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "outputs" / "browser_check")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     parser.add_argument("--readme_image", type=Path, help="small copy of direction.png (docs/demo.png)")
+    parser.add_argument("--examples_image", type=Path, help="the Direction examples' pictures in one (docs/)")
     args = parser.parse_args()
     args.output.mkdir(parents=True, exist_ok=True)
     server, url = start_app(args.model, args.output / "app.log")
@@ -216,6 +262,9 @@ def main() -> None:
         server.wait(timeout=30)
     if args.readme_image is not None:
         save_small_copy(args.output / "direction.png", args.readme_image)
+    if args.examples_image is not None:
+        pictures = [args.output / f"direction_example_{number}.png" for number in range(1, len(DIRECTION_EXAMPLES) + 1)]
+        save_examples_strip(pictures, args.examples_image)
     print(f"screenshots in {args.output}")
 
 

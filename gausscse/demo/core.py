@@ -80,6 +80,11 @@ class DemoError(ValueError):
     """An input or set-up problem, with a message to show in the page."""
 
 
+def shown(value: float) -> str:
+    """A model setting (λ, a threshold) as the page shows it: at most ``DISPLAY_DIGITS`` decimals, no trailing zeros."""
+    return f"{round(value, DISPLAY_DIGITS):g}"
+
+
 def rounded(value: Any, digits: int = DISPLAY_DIGITS) -> Any:
     """``value`` with every float in it (also in lists, tuples and dicts) rounded to ``digits`` decimals."""
     if isinstance(value, float):
@@ -166,7 +171,7 @@ class Direction:
             relation = "≥" if self.entailment_ab >= self.threshold else "<"
             decision = (
                 f"\n\nBinary NLI: A {verdict} B (the model's entailment score {self.entailment_ab:.{digits}f} "
-                f"{relation} its threshold {self.threshold:g})."
+                f"{relation} its threshold {shown(self.threshold)})."
             )
         return (
             f"**{entailing} entails {entailed}** (similarity rule: sim({entailed}‖{entailing}) = {high:.{digits}f} > "
@@ -227,7 +232,7 @@ def search_rule(model: GaussCSEModel | None) -> str:
     if weight is None:
         return "sim(claim‖sentence) (the claim's Gaussian should fit inside the sentence's)"
     return (
-        f"the model's search score cos(μ_claim, μ_sentence) − {weight:g}·KL(claim‖sentence)/d: relevance (the "
+        f"the model's search score cos(μ_claim, μ_sentence) − {shown(weight)}·KL(claim‖sentence)/d: relevance (the "
         "cosine) plus direction (the claim's Gaussian should fit inside the sentence's)"
     )
 

@@ -150,6 +150,8 @@ def test_search_ranks_by_the_models_search_score_when_it_states_one(model, tmp_p
     assert [score for score, _ in hits] == pytest.approx(sorted(expected.tolist(), reverse=True), rel=1e-5, abs=1e-6)
     assert "search score" in search_rule(searching) and "0.5·KL(claim‖sentence)/d" in search_rule(searching)
     assert search_rule(model).startswith("sim(claim‖sentence)")
+    searching.config.search_kl_weight = 10**-1.25  # a grid value of many digits: shown with DISPLAY_DIGITS decimals
+    assert "− 0.0562·KL(claim‖sentence)/d" in search_rule(searching)
 
 
 def test_bad_input_and_a_missing_model_give_clear_messages(model, tmp_path):
