@@ -117,7 +117,7 @@ class GaussianIndex:
         self.engine = BACKENDS[backend](self, {"uri": uri, "nprobes": nprobes, "table": _table})
 
     def __len__(self) -> int:
-        return self.mu.shape[0]
+        return self.engine.size()
 
     def __repr__(self) -> str:
         score = "" if self.kl_weight is None else f", kl_weight={self.kl_weight}"
@@ -126,8 +126,9 @@ class GaussianIndex:
 
     @property
     def embeddings(self) -> GaussianEmbeddings:
-        """The stored Gaussians, in id order."""
-        return GaussianEmbeddings(self.mu, self.logvar)
+        """The stored Gaussians, in id order (a database backend reads them from its database: nothing per item is
+        kept in this process)."""
+        return self.engine.stored()
 
     def checked(self, embeddings: GaussianEmbeddings, argument: str) -> GaussianEmbeddings:
         """``embeddings`` as 2-D float32 ``GaussianEmbeddings`` on the index's device; ``TypeError`` / ``ValueError``
@@ -147,7 +148,8 @@ class GaussianIndex:
         self.engine.add(self.checked(embeddings, "embeddings"), sentences)
 
     def store(self, embeddings: GaussianEmbeddings) -> None:
-        """Append checked Gaussians to the in-memory copy (the backend keeps its own structures up to date)."""
+        """Append checked Gaussians to the in-memory copy of an in-process backend (torch, FAISS; the backend keeps its
+        own structures up to date)."""
         self.mu = torch.cat([self.mu, embeddings.mu])
         self.logvar = torch.cat([self.logvar, embeddings.logvar])
 
@@ -188,8 +190,9 @@ class GaussianIndex:
         """Every stored item scored, chunk by chunk; the running top k merged with each chunk."""
         best_scores = torch.full((len(queries), 0), float("-inf"), device=self.device)
         best_ids = torch.empty((len(queries), 0), dtype=torch.long, device=self.device)
-        for start in range(0, len(self), CHUNK_ROWS):
-            items = (self.mu[start : start + CHUNK_ROWS], self.logvar[start : start + CHUNK_ROWS])
+        stored = self.embeddings.to(device=self.device)
+        for start in range(0, len(stored), CHUNK_ROWS):
+            items = (stored.mu[start : start + CHUNK_ROWS], stored.logvar[start : start + CHUNK_ROWS])
             scores = self.score((queries.mu, queries.logvar), items, direction, paired=False)
             scores = scores if direction == "entailing" else scores.T
             ids = torch.arange(start, start + scores.shape[1], device=self.device).expand_as(scores)
@@ -210,7 +213,7 @@ class GaussianIndex:
         for start in range(0, len(queries), step):
             ids = candidate_ids[start : start + step]
             rows_of = ids.clamp_min(0)  # -1: no candidate (its score stays -inf)
-            items = (self.mu[rows_of].cpu(), self.logvar[rows_of].cpu())
+            items = tuple(tensor.cpu() for tensor in self.engine.gaussians(rows_of.to(self.device)))
             rows = queries[start : start + step]
             chunk = self.score((rows.mu[:, None].cpu(), rows.logvar[:, None].cpu()), items, direction, paired=True)
             scores[start : start + step] = torch.where(ids >= 0, chunk, float("-inf"))

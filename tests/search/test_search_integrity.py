@@ -124,7 +124,7 @@ def test_two_handles_of_one_database_number_rows_apart_and_see_each_others_rows(
     )
     reloaded = GaussianIndex.load(tmp_path / "db")
     assert len(reloaded) == 60
-    torch.testing.assert_close(reloaded.mu, everything.mu)
+    torch.testing.assert_close(reloaded.embeddings.mu, everything.mu)
     queries = gaussians(3, seed=63)
     expected = exact_top(everything, queries, 5)
     for handle in (first, second, reloaded):

@@ -54,6 +54,18 @@ class SearchBackend:
         self.index.store(embeddings)
         self.added(embeddings, first_id)
 
+    def size(self) -> int:
+        """How many Gaussians the index holds (an in-process backend: its in-memory copy)."""
+        return self.index.mu.shape[0]
+
+    def stored(self) -> GaussianEmbeddings:
+        """All stored Gaussians in id order."""
+        return GaussianEmbeddings(self.index.mu, self.index.logvar)
+
+    def gaussians(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(μ, log σ²)`` of the stored items ``ids`` (any shape of valid ids), each of shape ``(*ids.shape, d)``."""
+        return self.index.mu[ids], self.index.logvar[ids]
+
     def added(self, embeddings: GaussianEmbeddings, first_id: int) -> None:
         """``embeddings`` were stored with ids from ``first_id`` on: extend what was built."""
 

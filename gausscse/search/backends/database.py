@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -146,6 +146,20 @@ class DatabaseStore:
     def discard_from(self, first_id: int) -> None:
         """Remove the rows of id ``first_id`` on (an engine's hook: where an add is several requests)."""
 
+    def fetch(self, ids: np.ndarray) -> tuple[GaussianEmbeddings, list[str | None]]:
+        """The Gaussians and sentences of the distinct rows ``ids``, in that order (the engine's ``read_ids``: a
+        request per batch, never the whole table); ``ValueError`` naming a row the table does not hold."""
+        found = {int(row["id"]): row for row in self.read_ids(ids)}
+        missing = next((int(row) for row in ids if int(row) not in found), None)
+        if missing is not None:
+            raise ValueError(f"{self.uri}: the {self.kind} has no row {missing}: it was changed outside this index")
+        rows = [found[int(row)] for row in ids]
+
+        def matrix(name: str) -> torch.Tensor:
+            return torch.tensor(np.array([row[name] for row in rows], dtype=np.float32).reshape(-1, self.dim))
+
+        return GaussianEmbeddings(matrix("mu"), matrix("logvar")), [row["sentence"] for row in rows]
+
     def commit(self, rows: int) -> None:
         """Record ``rows`` as the table's complete row count (an engine's hook: where an add is several requests)."""
 
@@ -192,16 +206,23 @@ class DatabaseStore:
         return bool(tables) and all(size - table.rows <= table.rows for table in tables.values())
 
     def ann_candidates(
-        self, queries: GaussianEmbeddings, count: int, direction: str, stored: GaussianEmbeddings, **options: Any
+        self,
+        queries: GaussianEmbeddings,
+        count: int,
+        direction: str,
+        size: int,
+        stored: Callable[[], GaussianEmbeddings],
+        **options: Any,
     ) -> torch.Tensor:
-        """``(Q, C)`` ids: the ANN table's ``count`` nearest, then the rows added since it was built (flat scan) and
-        the items kept out of it. The ANN tables are first (re)built from all ``stored`` Gaussians unless they cover
-        them: under the write lock, after reading them again (another handle may have just built them)."""
-        size = len(stored.mu)
+        """``(Q, C)`` ids: the ANN table's ``count`` nearest of the index's ``size`` rows, then the rows added since it
+        was built (flat scan) and the items kept out of it. The ANN tables are first (re)built from the ``stored()``
+        Gaussians (read for the build, not kept) unless they cover them: under the write lock, after reading them
+        again (another handle may have just built them)."""
         if not self.ann_covers(size):
             with self.writing():
                 self._ann = None
                 if not self.ann_covers(size):
+                    stored = stored()
                     tables = {}
                     for table_direction in SEARCH_DIRECTIONS:  # metadata: the lift transform, the rows (JSON values)
                         transform, inliers, vectors = fit_lift(stored, table_direction, self.kl_weight)
@@ -349,6 +370,9 @@ class CollectionStore(DatabaseStore):
     def changed(self, known_rows: int, stored: dict[str, Any]) -> bool:
         return self.committed_rows(stored) != known_rows
 
+    def row_total(self) -> int:
+        return self.committed_rows()
+
     def commit(self, rows: int) -> None:
         self.write_settings({**self.stored_settings(), "rows": rows})
 
@@ -414,6 +438,7 @@ class DatabaseBackend(SearchBackend):
         self.uri = self.store_class.normalized(options["uri"])
         self.nprobes = options["nprobes"]
         self.table = options.get("table")
+        self.rows = 0  # the table's complete rows when this handle last looked (its only per-index state)
         if self.table is None:
             settings = {**index.base_settings(), "nprobes": self.nprobes, "table_id": uuid.uuid4().hex}
             self.table = self.store_class.create(self.uri, settings)
@@ -424,14 +449,30 @@ class DatabaseBackend(SearchBackend):
     def add(self, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None) -> None:
         with self.table.writing():  # ids after the table's last row, whoever wrote it
             self.sync()
-            self.table.append(embeddings, len(self.index), sentences)
-            self.index.store(embeddings)
+            self.table.append(embeddings, self.rows, sentences)
+            self.rows += len(embeddings)
 
     def sync(self) -> None:
-        if self.table.refresh(len(self.index)):
-            stored, _ = self.table.read(first_id=len(self.index))
-            if len(stored):
-                self.index.store(self.index.checked(stored, f"{self.uri} {self.store_class.kind}"))
+        if self.table.refresh(self.rows):
+            self.rows = self.table.row_total()
+
+    def size(self) -> int:
+        return self.rows
+
+    def stored(self) -> GaussianEmbeddings:
+        """Every complete row, read from the database (the rows another handle added since the last sync: not yet)."""
+        stored, _ = self.table.read()
+        return self.index.checked(stored[: self.rows], f"{self.uri} {self.store_class.kind}")
+
+    def gaussians(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows ``ids`` read from the database, each distinct row once."""
+        distinct, where = torch.unique(ids.cpu(), return_inverse=True)
+        found, _ = self.table.fetch(distinct.numpy())
+        return found.mu[where], found.logvar[where]
+
+    def sentences(self, ids: Sequence[int]) -> list[str | None]:
+        """The sentences stored with the rows ``ids``, read from the database."""
+        return self.table.fetch(np.asarray(ids, dtype=np.int64))[1] if len(ids) else []
 
     def candidates(self, queries: GaussianEmbeddings, count: int, direction: str) -> torch.Tensor | None:
         limit = self.store_class.max_shortlist
@@ -441,7 +482,7 @@ class DatabaseBackend(SearchBackend):
             ids = self.table.hits(query_vectors(queries, direction, self.table.kl_weight), count, direction)
         else:
             options = {"nprobes": self.nprobes, "ef_search": self.index.ef_search}
-            ids = self.table.ann_candidates(queries, count, direction, self.index.embeddings, **options)
+            ids = self.table.ann_candidates(queries, count, direction, self.rows, self.stored, **options)
         return ids.masked_fill(ids >= len(self.index), -1)  # rows of an add still under way: not served yet
 
     @classmethod
@@ -477,8 +518,7 @@ class DatabaseBackend(SearchBackend):
         index = index_class.from_settings(
             settings, f"{uri} ({cls.store_class.kind})", ("nprobes",), uri=uri, _table=table
         )
-        stored, _ = table.read()
-        index.store(index.checked(stored, f"{uri} {cls.store_class.kind}"))
+        index.engine.rows = table.row_total()  # the rows stay in the database: read per search, as the search needs
         return index
 
 

@@ -96,7 +96,12 @@ class LanceTable(DatabaseStore):
         if SETTINGS_KEY.encode() not in (table.schema.metadata or {}):
             raise ValueError(f"{uri}: table {TABLE_NAME!r} has no GaussianIndex settings in its schema metadata")
         settings = metadata_value(table, SETTINGS_KEY, f"{uri} table {TABLE_NAME!r} settings")
-        return cls(table, str(uri), settings), settings
+        store = cls(table, str(uri), settings)
+        for column in ("mu", "logvar"):  # the rows are read per search: their width is checked once, here
+            width = getattr(table.schema.field(column).type, "list_size", None)
+            if width != store.dim:
+                raise ValueError(f"{uri} {cls.kind} have dimension {width}, the index {store.dim}")
+        return store, settings
 
     @classmethod
     def holds(cls, uri: str | Path) -> bool:
@@ -143,6 +148,15 @@ class LanceTable(DatabaseStore):
             return torch.from_numpy(column.flatten().to_numpy().reshape(-1, column.type.list_size).copy())
 
         return GaussianEmbeddings(matrix("mu"), matrix("logvar")), rows["sentence"].to_pylist()
+
+    def row_total(self) -> int:
+        return self.table.count_rows()  # an add is one write: its rows are all there or none
+
+    def read_ids(self, ids: np.ndarray) -> list[dict[str, Any]]:
+        """The rows ``ids``, one filtered read."""
+        wanted = ", ".join(str(int(row)) for row in ids)
+        query = self.table.search().where(f"id IN ({wanted})").select(["id", "mu", "logvar", "sentence"])
+        return query.limit(None).to_arrow().to_pylist()
 
     def find_ann(self, direction: str) -> tuple[Any, dict[str, Any]] | None:
         database, name = connect(self.uri), f"ann_{direction}"

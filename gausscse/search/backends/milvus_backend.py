@@ -21,6 +21,7 @@ MILVUS, MILVUS_HNSW = "milvus", "milvus-hnsw"
 MAX_SENTENCE_BYTES = 65535  # Milvus's longest VARCHAR
 MAX_HITS = 16384  # Milvus's most hits per query (topk), and most rows per query
 ROWS_PER_REQUEST = 2048
+READ_FIELDS = ["id", "mu", "logvar", "sentence"]  # what a read of rows returns
 COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -143,9 +144,17 @@ class MilvusStore(CollectionStore):
         page = self.client.query(
             self.name,
             filter=f"id >= {start} and id < {start + MAX_HITS}",
-            output_fields=["id", "mu", "logvar", "sentence"],
+            output_fields=READ_FIELDS,
         )
         return page, (start + MAX_HITS if page else None)
+
+    def read_ids(self, ids: np.ndarray) -> list[dict[str, Any]]:
+        """The rows ``ids``, ``ROWS_PER_REQUEST`` per query."""
+        rows = []
+        for start in range(0, len(ids), ROWS_PER_REQUEST):
+            wanted = ids[start : start + ROWS_PER_REQUEST].tolist()
+            rows += self.client.query(self.name, filter=f"id in {wanted}", output_fields=READ_FIELDS)
+        return rows
 
     def search(self, vectors: np.ndarray, count: int, direction: str, first_id=0, ann=None, options=None) -> list:
         """Largest ``IP`` (through the HNSW index of ``ann``, ``ef`` = ``ef_search``)."""

@@ -129,6 +129,19 @@ class QdrantStore(CollectionStore):
         )
         return [{"id": point.id, **point.vector, "sentence": point.payload.get("sentence")} for point in page], cursor
 
+    def read_ids(self, ids: np.ndarray) -> list[dict[str, Any]]:
+        """The points ``ids``, ``POINTS_PER_REQUEST`` per retrieve."""
+        rows = []
+        for start in range(0, len(ids), POINTS_PER_REQUEST):
+            points = self.client.retrieve(
+                self.name,
+                ids=ids[start : start + POINTS_PER_REQUEST].tolist(),
+                with_payload=["sentence"],
+                with_vectors=["mu", "logvar"],
+            )
+            rows += [{"id": point.id, **point.vector, "sentence": point.payload.get("sentence")} for point in points]
+        return rows
+
     def search(self, vectors: np.ndarray, count: int, direction: str, first_id=0, ann=None, options=None) -> list:
         """The ``DOT`` query of each row (the embedded mode always scans; a server searches the ANN graph with
         ``hnsw_ef`` = ``ef_search``)."""
