@@ -57,8 +57,9 @@ class GaussianIndex:
     cos(μ_q, μ_x) − λ · KL / d instead. Scores are exact, highest first, ties in id order: a backend (``BACKENDS``)
     gives ``candidates_per_result × k`` candidates, re-scored in float64 (``mean_dim`` shortlists come from the
     ``sum`` form: approximate with every backend but ``"torch"``, which scores every item). ``"faiss"``, ``"lancedb"``,
-    ``"qdrant"``, ``"milvus"`` shortlist exactly; ``"faiss-hnsw"``, ``"lancedb-ann"``, ``"qdrant-hnsw"``,
-    ``"milvus-hnsw"`` approximately, on the maps lifted to a nearest-neighbour problem.
+    ``"qdrant"``, ``"milvus"``, ``"pgvector"`` shortlist exactly; ``"faiss-hnsw"``, ``"lancedb-ann"``,
+    ``"qdrant-hnsw"``, ``"milvus-hnsw"``, ``"pgvector-hnsw"`` approximately, on the maps lifted to a nearest-neighbour
+    problem. A database backend keeps nothing per item in this process (its rows are read back by id to re-score).
 
     Args:
         dim, reduction: the Gaussians' d and the model's ``config.similarity_reduction``.
@@ -66,7 +67,8 @@ class GaussianIndex:
         candidates_per_result: shortlist size per hit (default 2; 10 for ``mean_dim`` similarities).
         ef_search: HNSW candidates explored per query; nprobes: IVF partitions scanned by ``"lancedb-ann"``.
         uri: a database backend's new database: a LanceDB folder; a Qdrant folder, ``":memory:"`` or server URL; a
-            Milvus Lite ``.db`` file or server URI (``#name``: the collection); reopen it with [`load`].
+            Milvus Lite ``.db`` file or server URI; a PostgreSQL folder or ``postgresql://`` URL (``#name``: the
+            collection or table); reopen it with [`load`] or [`open`].
         kl_weight: rank by the search score of this λ ≥ 0 (``None``: by the similarity).
 
     Example::

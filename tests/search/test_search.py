@@ -908,7 +908,7 @@ def test_lancedb_errors_are_named(tmp_path):
     assert len(GaussianIndex.load(tmp_path / "db")) == 5  # the refused constructor changed nothing
     with pytest.raises(ValueError, match=r"sentences must be a list of 5 strings"):
         GaussianIndex.load(tmp_path / "db").add(items, ["only one"])
-    with pytest.raises(ValueError, match=r"stored by the LanceDB, Qdrant and Milvus backends, not 'torch'"):
+    with pytest.raises(ValueError, match=r"stored by the database backends \(LanceDB, .*pgvector\), not 'torch'"):
         GaussianIndex(12, "sum").add(items, ["s"] * 5)
     with pytest.raises(FileNotFoundError, match=r"empty does not exist: no GaussianIndex database there"):
         GaussianIndex.open("lancedb", tmp_path / "empty")

@@ -5,9 +5,13 @@ from .exact import ExactScan
 from .faiss_backend import FaissFlat, FaissHnsw
 from .lancedb_backend import LanceAnn, LanceFlat
 from .milvus_backend import MilvusFlat, MilvusHnsw
+from .pgvector_backend import PgvectorFlat, PgvectorHnsw
 from .qdrant_backend import QdrantFlat, QdrantHnsw
 
-ENGINES = (ExactScan, FaissFlat, FaissHnsw, LanceFlat, LanceAnn, QdrantFlat, QdrantHnsw, MilvusFlat, MilvusHnsw)
+ENGINES = (
+    *(ExactScan, FaissFlat, FaissHnsw, LanceFlat, LanceAnn, QdrantFlat, QdrantHnsw, MilvusFlat, MilvusHnsw),
+    *(PgvectorFlat, PgvectorHnsw),
+)
 BACKENDS: dict[str, type[SearchBackend]] = {backend.name: backend for backend in ENGINES}
 
 

@@ -49,7 +49,8 @@ class SearchBackend:
     def add(self, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None) -> None:
         """Store checked ``embeddings`` (ids from ``len(index)`` on); only a database backend keeps ``sentences``."""
         if sentences is not None:
-            raise ValueError(f"sentences are stored by the LanceDB, Qdrant and Milvus backends, not {self.name!r}")
+            stores = "the database backends (LanceDB, Qdrant, Milvus, pgvector)"
+            raise ValueError(f"sentences are stored by {stores}, not {self.name!r}")
         first_id = len(self.index)
         self.index.store(embeddings)
         self.added(embeddings, first_id)

@@ -1,0 +1,255 @@
+"""The pgvector backends against a real PostgreSQL server (pgserver's, started by the tests in a temporary folder and
+stopped when they end): exact top-k identical to the ``torch`` backend in both directions, with and without the
+search score, after adds and reopening (by uri, by folder, in a fresh process); HNSW recall; the raw maps under a raw
+inner product; nothing per item in the client; two writer processes at once; a writer killed mid-add; a table never
+overwritten; named errors; the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import torch
+
+from gausscse import GaussianEmbeddings
+from gausscse.cli.search import main as search_main
+from gausscse.model.gaussian import query_map, stored_map
+from gausscse.search import GaussianIndex
+
+from .test_search import CORPUS, check_against_brute_force, gaussians
+from .test_search import tiny_model_folder as tiny_model_folder  # the fixture, used by name
+from .test_search_servers import assert_same_as, random_gaussians
+
+
+@pytest.fixture(scope="module")
+def server_folder(tmp_path_factory) -> str:
+    """The module's local PostgreSQL database folder (pgserver starts its server on first use)."""
+    return str(tmp_path_factory.mktemp("postgres") / "pgdata")
+
+
+@pytest.fixture
+def new_uri(server_folder):
+    """``new_uri()``: a new table's uri in the module's database."""
+    return lambda: f"{server_folder}#t{uuid.uuid4().hex[:12]}"
+
+
+def recall_at_10(index: GaussianIndex, exact: GaussianIndex, queries: GaussianEmbeddings, direction: str) -> float:
+    found, expected = getattr(index, direction)(queries, 10)[1], getattr(exact, direction)(queries, 10)[1]
+    return sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(found, expected, strict=True)) / expected.numel()
+
+
+@pytest.mark.parametrize("kl_weight", [None, 0.5])
+def test_exact_top_k_is_the_torch_backends_after_adds_and_reopening(kl_weight, new_uri):
+    items, queries = random_gaussians(3000, seed=1, dim=64), random_gaussians(12, seed=2, dim=64)
+    exact = GaussianIndex(64, "mean_kl", kl_weight=kl_weight)
+    exact.add(items)
+    uri = new_uri()
+    index = GaussianIndex(64, "mean_kl", "pgvector", uri=uri, kl_weight=kl_weight)
+    index.add(items[:1000])
+    index.add(items[1000:], [f"sentence {row}" for row in range(1000, 3000)])
+    assert len(index) == 3000 and index.mu.shape[0] == 0  # nothing per item in this process
+    assert_same_as(index, exact, queries, 10)
+    reopened = GaussianIndex.open("pgvector", uri)
+    assert len(reopened) == 3000 and reopened.mu.shape[0] == 0
+    assert_same_as(reopened, exact, queries, 10)
+    assert reopened.engine.sentences([999, 1000, 2999]) == [None, "sentence 1000", "sentence 2999"]
+    torch.testing.assert_close(reopened.embeddings.logvar, items.logvar, rtol=0, atol=0)  # float32 both ways
+
+
+def test_a_small_index_against_torch_distributions_and_reopened_by_folder_and_in_a_fresh_process(tmp_path):
+    items, queries = gaussians(40, seed=3), gaussians(4, seed=4)
+    folder = tmp_path / "pgdata"
+    index = GaussianIndex(12, "sum", "pgvector", uri=folder)  # the default table of a new local database
+    index.add(items)
+    check_against_brute_force(index, queries, items, 7)
+    loaded = GaussianIndex.load(folder)
+    assert loaded.backend == "pgvector" and len(loaded) == 40
+    check_against_brute_force(loaded, queries, items, 7)
+    code = (
+        "import torch\nfrom gausscse.search import GaussianIndex\nfrom gausscse import GaussianEmbeddings\n"
+        f"index = GaussianIndex.load({str(folder)!r})\n"
+        f"queries = GaussianEmbeddings(torch.tensor({queries.mu.tolist()}), torch.tensor({queries.logvar.tolist()}))\n"
+        "print(index.entailing(queries, 7)[1].tolist())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == index.entailing(queries, 7)[1].tolist()
+
+
+def test_hnsw_recall_at_10_and_the_exact_rescore(new_uri):
+    items, queries = random_gaussians(4000, seed=5, dim=32), random_gaussians(40, seed=6, dim=32)
+    exact = GaussianIndex(32, "sum")
+    exact.add(items)
+    index = GaussianIndex(32, "sum", "pgvector-hnsw", uri=new_uri())
+    index.add(items)
+    for direction in ("entailing", "entailed_by"):
+        assert recall_at_10(index, exact, queries, direction) >= 0.95, direction
+        scores, ids = getattr(index, direction)(queries, 10)  # what is returned is scored exactly
+        expected = exact.score(
+            (queries.mu[:, None], queries.logvar[:, None]), (items.mu[ids], items.logvar[ids]), direction, True
+        )
+        torch.testing.assert_close(scores, expected.float(), rtol=1e-6, atol=1e-6)
+    index.add(random_gaussians(50, seed=7, dim=32))  # rows after the HNSW build: scanned flat until it is rebuilt
+    assert len(GaussianIndex.open("pgvector-hnsw", index.engine.uri)) == 4050
+
+
+def test_the_table_holds_the_raw_maps_under_a_raw_inner_product(new_uri):
+    items, queries = gaussians(20, seed=8), gaussians(3, seed=9)
+    index = GaussianIndex(12, "sum", "pgvector", uri=new_uri(), kl_weight=0.25)
+    index.add(items)
+    client, table = index.engine.table.client, index.engine.table.name
+    columns = dict(
+        client.execute(
+            "SELECT column_name, udt_name FROM information_schema.columns WHERE table_name = %s", (table,)
+        ).fetchall()
+    )
+    assert columns == {"id": "int8", "sentence": "text", **dict.fromkeys(
+        ("mu", "logvar", "entailing_vector", "entailed_by_vector"), "vector"
+    )}  # fmt: skip
+    query = query_map(queries.mu, queries.logvar, "entailing", 0.25).float()
+    stored = stored_map(items.mu, items.logvar, "entailing", 0.25).float()
+    for row, vector in enumerate(query):
+        found = client.execute(f"SELECT id, entailing_vector <#> %s FROM {table} ORDER BY id", (vector.numpy(),))
+        inner = torch.tensor([value for _, value in found.fetchall()])
+        torch.testing.assert_close(-inner, stored @ vector, rtol=1e-5, atol=1e-4, msg=f"query {row}")  # −⟨q, x⟩
+
+
+WRITER = """
+import sys, torch
+from gausscse import GaussianEmbeddings
+from gausscse.search import GaussianIndex
+seed, uri = int(sys.argv[1]), sys.argv[2]
+generator = torch.Generator().manual_seed(seed)
+index = GaussianIndex.open("pgvector", uri)
+print("ready", flush=True)
+sys.stdin.readline()  # both writers start together
+for _ in range(10):
+    mu = torch.randn(1000, 8, generator=generator)
+    index.add(GaussianEmbeddings(mu, torch.randn(1000, 8, generator=generator) * 0.3), [f"{seed}"] * 1000)
+"""
+
+
+def writer_rows(seed: int) -> GaussianEmbeddings:
+    """The 10,000 Gaussians the writer of ``seed`` adds, in its order."""
+    generator = torch.Generator().manual_seed(seed)
+    parts = [
+        (torch.randn(1000, 8, generator=generator), torch.randn(1000, 8, generator=generator) * 0.3) for _ in range(10)
+    ]
+    return GaussianEmbeddings(torch.cat([mu for mu, _ in parts]), torch.cat([logvar for _, logvar in parts]))
+
+
+def test_two_writer_processes_at_once_number_their_rows_apart(new_uri, tmp_path):
+    """Two processes adding 10,000 rows each, in batches, at the same time: 20,000 rows of distinct ids 0..19,999,
+    each writer's rows whole and in its order, and the top-10 of the union as the torch backend's."""
+    uri = new_uri()
+    GaussianIndex(8, "sum", "pgvector", uri=uri)
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(seed), uri], cwd=tmp_path, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for seed in (11, 12)
+    ]  # fmt: skip
+    for writer in writers:
+        assert writer.stdout.readline().strip() == "ready"
+    for writer in writers:
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+    for writer in writers:
+        _, errors = writer.communicate(timeout=600)
+        assert writer.returncode == 0, errors[-3000:]
+    index = GaussianIndex.open("pgvector", uri)
+    assert len(index) == 20_000
+    stored = index.embeddings
+    sentences = index.engine.sentences(list(range(20_000)))
+    for seed in (11, 12):
+        rows = [row for row, sentence in enumerate(sentences) if sentence == str(seed)]
+        assert len(rows) == 10_000  # each writer's batches whole, its rows in its order
+        expected = writer_rows(seed)
+        torch.testing.assert_close(stored.mu[rows], expected.mu, rtol=0, atol=0)
+    exact = GaussianIndex(8, "sum")
+    exact.add(stored)
+    assert_same_as(index, exact, random_gaussians(5, seed=13, dim=8), 10)
+
+
+def test_a_writer_killed_mid_add_leaves_nothing_and_the_next_add_goes_on(new_uri, tmp_path):
+    uri = new_uri()
+    first = gaussians(10, seed=14)
+    GaussianIndex(12, "sum", "pgvector", uri=uri).add(first)
+    writer = f"""
+import torch
+from gausscse import GaussianEmbeddings
+from gausscse.search import GaussianIndex
+index = GaussianIndex.open("pgvector", {uri!r})
+print("adding", flush=True)
+index.add(GaussianEmbeddings(torch.randn(400_000, 12), torch.randn(400_000, 12)))
+print("finished", flush=True)
+"""
+    process = subprocess.Popen([sys.executable, "-c", writer], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "adding"
+    client = GaussianIndex.open("pgvector", uri).engine.table.client
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # killed while its COPY is under way
+        copying = client.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY%'").fetchone()[0]
+        if copying:
+            break
+        time.sleep(0.05)
+    assert copying, "the writer never started its COPY"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    reopened = GaussianIndex.open("pgvector", uri)
+    assert len(reopened) == 10 and reopened.engine.table.row_count(reopened.engine.table.name) == 10
+    queries, more = gaussians(3, seed=15), gaussians(5, seed=16)
+    check_against_brute_force(reopened, queries, first, 10)
+    reopened.add(more)  # the dead writer's lock is gone with its session
+    both = GaussianEmbeddings(torch.cat([first.mu, more.mu]), torch.cat([first.logvar, more.logvar]))
+    check_against_brute_force(GaussianIndex.open("pgvector", uri), queries, both, 15)
+
+
+def test_an_existing_table_is_never_overwritten_and_errors_are_named(new_uri, server_folder, tmp_path):
+    uri = new_uri()
+    GaussianIndex(12, "sum", "pgvector", uri=uri).add(gaussians(5, seed=17))
+    with pytest.raises(FileExistsError, match=r"already holds a collection 't\w+': reopen a GaussianIndex there with"):
+        GaussianIndex(12, "sum", "pgvector", uri=uri)
+    assert len(GaussianIndex.open("pgvector", uri)) == 5
+    name = f"t{uuid.uuid4().hex[:12]}"  # someone's own table, not an index
+    GaussianIndex.open("pgvector", uri).engine.table.client.execute(f"CREATE TABLE {name} (id int)")
+    with pytest.raises(ValueError, match=rf"PostgreSQL table '{name}' has no GaussianIndex settings"):
+        GaussianIndex.open("pgvector", f"{server_folder}#{name}")
+    with pytest.raises(FileNotFoundError, match=r"holds no GaussianIndex collection \('nothing_here'\)"):
+        GaussianIndex.open("pgvector", f"{server_folder}#nothing_here")
+    with pytest.raises(ValueError, match=r"a table name is lower-case letters, digits and '_'"):
+        GaussianIndex(12, "sum", "pgvector", uri=f"{server_folder}#Bad-Name")
+    with pytest.raises(ValueError, match=r"a PostgreSQL database is a postgresql:// URL or a local folder"):
+        GaussianIndex(12, "sum", "pgvector", uri="http://localhost:5432")
+    with pytest.raises(ValueError, match=r"postgresql://nobody@127\.0\.0\.1:1/none: PostgreSQL cannot open it"):
+        GaussianIndex(12, "sum", "pgvector", uri="postgresql://nobody@127.0.0.1:1/none")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"busy holds notes\.txt: a local PostgreSQL database needs a new or"):
+        GaussianIndex(12, "sum", "pgvector", uri=tmp_path / "busy")
+
+
+def test_cli_builds_and_queries_a_pgvector_index(tiny_model_folder, tmp_path):
+    corpus_path = tmp_path / "corpus.txt"
+    corpus_path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    build = ["build", "--model", str(tiny_model_folder), "--corpus", str(corpus_path), "--index", str(tmp_path / "ix")]
+    search_main([*build, "--backend", "pgvector"])
+    assert json.loads((tmp_path / "ix" / "index_config.json").read_text())["uri"] == str(tmp_path / "ix.pgdata")
+    from gausscse import GaussCSEModel
+
+    model = GaussCSEModel.from_pretrained(tiny_model_folder).eval()
+    distinct = [sentence for sentence in dict.fromkeys(CORPUS) if sentence]
+    claims = ["Someone makes music.", "Animals are outside."]
+    hits = search_main(["query", "--index", str(tmp_path / "ix"), "--entailing", *claims, "-k", "3"])
+    scores = model.similarity(claims, distinct)
+    for row, claim_hits in enumerate(hits):
+        assert [hit["sentence"] for hit in claim_hits] == [distinct[hit["id"]] for hit in claim_hits]
+        best = scores[row].argsort(descending=True)[:3].tolist()
+        assert [hit["id"] for hit in claim_hits] == best
