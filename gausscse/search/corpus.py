@@ -32,7 +32,8 @@ class Hit:
 
 
 class SentenceIndex:
-    """A [`GaussianIndex`] over a corpus, with the sentences kept beside it and the model's name remembered.
+    """A [`GaussianIndex`] over a corpus, with the sentences kept beside it (a database index keeps them in its
+    database: a hit's sentence is read from there) and the model's name remembered.
 
     Example::
 
@@ -46,19 +47,28 @@ class SentenceIndex:
     def __init__(
         self,
         index: GaussianIndex,
-        sentences: Sequence[str],
+        sentences: Sequence[str] | None,
         model_name: str | None = None,
         model_fingerprint: str | None = None,
     ):
-        if len(index) != len(sentences):
+        """``sentences``: one per stored Gaussian; ``None`` for a database index, whose database holds them."""
+        if sentences is None and not index.engine.database:
+            raise ValueError(f"sentences are needed: the {index.backend!r} index does not store them")
+        if sentences is not None and len(index) != len(sentences):
             raise ValueError(f"the index holds {len(index)} Gaussians but {len(sentences)} sentences were given")
         self.index = index
-        self.sentences = list(sentences)
+        self.sentences = None if index.engine.database else list(sentences)  # nothing per item for a database
         self.model_name = model_name
         self.model_fingerprint = model_fingerprint
 
     def __len__(self) -> int:
-        return len(self.sentences)
+        return len(self.index) if self.sentences is None else len(self.sentences)
+
+    def sentences_of(self, ids: Sequence[int]) -> list[str | None]:
+        """The stored sentences of the items ``ids`` (from the database for a database index)."""
+        if self.sentences is None:
+            return self.index.engine.sentences(ids)
+        return [self.sentences[item] for item in ids]
 
     @classmethod
     def build(
@@ -100,7 +110,7 @@ class SentenceIndex:
         index.add(embeddings, list(sentences) if index.engine.database else None)  # a database keeps them too
         name = getattr(model, "name_or_path", None) or None  # a folder made absolute, so it loads from anywhere
         name = str(Path(name).resolve()) if name is not None and Path(name).exists() else name
-        return cls(index, sentences, name, model_fingerprint(model))
+        return cls(index, None if index.engine.database else sentences, name, model_fingerprint(model))
 
     def check_model(self, model, allow_model_mismatch: bool = False) -> None:
         """[`ModelMismatchError`] unless ``model`` has the [`model_fingerprint`] of the model that built the index (if
@@ -118,8 +128,10 @@ class SentenceIndex:
     def _search(self, direction: str, model, texts, k: int, batch_size: int, allow_model_mismatch: bool):
         self.check_model(model, allow_model_mismatch)
         scores, ids = getattr(self.index, direction)(model.encode(list(texts), batch_size=batch_size), k)
+        found = sorted({item for row in ids.tolist() for item in row if item >= 0})
+        text = dict(zip(found, self.sentences_of(found), strict=True))
         return [
-            [Hit(item, self.sentences[item], score) for score, item in zip(*row, strict=True) if item >= 0]
+            [Hit(item, text[item], score) for score, item in zip(*row, strict=True) if item >= 0]
             for row in zip(scores.tolist(), ids.tolist(), strict=True)
         ]
 
@@ -136,12 +148,14 @@ class SentenceIndex:
         return self._search("entailed_by", model, premises, k, batch_size, allow_model_mismatch)
 
     def save(self, folder: str | Path) -> None:
-        """The index's files, ``sentences.jsonl`` (a JSON string per line) and ``corpus.json`` (the model's path or
-        Hub id and fingerprint), with ``manifest.json``; written beside ``folder`` and swapped in whole."""
+        """The index's files, ``sentences.jsonl`` (a JSON string per line; not for a database index, whose database
+        holds them) and ``corpus.json`` (the model's path or Hub id and fingerprint), with ``manifest.json``; written
+        beside ``folder`` and swapped in whole."""
         with atomic_folder(folder, SETTINGS_FILE) as staging:
             self.index.write_files(staging)
-            lines = "".join(json.dumps(sentence, ensure_ascii=False) + "\n" for sentence in self.sentences)
-            (staging / SENTENCES_FILE).write_text(lines, encoding="utf-8")
+            if self.sentences is not None:
+                lines = "".join(json.dumps(sentence, ensure_ascii=False) + "\n" for sentence in self.sentences)
+                (staging / SENTENCES_FILE).write_text(lines, encoding="utf-8")
             corpus = {"model": self.model_name, "model_fingerprint": self.model_fingerprint, "sentences": len(self)}
             write_json(staging / CORPUS_FILE, corpus)
 
@@ -150,11 +164,14 @@ class SentenceIndex:
         """A corpus index saved by [`save`], read as [`GaussianIndex.load`] reads (``load_kwargs``: ``device``)."""
         folder = Path(folder)
         files = read_folder(folder, "SentenceIndex")
-        if SENTENCES_FILE not in files:
-            raise FileNotFoundError(f"{folder} is not a saved SentenceIndex: {SENTENCES_FILE} is missing")
-        index = GaussianIndex.from_files(folder, files, **load_kwargs)
-        sentences = list(json_lines(files[SENTENCES_FILE], folder / SENTENCES_FILE, str))
+        sentences_file = files.pop(SENTENCES_FILE, None)
         corpus = json_value(files[CORPUS_FILE], folder / CORPUS_FILE) if CORPUS_FILE in files else {}
+        index = GaussianIndex.from_files(folder, files, **load_kwargs)
+        if index.engine.database:  # the sentences are in the database (a sentences.jsonl of older saves: not read)
+            return cls(index, None, corpus.get("model"), corpus.get("model_fingerprint"))
+        if sentences_file is None:
+            raise FileNotFoundError(f"{folder} is not a saved SentenceIndex: {SENTENCES_FILE} is missing")
+        sentences = list(json_lines(sentences_file, folder / SENTENCES_FILE, str))
         if len(sentences) != len(index):
             raise ValueError(f"{folder / SENTENCES_FILE} holds {len(sentences)} sentences, the index {len(index)}")
         return cls(index, sentences, corpus.get("model"), corpus.get("model_fingerprint"))

@@ -45,7 +45,7 @@ def built_twice_in_one_database(backend: str, uri, drop, folder: Path) -> dict[s
         index.add(gaussians(10, seed=seed), sentences)
         SentenceIndex(index, sentences, name).save(folder / name)
         built[name] = index
-    assert SentenceIndex.load(folder / "B").sentences[0] == "B0"
+    assert SentenceIndex.load(folder / "B").sentences_of([0]) == ["B0"]  # read from the database
     return built
 
 

@@ -242,6 +242,7 @@ def test_cli_builds_and_queries_a_pgvector_index(tiny_model_folder, tmp_path):
     build = ["build", "--model", str(tiny_model_folder), "--corpus", str(corpus_path), "--index", str(tmp_path / "ix")]
     search_main([*build, "--backend", "pgvector"])
     assert json.loads((tmp_path / "ix" / "index_config.json").read_text())["uri"] == str(tmp_path / "ix.pgdata")
+    assert not (tmp_path / "ix" / "sentences.jsonl").exists()  # the sentences are in the database only
     from gausscse import GaussCSEModel
 
     model = GaussCSEModel.from_pretrained(tiny_model_folder).eval()
