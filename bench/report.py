@@ -289,6 +289,34 @@ def index_load_section(data: dict, path: str) -> tuple[str, str, list[str], list
     return title, text, headers, rows
 
 
+def client_memory_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """The query process's peak memory over a database-backed index at each size, and its exactness."""
+    rows = []
+    for row in data["rows"]:
+        times = [query["seconds_per_query"] for query in row["queries"].values()]
+        exact = all(query["same_top10_as_torch"] for query in row["queries"].values())
+        rows.append(
+            [
+                row["backend"],
+                f"{row['size']:,}",
+                _mib(row["peak_rss_bytes"]),
+                f"{row['peak_rss_vs_smallest']:.2f}×",
+                f"{1000 * sum(times) / len(times):.1f}",
+                "yes" if exact else "no",
+                f"{sum(row['build_seconds'].values()):.0f}",
+            ]
+        )
+    title = f"## A query process over a database index, by its size ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"Synthetic Gaussians, d = {data['dim']}, {data['queries']} queries; the engine in its own process (pgserver's "
+        "PostgreSQL, Milvus Lite's server), the index opened and queried by a fresh process in both directions, by "
+        "the similarity and by the search score (λ = 0.1). Peak: that process's `ru_maxrss` (imports included); exact: "
+        f"its top 10 are the `torch` backend's on every query. `python -m bench.bench_client_memory --json {path}`."
+    )
+    headers = ["backend", "stored", "query process peak", "vs. smallest", "ms / query", "exact top 10", "build (s)"]
+    return title, text, headers, rows
+
+
 def serving_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
     """PyTorch against ONNX Runtime for a trained folder: speed, top-10 agreement, the int8 quality cost."""
     count = data["sentences"]
@@ -338,6 +366,7 @@ BENCH_SECTIONS = (
     ("bench_data_scale_*.json", data_scale_section),
     ("bench_search_*.json", search_section),
     ("bench_index_load_*.json", index_load_section),
+    ("bench_client_memory_*.json", client_memory_section),
     ("bench_serving_*.json", serving_section),
 )
 

@@ -254,3 +254,16 @@ def test_cli_builds_and_queries_a_pgvector_index(tiny_model_folder, tmp_path):
         assert [hit["sentence"] for hit in claim_hits] == [distinct[hit["id"]] for hit in claim_hits]
         best = scores[row].argsort(descending=True)[:3].tolist()
         assert [hit["id"] for hit in claim_hits] == best
+
+
+def test_the_client_memory_bench_builds_queries_and_reports_exact_top_10(tmp_path):
+    from bench import bench_client_memory
+    from bench.report import client_memory_section
+
+    arguments = ["--backends", "pgvector", "--sizes", "300", "600", "--dim", "8", "--queries", "3"]
+    payload = bench_client_memory.main([*arguments, "--workdir", str(tmp_path), "--json", str(tmp_path / "b.json")])
+    assert [row["size"] for row in payload["rows"]] == [300, 600]
+    assert all(query["same_top10_as_torch"] for row in payload["rows"] for query in row["queries"].values())
+    assert payload["rows"][0]["peak_rss_vs_smallest"] == 1.0 and payload["rows"][1]["peak_rss_bytes"] > 0
+    title, _, headers, rows = client_memory_section(json.loads((tmp_path / "b.json").read_text()), "b.json")
+    assert "database index" in title and len(rows) == 2 and rows[0][5] == "yes" and len(headers) == len(rows[0])

@@ -1,0 +1,126 @@
+"""The memory of a process that queries a database-backed ``GaussianIndex``, at two sizes of the database: the engine
+runs in its own process (a PostgreSQL server through pgserver, Milvus Lite's server), the query process opens the
+index and answers queries in both directions, with and without the search score. Reported per backend and size: the
+query process's peak resident set (``ru_maxrss``: imports included), the time per query, and whether its top 10 are
+the exact ``torch`` backend's (computed by the builder, which holds the Gaussians).
+
+    python -m bench.bench_client_memory --sizes 100000 1000000 --dim 64 --json results/bench_client_memory_cpu.json
+
+Each (backend, size) is built once by a builder process into a folder under ``--workdir`` (two tables: similarity
+and search score λ = 0.1), then queried by a fresh process."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from bench.common import json_payload, run_worker
+from gausscse.model.gaussian import GaussianEmbeddings
+from gausscse.search import GaussianIndex
+from gausscse.training.precision import cpu_name
+
+BACKENDS = ("pgvector", "milvus")
+PLACES = {"pgvector": "pgdata", "milvus": "gaussians.db"}  # the local database of each engine, in its folder
+KL_WEIGHTS = {"similarity": None, "search": 0.1}
+DIRECTIONS = ("entailing", "entailed_by")
+BATCH = 50_000
+
+
+def synthetic(count: int, dim: int, seed: int) -> GaussianEmbeddings:
+    """Means in tanh range and log σ² around −1 (the model's range), float32."""
+    generator = torch.Generator().manual_seed(seed)
+    mu = torch.tanh(torch.randn(count, dim, generator=generator))
+    return GaussianEmbeddings(mu, (torch.randn(count, dim, generator=generator) - 1.0).clamp(-10, 10))
+
+
+def build(backend: str, size: int, dim: int, queries: int, folder: Path) -> dict:
+    """The builder: both tables of ``size`` Gaussians, and the exact torch top 10 of each query set."""
+    items, asked = synthetic(size, dim, seed=1), synthetic(queries, dim, seed=2)
+    expected, seconds = {}, {}
+    for score, kl_weight in KL_WEIGHTS.items():
+        started = time.perf_counter()
+        index = GaussianIndex(dim, "mean_kl", backend, uri=f"{folder / PLACES[backend]}#{score}", kl_weight=kl_weight)
+        for start in range(0, size, BATCH):
+            index.add(items[start : start + BATCH])
+        seconds[score] = time.perf_counter() - started
+        exact = GaussianIndex(dim, "mean_kl", kl_weight=kl_weight)
+        exact.add(items)
+        expected[score] = {direction: getattr(exact, direction)(asked, 10)[1].tolist() for direction in DIRECTIONS}
+    return {"expected": expected, "build_seconds": seconds}
+
+
+def query(backend: str, size: int, dim: int, queries: int, folder: Path, expected: dict) -> dict:
+    """The query process: opens each table, answers the queries in both directions."""
+    asked = synthetic(queries, dim, seed=2)
+    results = {}
+    for score in KL_WEIGHTS:
+        index = GaussianIndex.open(backend, f"{folder / PLACES[backend]}#{score}")
+        assert len(index) == size and index.mu.shape[0] == 0
+        for direction in DIRECTIONS:
+            started = time.perf_counter()
+            ids = getattr(index, direction)(asked, 10)[1].tolist()
+            results[f"{score}/{direction}"] = {
+                "seconds_per_query": (time.perf_counter() - started) / queries,
+                "same_top10_as_torch": ids == expected[score][direction],
+            }
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return {"peak_rss_bytes": peak, "queries": results}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    parser.add_argument("--sizes", nargs="+", type=int, default=[100_000, 1_000_000])
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--queries", type=int, default=16)
+    parser.add_argument("--workdir", type=Path, help="where the databases go (default: a temporary folder)")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--worker", choices=("build", "query"))
+    parser.add_argument("--backend", choices=BACKENDS)
+    parser.add_argument("--size", type=int)
+    parser.add_argument("--folder", type=Path)
+    parser.add_argument("--expected", type=Path)
+    args = parser.parse_args(argv)
+    if args.worker == "build":
+        result = build(args.backend, args.size, args.dim, args.queries, args.folder)
+        args.expected.write_text(json.dumps(result["expected"]))
+        print(json.dumps({"build_seconds": result["build_seconds"]}))
+        return result
+    if args.worker == "query":
+        expected = json.loads(args.expected.read_text())
+        result = query(args.backend, args.size, args.dim, args.queries, args.folder, expected)
+        print(json.dumps(result))
+        return result
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="gausscse-client-memory-"))
+    rows = []
+    for backend in args.backends:
+        for size in args.sizes:
+            folder = workdir / f"{backend}-{size}"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            common = ["--backend", backend, "--size", str(size), "--dim", str(args.dim)]
+            common += ["--queries", str(args.queries), "--folder", str(folder)]
+            common += ["--expected", str(folder / "top10.json")]
+            built = run_worker("bench.bench_client_memory", ["--worker", "build", *common])
+            answered = run_worker("bench.bench_client_memory", ["--worker", "query", *common])
+            rows.append({"backend": backend, "size": size, **built, **answered})
+            print(json.dumps(rows[-1]), flush=True)
+            shutil.rmtree(folder, ignore_errors=True)
+    for row in rows:  # the peak against the same backend's smallest size
+        smallest = min((other for other in rows if other["backend"] == row["backend"]), key=lambda other: other["size"])
+        row["peak_rss_vs_smallest"] = row["peak_rss_bytes"] / smallest["peak_rss_bytes"]
+    payload = json_payload(args, cpu_name(), rows=rows)
+    if args.json is not None:
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
