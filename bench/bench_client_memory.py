@@ -116,7 +116,10 @@ def main(argv: list[str] | None = None) -> dict:
     for row in rows:  # the peak against the same backend's smallest size
         smallest = min((other for other in rows if other["backend"] == row["backend"]), key=lambda other: other["size"])
         row["peak_rss_vs_smallest"] = row["peak_rss_bytes"] / smallest["peak_rss_bytes"]
-    payload = json_payload(args, cpu_name(), rows=rows)
+    shown = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
+    worker_only = ("backend", "size", "folder", "expected")
+    payload = json_payload(argparse.Namespace(**{k: v for k, v in shown.items() if k not in worker_only}), cpu_name())
+    payload["rows"] = rows
     if args.json is not None:
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return payload
