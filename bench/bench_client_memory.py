@@ -1,5 +1,6 @@
-"""The memory of a process that queries a database-backed ``GaussianIndex``, at two sizes of the database: the engine
-runs in its own process (a PostgreSQL server through pgserver, Milvus Lite's server), the query process opens the
+"""The memory of a process that queries a database-backed ``GaussianIndex``, at two sizes of the database (PostgreSQL
+runs in its own process through pgserver; Milvus Lite inside the calling process, its rows in that process's memory
+by the engine's design, not the index's): the query process opens the
 index and answers queries in both directions, with and without the search score. Reported per backend and size: the
 query process's peak resident set (``ru_maxrss``: imports included), the time per query, and whether its top 10 are
 the exact ``torch`` backend's (computed by the builder, which holds the Gaussians).

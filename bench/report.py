@@ -308,10 +308,12 @@ def client_memory_section(data: dict, path: str) -> tuple[str, str, list[str], l
         )
     title = f"## A query process over a database index, by its size ({data['device_name']}, {data['cpu_count']} cores)"
     text = (
-        f"Synthetic Gaussians, d = {data['dim']}, {data['queries']} queries; the engine in its own process (pgserver's "
-        "PostgreSQL, Milvus Lite's server), the index opened and queried by a fresh process in both directions, by "
-        "the similarity and by the search score (λ = 0.1). Peak: that process's `ru_maxrss` (imports included); exact: "
-        f"its top 10 are the `torch` backend's on every query. `python -m bench.bench_client_memory --json {path}`."
+        f"Synthetic Gaussians, d = {data['dim']}, {data['queries']} queries; the index opened and queried by a fresh "
+        "process in both directions, by the similarity and by the search score (λ = 0.1). PostgreSQL (pgserver's) runs "
+        "in its own process, so the peak is the client's alone; Milvus Lite runs inside the calling process, so its "
+        "peak holds the engine's own copy of the rows (a Milvus server, unavailable here, would not). Peak: that "
+        "process's `ru_maxrss` (imports included); exact: its top 10 are the `torch` backend's on every query. "
+        f"`python -m bench.bench_client_memory --json {path}`."
     )
     headers = ["backend", "stored", "query process peak", "vs. smallest", "ms / query", "exact top 10", "build (s)"]
     return title, text, headers, rows

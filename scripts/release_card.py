@@ -197,7 +197,8 @@ def markdown(release: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]]
         f"Entailment direction (%, entailment pairs):\n\n{direction}",
         f"STS and entailment retrieval:\n\n{keep}",
         f"McNemar, {GAUSSCSE} against the {TWIN} (binary NLI):\n\n{mcnemar}",
-        f"Targets (issues 25 and 47; the per-set accuracy rows count towards the at-least-{ACCURACY_WINS} row):\n\n{goals}",
+        f"Targets (issues 25 and 47; the per-set accuracy rows count towards the at-least-{ACCURACY_WINS} row):"
+        f"\n\n{goals}",
     ]
     if curve_file:
         parts.append(
