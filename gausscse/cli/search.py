@@ -42,7 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--batch_size", type=int, default=64)
     build.add_argument("--max_length", type=int, default=None, help="truncation in tokens (default: the encoder's)")
     build.add_argument("--device", default=device)
-    ray_help = "encode on the Ray cluster at ADDRESS ('auto': this machine's), or a local Ray of --ray_workers CPUs"
+    ray_help = (
+        "encode on the Ray cluster at ADDRESS ('auto': this machine's), or a local Ray of --ray_workers CPUs; with a "
+        "database server (or pgvector) each worker writes what it encodes"
+    )
     build.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS", help=ray_help)
     build.add_argument("--ray_workers", type=int, default=2, help="Ray workers, one model each (with --ray)")
     query = commands.add_parser("query", help="search a saved index")
@@ -129,13 +132,23 @@ def build_index(args: argparse.Namespace) -> None:
     model = load_search_model(args.model, args.device)
     encoding = {"batch_size": args.batch_size, "max_length": args.max_length}
     embeddings = None
-    if args.ray is not None:
-        from gausscse.search.ray_encode import encode_on_ray
+    ray = {"address": None if args.ray == "local" else args.ray, "num_workers": args.ray_workers, **encoding}
+    backend = BACKENDS[args.backend]
+    if args.ray is not None and backend.database and backend.store_class.shared(index_kwargs["uri"]):
+        # each Ray worker writes what it encodes (a server, or a local PostgreSQL): no Gaussian in this process
+        from gausscse.search.ray_encode import write_on_ray
 
-        address = None if args.ray == "local" else args.ray
-        embeddings = encode_on_ray(args.model, sentences, address=address, num_workers=args.ray_workers, **encoding)
-    options = {"backend": args.backend, "score": args.score, "embeddings": embeddings, **encoding, **index_kwargs}
-    corpus = SentenceIndex.build(model, sentences, **options)
+        index = SentenceIndex.empty_index(model, backend=args.backend, score=args.score, **index_kwargs)
+        write_on_ray(args.model, sentences, args.backend, index.engine.uri, **ray)
+        index.engine.sync()
+        corpus = SentenceIndex.of_model(model, index, None)
+    else:
+        if args.ray is not None:
+            from gausscse.search.ray_encode import encode_on_ray
+
+            embeddings = encode_on_ray(args.model, sentences, **ray)
+        options = {"backend": args.backend, "score": args.score, "embeddings": embeddings, **encoding, **index_kwargs}
+        corpus = SentenceIndex.build(model, sentences, **options)
     corpus.save(args.index)
     print(f"indexed {len(corpus)} distinct sentences of {args.corpus} into {args.index} ({corpus.index})")
 

@@ -90,12 +90,7 @@ class SentenceIndex:
         encoded elsewhere (``encode_on_ray``), checked against the sentences and the model. ``index_kwargs`` go to
         [`GaussianIndex`]."""
         config = model.config
-        weight = getattr(config, "search_kl_weight", None)
-        if score not in SCORES:
-            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
-        if score == "search" and weight is None:
-            hint = "training sets it; `python -m gausscse.evaluation.search_weight --model DIR`"
-            raise ValueError(f"score='search' needs a model whose config states search_kl_weight ({hint})")
+        index = cls.empty_index(model, backend=backend, score=score, **index_kwargs)
         if embeddings is None:
             embeddings = model.encode(
                 list(sentences), batch_size=batch_size, max_length=max_length, show_progress_bar=show_progress_bar
@@ -105,12 +100,29 @@ class SentenceIndex:
                 f"embeddings must hold one Gaussian of dimension {config.embedding_size} per sentence "
                 f"({len(sentences)}), got shape {tuple(embeddings.mu.shape)}"
             )
-        weight, reduction = None if score == "similarity" else weight, config.similarity_reduction
-        index = GaussianIndex(config.embedding_size, reduction, backend, kl_weight=weight, **index_kwargs)
         index.add(embeddings, list(sentences) if index.engine.database else None)  # a database keeps them too
-        name = getattr(model, "name_or_path", None) or None  # a folder made absolute, so it loads from anywhere
+        return cls.of_model(model, index, None if index.engine.database else sentences)
+
+    @staticmethod
+    def empty_index(model, *, backend: str = "torch", score: str = "auto", **index_kwargs: Any) -> GaussianIndex:
+        """A new, empty [`GaussianIndex`] for ``model``'s Gaussians, ranked by ``score`` (as [`build`] says)."""
+        weight = getattr(model.config, "search_kl_weight", None)
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        if score == "search" and weight is None:
+            hint = "training sets it; `python -m gausscse.evaluation.search_weight --model DIR`"
+            raise ValueError(f"score='search' needs a model whose config states search_kl_weight ({hint})")
+        weight, config = None if score == "similarity" else weight, model.config
+        dim, reduction = config.embedding_size, config.similarity_reduction
+        return GaussianIndex(dim, reduction, backend, kl_weight=weight, **index_kwargs)
+
+    @classmethod
+    def of_model(cls, model, index: GaussianIndex, sentences: Sequence[str] | None) -> SentenceIndex:
+        """The corpus index of ``index`` (filled by ``model``'s Gaussians; ``sentences``: ``None`` for a database),
+        remembering the model's name (a folder made absolute, so it loads from anywhere) and fingerprint."""
+        name = getattr(model, "name_or_path", None) or None
         name = str(Path(name).resolve()) if name is not None and Path(name).exists() else name
-        return cls(index, None if index.engine.database else sentences, name, model_fingerprint(model))
+        return cls(index, sentences, name, model_fingerprint(model))
 
     def check_model(self, model, allow_model_mismatch: bool = False) -> None:
         """[`ModelMismatchError`] unless ``model`` has the [`model_fingerprint`] of the model that built the index (if

@@ -1,5 +1,6 @@
 """Encoding a corpus on a Ray cluster with Ray Data: one GaussCSE model per worker, the Gaussians back in input order
-(``encode_on_ray``). Ray is optional (``pip install "gausscse[ray]"``), imported only when a function here runs."""
+(``encode_on_ray``), or written by the workers into a database index (``write_on_ray``). Ray is optional
+(``pip install "gausscse[ray]"``), imported only when a function here runs."""
 
 from __future__ import annotations
 
@@ -53,6 +54,89 @@ class GaussianEncoder:
         return {**others, "mean": embeddings.mu.numpy(), "logvar": embeddings.logvar.numpy()}
 
 
+class GaussianWriter(GaussianEncoder):
+    """A ``map_batches`` class like [`GaussianEncoder`] that writes where it encodes: each worker opens the database
+    index (``backend``, ``uri``: a table or collection every worker reaches) once and adds each batch's Gaussians and
+    sentences to it, returning only ``written`` (the batch's row count): no Gaussian travels back to the driver."""
+
+    def __init__(self, model_path: str, *, backend: str, uri: str, **encoder_kwargs):
+        super().__init__(model_path, **encoder_kwargs)
+        from gausscse.search.index import GaussianIndex
+
+        self.index = GaussianIndex.open(backend, uri)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        encoded = super().__call__(batch)
+        sentences = batch[self.text_column].tolist()
+        gaussians = GaussianEmbeddings(torch.from_numpy(encoded["mean"]), torch.from_numpy(encoded["logvar"]))
+        self.index.add(gaussians, sentences)
+        return {"written": np.array([len(sentences)], dtype=np.int64)}
+
+
+def start_ray(address: str | None, num_workers: int):
+    """Ray, joined at ``address`` (``None``: ``RAY_ADDRESS``'s, else a new local Ray of ``num_workers`` CPUs; a
+    process that already called ``ray.init`` keeps its Ray); ``ImportError`` without Ray Data, ``ValueError`` for no
+    cluster at the address."""
+    try:
+        import ray
+        import ray.data  # Ray Data is a separate part of the ray package (ray[data])
+    except ImportError as error:
+        raise ImportError(f'encoding on Ray needs Ray Data ({error}): pip install "gausscse[ray]"') from error
+    if not ray.is_initialized() and address is None and "RAY_ADDRESS" not in os.environ:
+        ray.init(num_cpus=num_workers, include_dashboard=False)  # a new local Ray
+    elif not ray.is_initialized():
+        try:
+            ray.init(address=address)
+        except ConnectionError as error:  # no cluster at that address (also 'auto' with none running)
+            where = address or os.environ.get("RAY_ADDRESS")
+            raise ValueError(
+                f"no Ray cluster at {where!r} ({first_line(error)}); leave the address out for a local "
+                "Ray, or start one (ray start --head)"
+            ) from None
+    return ray
+
+
+def mapped_on_ray(
+    worker: type[GaussianEncoder],
+    worker_kwargs: dict,
+    model_path: str | Path,
+    sentences: Sequence[str],
+    *,
+    address: str | None,
+    num_workers: int,
+    batch_size: int,
+    max_length: int | None,
+    rows_per_task: int,
+    num_gpus: float,
+):
+    """The Ray Dataset of ``sentences`` (with their input ``row``) mapped by ``worker`` actors, one model each."""
+    sentences = check_sentences("sentences", sentences)
+    if not sentences:
+        raise ValueError("no sentences to encode: the corpus is empty")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"num_workers (--ray_workers) must be a whole number >= 1, got {num_workers!r}")
+    ray = start_ray(address, num_workers)
+    import pyarrow
+
+    table = pyarrow.table({ROW_COLUMN: np.arange(len(sentences)), TEXT_COLUMN: sentences})
+    blocks = [table.slice(start, rows_per_task) for start in range(0, len(sentences), rows_per_task)]
+    encoder = {
+        "model_path": str(Path(model_path).resolve()) if Path(model_path).exists() else str(model_path),
+        "batch_size": batch_size,
+        "max_length": max_length,
+        "device": "cuda" if num_gpus else None,
+        **worker_kwargs,
+    }
+    return ray.data.from_arrow(blocks).map_batches(
+        worker,
+        fn_constructor_kwargs=encoder,
+        compute=ray.data.ActorPoolStrategy(size=min(num_workers, len(blocks))),
+        batch_size=rows_per_task,
+        batch_format="numpy",
+        num_gpus=num_gpus,
+    )
+
+
 def encode_on_ray(
     model_path: str | Path,
     sentences: Sequence[str],
@@ -71,44 +155,18 @@ def encode_on_ray(
     local Ray of ``num_workers`` CPUs; a process that already called ``ray.init`` keeps its Ray). ``num_workers``:
     Ray actors, a model each; ``rows_per_task``: sentences per Ray block and worker call; ``num_gpus``: each
     worker's GPUs (its model then on ``cuda``). ``ImportError`` without Ray Data, ``ValueError`` for no sentences,
-    ``TypeError`` for a row that is not a string (named by its position)."""
-    sentences = check_sentences("sentences", sentences)
-    if not sentences:
-        raise ValueError("no sentences to encode: the corpus is empty")
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers (--ray_workers) must be a whole number >= 1, got {num_workers!r}")
-    try:
-        import pyarrow
-        import ray
-        import ray.data  # Ray Data is a separate part of the ray package (ray[data])
-    except ImportError as error:
-        raise ImportError(f'encoding on Ray needs Ray Data ({error}): pip install "gausscse[ray]"') from error
-    if not ray.is_initialized() and address is None and "RAY_ADDRESS" not in os.environ:
-        ray.init(num_cpus=num_workers, include_dashboard=False)  # a new local Ray
-    elif not ray.is_initialized():
-        try:
-            ray.init(address=address)
-        except ConnectionError as error:  # no cluster at that address (also 'auto' with none running)
-            where = address or os.environ.get("RAY_ADDRESS")
-            raise ValueError(
-                f"no Ray cluster at {where!r} ({first_line(error)}); leave the address out for a local "
-                "Ray, or start one (ray start --head)"
-            ) from None
-    table = pyarrow.table({ROW_COLUMN: np.arange(len(sentences)), TEXT_COLUMN: sentences})
-    blocks = [table.slice(start, rows_per_task) for start in range(0, len(sentences), rows_per_task)]
-    encoder = {
-        "model_path": str(Path(model_path).resolve()) if Path(model_path).exists() else str(model_path),
-        "batch_size": batch_size,
-        "max_length": max_length,
-        "device": "cuda" if num_gpus else None,
-    }
-    gaussians = ray.data.from_arrow(blocks).map_batches(
+    ``TypeError`` for a row that is not a string (named by its position). To fill a database index without the
+    Gaussians passing through this process: [`write_on_ray`]."""
+    options = {"batch_size": batch_size, "max_length": max_length, "rows_per_task": rows_per_task}
+    gaussians = mapped_on_ray(
         GaussianEncoder,
-        fn_constructor_kwargs=encoder,
-        compute=ray.data.ActorPoolStrategy(size=min(num_workers, len(blocks))),
-        batch_size=rows_per_task,
-        batch_format="numpy",
+        {},
+        model_path,
+        sentences,
+        address=address,
+        num_workers=num_workers,
         num_gpus=num_gpus,
+        **options,
     )
     batches = list(gaussians.iter_batches(batch_format="numpy", batch_size=None))
     rows = np.concatenate([batch[ROW_COLUMN] for batch in batches])
@@ -119,3 +177,37 @@ def encode_on_ray(
         torch.from_numpy(np.concatenate([batch[name] for batch in batches])[order]) for name in ("mean", "logvar")
     )
     return GaussianEmbeddings(mean, logvar).check("encode_on_ray")
+
+
+def write_on_ray(
+    model_path: str | Path,
+    sentences: Sequence[str],
+    backend: str,
+    uri: str,
+    *,
+    address: str | None = None,
+    num_workers: int = 2,
+    batch_size: int = 64,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    rows_per_task: int = 1024,
+    num_gpus: float = 0.0,
+) -> int:
+    """Encode ``sentences`` on Ray (as [`encode_on_ray`]) and have each worker add its batches, with their sentences,
+    to the database index at ``uri`` (``backend``: a database backend every worker reaches, its table already made,
+    e.g. by ``GaussianIndex(..., backend, uri=uri)``); only row counts come back. Returns the rows written; the ids
+    follow the order the batches arrive in (a database index reads a hit's sentence back from its row)."""
+    options = {"batch_size": batch_size, "max_length": max_length, "rows_per_task": rows_per_task}
+    written = mapped_on_ray(
+        GaussianWriter,
+        {"backend": backend, "uri": uri},
+        model_path,
+        sentences,
+        address=address,
+        num_workers=num_workers,
+        num_gpus=num_gpus,
+        **options,
+    )
+    total = sum(int(batch["written"].sum()) for batch in written.iter_batches(batch_format="numpy", batch_size=None))
+    if total != len(sentences):
+        raise RuntimeError(f"Ray wrote {total} rows for {len(sentences)} sentences")
+    return total

@@ -146,3 +146,34 @@ def test_the_cli_encodes_on_ray_into_a_database_and_answers_as_a_local_build(
     model = load_model(model_folder)
     with pytest.raises(ValueError, match=r"one Gaussian of dimension 32 per sentence \(3\), got shape \(2, 32\)"):
         SentenceIndex.build(model, ["a", "b", "c"], embeddings=model.encode(["a", "b"]))
+
+
+def test_the_cli_has_each_ray_worker_write_into_pgvector_and_answers_as_a_local_build(
+    local_ray, model_folder, tmp_path, monkeypatch
+):
+    """gausscse-search build --ray --backend pgvector: the workers add their batches to the PostgreSQL table (no
+    Gaussian comes back to this process: encode_on_ray is never called), and the index answers as one built here
+    (ids follow the workers' order, so hits are compared by sentence and score)."""
+    from gausscse.cli.search import main as search_main
+    from gausscse.search import ray_encode
+
+    monkeypatch.setattr(ray_encode, "encode_on_ray", lambda *a, **k: pytest.fail("the Gaussians came to the driver"))
+    corpus_path = tmp_path / "corpus.txt"
+    corpus_path.write_text("\n".join(SENTENCES[:3000]) + "\n", encoding="utf-8")
+    common = ["--model", str(model_folder), "--corpus", str(corpus_path), "--backend", "pgvector"]
+    search_main(["build", *common, "--index", str(tmp_path / "ray"), "--ray", "--ray_workers", "2"])
+    search_main(["build", *common, "--index", str(tmp_path / "here")])
+    ray_index = GaussianIndex.load(tmp_path / "ray.pgdata")
+    assert len(ray_index) == 3000 and ray_index.engine.table.row_count(ray_index.engine.table.name) == 3000
+    claims = ["a man is outside", SENTENCES[17]]
+    for flag in ("--entailing", "--entailed_by"):
+        on_ray, here = (
+            search_main(["query", "--index", str(tmp_path / name), flag, *claims, "-k", "5"])
+            for name in ("ray", "here")
+        )
+        for ray_row, here_row in zip(on_ray, here, strict=True):
+            assert [hit["sentence"] for hit in ray_row] == [hit["sentence"] for hit in here_row], flag
+            torch.testing.assert_close(
+                torch.tensor([hit["score"] for hit in ray_row]), torch.tensor([hit["score"] for hit in here_row]),
+                **ACROSS_PROCESSES,
+            )  # fmt: skip

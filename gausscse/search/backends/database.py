@@ -87,6 +87,13 @@ class DatabaseStore:
     max_shortlist: ClassVar[int | None] = None  # the most hits the engine returns per query
     max_sentence_bytes: ClassVar[int | None] = None  # the longest sentence the engine keeps
     map_fields: ClassVar[dict[str, str]] = MAP_FIELDS  # the stored map of each direction: its column
+    local_shared: ClassVar[bool] = False  # whether other processes may write into a local database while it is open
+
+    @classmethod
+    def shared(cls, uri: str | Path) -> bool:
+        """Whether processes other than this one (Ray workers) can write into the database at ``uri`` at once: a
+        server, or a local database its engine serves to many processes."""
+        return cls.local_path(uri) is None or cls.local_shared
 
     def __init__(self, uri: str, settings: dict[str, Any]):
         self.uri = uri
