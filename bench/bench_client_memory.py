@@ -75,6 +75,28 @@ def query(backend: str, size: int, dim: int, queries: int, folder: Path, expecte
     return {"peak_rss_bytes": peak, "queries": results}
 
 
+def real_hnsw_recall(model_path: str, item_count: int, folder: Path) -> list[dict]:
+    """Recall@10 of ``pgvector-hnsw`` at its defaults against exact ``torch`` on real Gaussians: ``item_count`` distinct
+    SNLI-train sentences stored, 1,000 SNLI-test hypotheses as queries, both directions, the model's own ranking."""
+    from bench.bench_search import distinct_texts, recall_at_k
+    from gausscse.loading import load_model
+    from gausscse.search.corpus import SentenceIndex
+
+    model = load_model(model_path)
+    items_text = distinct_texts("snli", "train", ("premise", "hypothesis"))[:item_count]
+    queries = model.encode(distinct_texts("snli", "test", ("hypothesis",))[:1000], batch_size=64, max_length=64)
+    items = model.encode(items_text, batch_size=64, max_length=64)
+    exact = SentenceIndex.empty_index(model)
+    hnsw = SentenceIndex.empty_index(model, backend="pgvector-hnsw", uri=str(folder / "real"))
+    exact.add(items)
+    hnsw.add(items)
+    rows = []
+    for direction in DIRECTIONS:
+        truth, found = (getattr(index, direction)(queries, 10)[1].numpy() for index in (exact, hnsw))
+        rows.append({"direction": direction, "recall_at_10": recall_at_k(truth, found), "ef_search": hnsw.ef_search})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
@@ -83,6 +105,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=16)
     parser.add_argument("--workdir", type=Path, help="where the databases go (default: a temporary folder)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--real_model", help="also pgvector-hnsw's recall@10 on this model's real Gaussians")
+    parser.add_argument("--real_items", type=int, default=20_000, help="SNLI-train sentences stored (--real_model)")
+    parser.add_argument("--real_only", action="store_true", help="measure only --real_model's recall, into --json")
     parser.add_argument("--worker", choices=("build", "query"))
     parser.add_argument("--backend", choices=BACKENDS)
     parser.add_argument("--size", type=int)
@@ -100,6 +125,14 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(result))
         return result
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="gausscse-client-memory-"))
+    if args.real_only:  # the recall alone, added to the --json file of an earlier run (its rows kept)
+        if args.real_model is None or args.json is None or not args.json.is_file():
+            parser.error("--real_only needs --real_model and the --json file of an earlier run")
+        payload = json.loads(args.json.read_text())
+        real = real_hnsw_recall(args.real_model, args.real_items, workdir)
+        payload.update(real_recall=real, real_model=args.real_model, real_items=args.real_items)
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        return payload
     rows = []
     for backend in args.backends:
         for size in args.sizes:
@@ -121,6 +154,9 @@ def main(argv: list[str] | None = None) -> dict:
     worker_only = ("backend", "size", "folder", "expected")
     payload = json_payload(argparse.Namespace(**{k: v for k, v in shown.items() if k not in worker_only}), cpu_name())
     payload["rows"] = rows
+    if args.real_model is not None:
+        payload["real_recall"] = real_hnsw_recall(args.real_model, args.real_items, workdir)
+        payload.update(real_model=args.real_model, real_items=args.real_items)
     if args.json is not None:
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return payload

@@ -315,6 +315,11 @@ def client_memory_section(data: dict, path: str) -> tuple[str, str, list[str], l
         "process's `ru_maxrss` (imports included); exact: its top 10 are the `torch` backend's on every query. "
         f"`python -m bench.bench_client_memory --json {path}`."
     )
+    for recall in data.get("real_recall", []):
+        text += (
+            f" `pgvector-hnsw` at its default ef_search {recall['ef_search']}, on {data['real_items']:,} real "
+            f"Gaussians of {data['real_model']} ({recall['direction']}): recall@10 {recall['recall_at_10']:.3f}."
+        )
     headers = ["backend", "stored", "query process peak", "vs. smallest", "ms / query", "exact top 10", "build (s)"]
     return title, text, headers, rows
 
