@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from bench.common import json_payload, run_worker
+from gausscse.io import write_json
 from gausscse.model.gaussian import GaussianEmbeddings
 from gausscse.search import GaussianIndex
 from gausscse.training.precision import cpu_name
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.worker == "build":
         result = build(args.backend, args.size, args.dim, args.queries, args.folder)
-        args.expected.write_text(json.dumps(result["expected"]))
+        write_json(args.expected, result["expected"])
         print(json.dumps({"build_seconds": result["build_seconds"]}))
         return result
     if args.worker == "query":
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
         payload = json.loads(args.json.read_text())
         real = real_hnsw_recall(args.real_model, args.real_items, workdir)
         payload.update(real_recall=real, real_model=args.real_model, real_items=args.real_items)
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        write_json(args.json, payload)
         return payload
     rows = []
     for backend in args.backends:
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
         payload["real_recall"] = real_hnsw_recall(args.real_model, args.real_items, workdir)
         payload.update(real_model=args.real_model, real_items=args.real_items)
     if args.json is not None:
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        write_json(args.json, payload)
     return payload
 
 
