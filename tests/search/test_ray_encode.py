@@ -159,12 +159,12 @@ def test_the_cli_has_each_ray_worker_write_into_pgvector_and_answers_as_a_local_
 
     monkeypatch.setattr(ray_encode, "encode_on_ray", lambda *a, **k: pytest.fail("the Gaussians came to the driver"))
     corpus_path = tmp_path / "corpus.txt"
-    corpus_path.write_text("\n".join(SENTENCES[:3000]) + "\n", encoding="utf-8")
+    corpus_path.write_text("\n".join(SENTENCES[:1500]) + "\n", encoding="utf-8")
     common = ["--model", str(model_folder), "--corpus", str(corpus_path), "--backend", "pgvector"]
     search_main(["build", *common, "--index", str(tmp_path / "ray"), "--ray", "--ray_workers", "2"])
     search_main(["build", *common, "--index", str(tmp_path / "here")])
     ray_index = GaussianIndex.load(tmp_path / "ray.pgdata")
-    assert len(ray_index) == 3000 and ray_index.engine.table.row_count(ray_index.engine.table.name) == 3000
+    assert len(ray_index) == 1500 and ray_index.engine.table.row_count(ray_index.engine.table.name) == 1500
     claims = ["a man is outside", SENTENCES[17]]
     for flag in ("--entailing", "--entailed_by"):
         on_ray, here = (
