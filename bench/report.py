@@ -324,6 +324,29 @@ def client_memory_section(data: dict, path: str) -> tuple[str, str, list[str], l
     return title, text, headers, rows
 
 
+def ray_build_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """The driver's peak memory of a Ray build into pgvector, by corpus size."""
+    rows = [
+        [
+            f"{row['size']:,}",
+            f"{row['stored']:,}",
+            _mib(row["driver_peak_rss_bytes"]),
+            f"{row['driver_peak_vs_smallest']:.2f}×",
+            f"{row['seconds']:.0f}",
+        ]
+        for row in data["rows"]
+    ]
+    machine = f"{data['device_name']}, {data['cpu_count']} cores"
+    title = f"## The driver of a Ray build into pgvector, by corpus size ({machine})"
+    text = (
+        f"`gausscse-search build --ray --ray_workers {data['ray_workers']} --backend pgvector` with {data['model']} on "
+        "distinct synthetic sentences, each size in a fresh process: the Ray workers write what they encode, so the "
+        "driver (its `ru_maxrss`; workers and PostgreSQL are other processes) holds the corpus's text and no Gaussian. "
+        f"`python -m bench.bench_ray_build --model MODEL --json {path}`."
+    )
+    return title, text, ["sentences", "rows stored", "driver peak", "vs. smallest", "seconds"], rows
+
+
 def serving_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
     """PyTorch against ONNX Runtime for a trained folder: speed, top-10 agreement, the int8 quality cost."""
     count = data["sentences"]
@@ -374,6 +397,7 @@ BENCH_SECTIONS = (
     ("bench_search_*.json", search_section),
     ("bench_index_load_*.json", index_load_section),
     ("bench_client_memory_*.json", client_memory_section),
+    ("bench_ray_build_*.json", ray_build_section),
     ("bench_serving_*.json", serving_section),
 )
 

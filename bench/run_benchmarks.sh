@@ -26,6 +26,9 @@ real=$([ -d outputs/quickstart ] && echo "--real_model outputs/quickstart" || tr
 .venv/bin/python -m bench.bench_index_load --json "results/bench_index_load_cpu.json"
 # a query process over a database index of 100k and 1M Gaussians (PostgreSQL + pgvector, Milvus Lite; d = 64)
 .venv/bin/python -m bench.bench_client_memory --json "results/bench_client_memory_cpu.json"
+# the driver of a Ray build into pgvector at 10k and 100k sentences (the quickstart model, when it is there)
+[ -d outputs/quickstart ] && .venv/bin/python -m bench.bench_ray_build --model outputs/quickstart \
+  --json "results/bench_ray_build_cpu.json"
 # PyTorch vs ONNX Runtime on a trained folder (the release model, else the quickstart's): speed, top-10, int8 cost
 serving_model=$([ -d outputs/release ] && echo outputs/release || echo outputs/quickstart)
 [ -d "$serving_model" ] && .venv/bin/python -m bench.bench_serving --model "$serving_model" --quality \
