@@ -22,8 +22,16 @@ from gausscse.io import write_atomic
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # What the demo imports at run time (gausscse.model, .data.registry, .search, .drawing); gradio comes from sdk_version.
 SPACE_PACKAGES = (
-    "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "datasets", "numpy", "matplotlib",
-    "PyYAML", "tqdm",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "huggingface_hub",
+    "datasets",
+    "numpy",
+    "matplotlib",
+    "PyYAML",
+    "tqdm",
 )
 
 
@@ -57,8 +65,9 @@ def upload_space(folder: Path, space_id: str, model: str, token: str | None = No
     api = HfApi(token=token)
     api.create_repo(space_id, repo_type="space", space_sdk="gradio", exist_ok=True)
     api.add_space_variable(space_id, "GAUSSCSE_MODEL", model)
-    commit = api.upload_folder(folder_path=str(folder), repo_id=space_id, repo_type="space",
-                               commit_message="Upload the GaussCSE demo")
+    commit = api.upload_folder(
+        folder_path=str(folder), repo_id=space_id, repo_type="space", commit_message="Upload the GaussCSE demo"
+    )
     return str(commit)
 
 

@@ -23,6 +23,16 @@ def make_tiny_model():
 
 
 @pytest.fixture
+def spread_model_folder(tmp_path, minilm_tokenizer) -> Path:
+    """A saved tiny ``mean_kl`` model with the MiniLM tokenizer, its sentences far apart (initializer_range 0.2)."""
+    folder = tmp_path / "model"
+    model = tiny_model(similarity_reduction="mean_kl", initializer_range=0.2)
+    model.get_tokenizer(minilm_tokenizer)
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
 def fresh_python():
     """``fresh_python(code, cwd)`` runs code in a new interpreter without this project on its path."""
     return run_fresh_python

@@ -131,7 +131,6 @@ def build_index(args: argparse.Namespace) -> None:
     sentences = read_corpus(Path(args.corpus), args.column)
     model = load_search_model(args.model, args.device)
     encoding = {"batch_size": args.batch_size, "max_length": args.max_length}
-    embeddings = None
     ray = {"address": None if args.ray == "local" else args.ray, "num_workers": args.ray_workers, **encoding}
     backend = BACKENDS[args.backend]
     if args.ray is not None and backend.database and backend.store_class.shared(index_kwargs["uri"]):
@@ -143,6 +142,7 @@ def build_index(args: argparse.Namespace) -> None:
         index.engine.sync()
         corpus = SentenceIndex.of_model(model, index, None)
     else:
+        embeddings = None
         if args.ray is not None:
             from gausscse.search.ray_encode import encode_on_ray
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -102,14 +103,21 @@ def mapped_on_ray(
     model_path: str | Path,
     sentences: Sequence[str],
     *,
-    address: str | None,
-    num_workers: int,
-    batch_size: int,
-    max_length: int | None,
-    rows_per_task: int,
-    num_gpus: float,
+    address: str | None = None,
+    num_workers: int = 2,
+    batch_size: int = 64,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    rows_per_task: int = 1024,
+    num_gpus: float = 0.0,
 ):
-    """The Ray Dataset of ``sentences`` (with their input ``row``) mapped by ``worker`` actors, one model each."""
+    """The Ray Dataset of ``sentences`` (with their input ``row``) mapped by ``worker`` actors (``worker_kwargs``
+    beside the model's), each loading the model at ``model_path`` (a Hub id, or a folder every node sees) once.
+
+    ``address``: the cluster to join (``"auto"``, ``"ray://head:10001"``; ``None``: ``RAY_ADDRESS``'s, else a new
+    local Ray of ``num_workers`` CPUs; a process that already called ``ray.init`` keeps its Ray). ``num_workers``:
+    Ray actors, a model each; ``batch_size`` / ``max_length``: ``model.encode``'s; ``rows_per_task``: sentences per
+    Ray block and worker call; ``num_gpus``: each worker's GPUs (its model then on ``cuda``). ``ImportError`` without
+    Ray Data, ``ValueError`` for no sentences, ``TypeError`` for a row that is not a string (named by its position)."""
     sentences = check_sentences("sentences", sentences)
     if not sentences:
         raise ValueError("no sentences to encode: the corpus is empty")
@@ -137,37 +145,12 @@ def mapped_on_ray(
     )
 
 
-def encode_on_ray(
-    model_path: str | Path,
-    sentences: Sequence[str],
-    *,
-    address: str | None = None,
-    num_workers: int = 2,
-    batch_size: int = 64,
-    max_length: int | None = DEFAULT_MAX_LENGTH,
-    rows_per_task: int = 1024,
-    num_gpus: float = 0.0,
-) -> GaussianEmbeddings:
+def encode_on_ray(model_path: str | Path, sentences: Sequence[str], **ray_options: Any) -> GaussianEmbeddings:
     """The float32 Gaussians of ``sentences``, in input order, as ``model.encode(sentences)`` gives them (up to
-    float32 rounding), encoded on Ray by the model at ``model_path`` (a Hub id, or a folder every node sees).
-
-    ``address``: the cluster to join (``"auto"``, ``"ray://head:10001"``; ``None``: ``RAY_ADDRESS``'s, else a new
-    local Ray of ``num_workers`` CPUs; a process that already called ``ray.init`` keeps its Ray). ``num_workers``:
-    Ray actors, a model each; ``rows_per_task``: sentences per Ray block and worker call; ``num_gpus``: each
-    worker's GPUs (its model then on ``cuda``). ``ImportError`` without Ray Data, ``ValueError`` for no sentences,
-    ``TypeError`` for a row that is not a string (named by its position). To fill a database index without the
-    Gaussians passing through this process: [`write_on_ray`]."""
-    options = {"batch_size": batch_size, "max_length": max_length, "rows_per_task": rows_per_task}
-    gaussians = mapped_on_ray(
-        GaussianEncoder,
-        {},
-        model_path,
-        sentences,
-        address=address,
-        num_workers=num_workers,
-        num_gpus=num_gpus,
-        **options,
-    )
+    float32 rounding), encoded on Ray by the model at ``model_path``; ``ray_options``: [`mapped_on_ray`]'s
+    (``address``, ``num_workers``, ``batch_size``, ``max_length``, ``rows_per_task``, ``num_gpus``). To fill a database
+    index without the Gaussians passing through this process: [`write_on_ray`]."""
+    gaussians = mapped_on_ray(GaussianEncoder, {}, model_path, sentences, **ray_options)
     batches = list(gaussians.iter_batches(batch_format="numpy", batch_size=None))
     rows = np.concatenate([batch[ROW_COLUMN] for batch in batches])
     order = np.argsort(rows, kind="stable")
@@ -179,34 +162,14 @@ def encode_on_ray(
     return GaussianEmbeddings(mean, logvar).check("encode_on_ray")
 
 
-def write_on_ray(
-    model_path: str | Path,
-    sentences: Sequence[str],
-    backend: str,
-    uri: str,
-    *,
-    address: str | None = None,
-    num_workers: int = 2,
-    batch_size: int = 64,
-    max_length: int | None = DEFAULT_MAX_LENGTH,
-    rows_per_task: int = 1024,
-    num_gpus: float = 0.0,
-) -> int:
-    """Encode ``sentences`` on Ray (as [`encode_on_ray`]) and have each worker add its batches, with their sentences,
-    to the database index at ``uri`` (``backend``: a database backend every worker reaches, its table already made,
-    e.g. by ``GaussianIndex(..., backend, uri=uri)``); only row counts come back. Returns the rows written; the ids
-    follow the order the batches arrive in (a database index reads a hit's sentence back from its row)."""
-    options = {"batch_size": batch_size, "max_length": max_length, "rows_per_task": rows_per_task}
-    written = mapped_on_ray(
-        GaussianWriter,
-        {"backend": backend, "uri": uri},
-        model_path,
-        sentences,
-        address=address,
-        num_workers=num_workers,
-        num_gpus=num_gpus,
-        **options,
-    )
+def write_on_ray(model_path: str | Path, sentences: Sequence[str], backend: str, uri: str, **ray_options: Any) -> int:
+    """Encode ``sentences`` on Ray (as [`encode_on_ray`], the same ``ray_options``) and have each worker add its
+    batches, with their sentences, to the database index at ``uri`` (``backend``: a database backend every worker
+    reaches, its table already made, e.g. by ``GaussianIndex(..., backend, uri=uri)``); only row counts come back.
+    Returns the rows written; the ids follow the order the batches arrive in (a database index reads a hit's sentence
+    back from its row)."""
+    worker_kwargs = {"backend": backend, "uri": uri}
+    written = mapped_on_ray(GaussianWriter, worker_kwargs, model_path, sentences, **ray_options)
     total = sum(int(batch["written"].sum()) for batch in written.iter_batches(batch_format="numpy", batch_size=None))
     if total != len(sentences):
         raise RuntimeError(f"Ray wrote {total} rows for {len(sentences)} sentences")

@@ -206,13 +206,8 @@ def test_without_lingnli_the_choice_is_on_snli_dev_alone(tmp_path, caplog):
     assert [split.name for split in pairs] == ["snli_dev"] and "lingnli/validation" in caplog.text
 
 
-def test_the_command_writes_alpha_and_threshold_into_a_saved_folder(
-    tmp_path, make_tiny_model, minilm_tokenizer, data_dir, capsys
-):
-    folder = tmp_path / "model"
-    model = make_tiny_model(similarity_reduction="mean_kl", initializer_range=0.2)
-    model.get_tokenizer(minilm_tokenizer)
-    model.save_pretrained(folder)
+def test_the_command_writes_alpha_and_threshold_into_a_saved_folder(spread_model_folder, data_dir, capsys):
+    folder = spread_model_folder
     result = main(["--model", str(folder), "--data_dir", str(data_dir)])
     written = json.loads((folder / "config.json").read_text())
     assert written["entailment_cosine_weight"] == result["entailment_cosine_weight"] in COSINE_WEIGHT_GRID

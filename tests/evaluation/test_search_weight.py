@@ -80,16 +80,13 @@ def test_the_config_refuses_a_weight_that_is_no_number_or_breaks_the_scores(bad)
         GaussCSEConfig(search_kl_weight=bad)
 
 
-def test_a_hand_edited_config_json_is_refused_on_every_route(tmp_path, make_tiny_model, minilm_tokenizer):
+def test_a_hand_edited_config_json_is_refused_on_every_route(spread_model_folder):
     """λ written into config.json by hand: the largest allowed still ranks with finite scores, anything else is
     refused where the folder is loaded (AutoModel and sentence-transformers), naming the field."""
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel
 
-    folder = tmp_path / "model"
-    model = make_tiny_model(similarity_reduction="mean_kl", initializer_range=0.2)
-    model.get_tokenizer(minilm_tokenizer)
-    model.save_pretrained(folder)
+    folder = spread_model_folder
     config = json.loads((folder / "config.json").read_text())
     for bad in (1e300, "0.5", True):
         (folder / "config.json").write_text(json.dumps({**config, "search_kl_weight": bad}))
@@ -104,11 +101,8 @@ def test_a_hand_edited_config_json_is_refused_on_every_route(tmp_path, make_tiny
     assert torch.isfinite(scores).all()
 
 
-def test_the_command_writes_lambda_into_a_saved_folder(tmp_path, make_tiny_model, minilm_tokenizer, data_dir, capsys):
-    folder = tmp_path / "model"
-    model = make_tiny_model(similarity_reduction="mean_kl", initializer_range=0.2)
-    model.get_tokenizer(minilm_tokenizer)
-    model.save_pretrained(folder)
+def test_the_command_writes_lambda_into_a_saved_folder(spread_model_folder, data_dir, capsys):
+    folder = spread_model_folder
     result = main(["--model", str(folder), "--data_dir", str(data_dir)])
     written = json.loads((folder / "config.json").read_text())
     assert written["search_kl_weight"] == result["search_kl_weight"] in KL_WEIGHT_GRID

@@ -254,4 +254,3 @@ def test_cli_builds_and_queries_a_pgvector_index(tiny_model_folder, tmp_path):
         assert [hit["sentence"] for hit in claim_hits] == [distinct[hit["id"]] for hit in claim_hits]
         best = scores[row].argsort(descending=True)[:3].tolist()
         assert [hit["id"] for hit in claim_hits] == best
-

@@ -252,18 +252,20 @@ class DatabaseStore:
 
 
 class CollectionStore(DatabaseStore):
-    """A store in a named collection (``uri`` = ``place#name``) of a Qdrant or Milvus database, its ANN collections
-    ``<name>_ann_<direction>``. An engine adds ``connect(place)`` (its client, cached), ``exists(client, name)``,
+    """A store in a named collection (``uri`` = ``place#name``) of a Qdrant, Milvus or PostgreSQL database, its ANN
+    collections ``<name>_ann_<direction>``. An engine adds ``connect(place)`` (its client), ``exists(client, name)``,
     ``metadata(client, name)`` (the ``SETTINGS_KEY``, ``ANN_KEY`` entries), ``is_database(path)`` (seen unopened),
     ``new_collection(settings)``, ``new_ann_collection(name, width, metadata)``, ``drop(name)``, ``vector_sizes()``,
     ``read_page(first_id, cursor)`` (``(rows, next cursor or None)``, each row a dict: id, mu, logvar, sentence),
-    ``row_count(name)``, ``write_settings(settings)`` (the collection's ``SETTINGS_KEY`` metadata) and
-    ``delete_from(first_id)``. An add is visible once complete: its row count is written into the settings last."""
+    ``row_count(name)``, ``write_settings(settings)`` (the collection's ``SETTINGS_KEY`` metadata), ``read_ids(ids)``
+    and ``delete_from(first_id)`` (unless its adds are transactions: ``discard_from`` then does nothing). An add is
+    visible once complete: its row count is written into the settings last."""
 
-    def __init__(self, uri: str, settings: dict[str, Any]):
+    def __init__(self, uri: str, settings: dict[str, Any], client: Any = None):
+        """``client``: one already connected to the place (``open``'s), else a new one."""
         super().__init__(uri, settings)
         self.folder, self.name = split_uri(uri)
-        self.client = self.client_of(self.folder)
+        self.client = self.client_of(self.folder) if client is None else client
 
     @classmethod
     def client_of(cls, place: str) -> Any:
@@ -326,7 +328,7 @@ class CollectionStore(DatabaseStore):
         settings = cls.metadata(client, name).get(SETTINGS_KEY)
         if not isinstance(settings, dict):
             raise ValueError(f"{uri}: {cls.kind} {name!r} has no GaussianIndex settings in its metadata")
-        store = cls(uri, settings)
+        store = cls(uri, settings, client)
         found, expected = store.vector_sizes(), store.sizes()
         if found != expected:
             needed = f"its settings (d = {store.dim}, kl_weight = {store.kl_weight}) need {expected}"

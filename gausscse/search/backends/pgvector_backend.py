@@ -169,10 +169,6 @@ class PgStore(CollectionStore):
     def discard_from(self, first_id: int) -> None:
         """Nothing: an add is one transaction, so no row of an unfinished one was ever committed."""
 
-    def delete_from(self, first_id: int) -> None:
-        query = sql_module().SQL("DELETE FROM {} WHERE id >= %s").format(self.identifier())
-        self.client.execute(query, (first_id,))
-
     def row_count(self, table: str) -> int:
         return self.client.execute(
             sql_module().SQL("SELECT count(*) FROM {}").format(self.identifier(table))
