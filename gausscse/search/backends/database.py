@@ -4,10 +4,15 @@ option: a row holds an item's id, μ, log σ², sentence (or null) and its raw `
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import os
+import socket
 import tempfile
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -30,6 +35,7 @@ SETTINGS_KEY = "gausscse"  # the table metadata entry of the index settings
 ANN_KEY = "gausscse_ann"  # that of an ANN table: its lift transform, and how many rows it was built from
 MAP_FIELDS = {"entailing": "entailing_vector", "entailed_by": "entailed_by_vector"}  # the stored maps' columns
 QUERIES_PER_REQUEST = 256
+WRITER_SUFFIX = "_writer"  # the collection that exists while a writer holds an index's lock: <index>_writer
 
 
 def split_uri(uri: str | Path) -> tuple[str, str]:
@@ -48,6 +54,19 @@ def check_unused(folder: Path, needs: str) -> None:
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         held = f"holds {', '.join(sorted(p.name for p in folder.iterdir())[:4])}" if folder.is_dir() else "is a file"
         raise FileExistsError(f"{folder} {held}: {needs}")
+
+
+def process_gone(holder: dict[str, Any]) -> bool:
+    """Whether the lock ``holder`` (``host``, ``pid``) is a process of this machine that has ended."""
+    if holder.get("host") != socket.gethostname():
+        return False  # another machine's: only it can tell
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, KeyError, TypeError, ValueError):
+        return False
+    return False
 
 
 def in_id_order(ids: np.ndarray, first_id: int, where: str) -> np.ndarray:
@@ -74,7 +93,7 @@ class DatabaseStore:
     An engine implements the classmethods ``create(uri, settings)`` (a new, empty table, never an overwrite),
     ``open(uri)`` (``(store, settings)``; ``FileNotFoundError``: no table, ``ValueError``: not an index's),
     ``holds(uri)`` (whether a local database holds an index), ``check_new(uri)`` (``FileExistsError`` where one is); and
-    ``writing()`` (the writers' ``FileLock``), ``stored_settings()`` (``ValueError`` once they cannot be read),
+    ``writing()`` (the writers' lock, a context manager), ``stored_settings()`` (``ValueError`` once they cannot be read),
     ``changed(known_rows, stored)`` (whether other handles wrote; ``stored``: the settings just read), ``insert(ids,
     columns, table=None)`` (into the index's table or an ANN one), ``read(first_id=0)`` (Gaussians and sentences in id
     order), ``search(vectors, count, direction, first_id=0, ann=None, options=None)`` (per query the ids of largest raw
@@ -258,8 +277,13 @@ class CollectionStore(DatabaseStore):
     ``new_collection(settings)``, ``new_ann_collection(name, width, metadata)``, ``drop(name)``, ``vector_sizes()``,
     ``read_page(first_id, cursor)`` (``(rows, next cursor or None)``, each row a dict: id, mu, logvar, sentence),
     ``row_count(name)``, ``write_settings(settings)`` (the collection's ``SETTINGS_KEY`` metadata), ``read_ids(ids)``
-    and ``delete_from(first_id)`` (unless its adds are transactions: ``discard_from`` then does nothing). An add is
+    and ``delete_from(first_id)`` (unless its adds are transactions: ``discard_from`` then does nothing), and for the
+    writers' lock ``new_lock(name, holder)`` (a collection recording the JSON text ``holder``; the engine refuses it
+    where one of that name exists) and ``lock_holder(name)`` (that text, ``None``: no such collection). An add is
     visible once complete: its row count is written into the settings last."""
+
+    lock_collection: ClassVar[bool] = True  # whether writers lock through a collection (else ``writing`` is the engine's)
+    lock_timeout: ClassVar[float] = 600.0  # how long a writer waits for another machine's writer, in seconds
 
     def __init__(self, uri: str, settings: dict[str, Any], client: Any = None):
         """``client``: one already connected to the place (``open``'s), else a new one."""
@@ -285,7 +309,11 @@ class CollectionStore(DatabaseStore):
 
     @classmethod
     def check_name(cls, uri: str, name: str) -> None:
-        """``ValueError`` for a collection named as an index's ANN collections are (``<index>_ann_<direction>``)."""
+        """``ValueError`` for a collection named as an index's ANN collections are (``<index>_ann_<direction>``) or its
+        writers' lock (``<index>_writer``)."""
+        if cls.lock_collection and name.endswith(WRITER_SUFFIX):
+            parent = name.removesuffix(WRITER_SUFFIX)
+            raise ValueError(f"{uri}: {name!r} is the name of the writers' lock of an index named {parent!r}: choose another")
         for direction in SEARCH_DIRECTIONS:
             if name.endswith(f"_ann_{direction}"):
                 parent = name.removesuffix(f"_ann_{direction}")
@@ -357,10 +385,59 @@ class CollectionStore(DatabaseStore):
             message = f"reopen a GaussianIndex there with {reopen}, remove it or pass another uri or #collection"
             raise FileExistsError(f"{uri} already holds a collection {name!r}: {message}")
 
-    def writing(self) -> FileLock:
-        """A lock file in the temporary folder: machine-wide, as the local modes keep their database to one process."""
-        digest = hashlib.sha256(self.folder.encode()).hexdigest()[:16]
-        return FileLock(str(Path(tempfile.gettempdir()) / f"gausscse-{digest}.lock"))
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """The writers' lock, held by the engine: the collection ``<name>_writer``, which exists while a writer holds
+        it and records that writer (host, process, a token). The engine refuses a second collection of that name,
+        whichever machine asks, and the token read back tells the winner. A holder of this machine whose process has
+        ended is cleared; another machine's is waited for ``lock_timeout`` seconds, then named in a ``TimeoutError``."""
+        name = f"{self.name}{WRITER_SUFFIX}"
+        holder = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
+        deadline, delay = time.monotonic() + self.lock_timeout, 0.01
+        while True:
+            refused = None
+            try:
+                self.new_lock(name, json.dumps(holder, sort_keys=True))
+            except Exception as error:  # the engine's refusal: that collection exists, or did a moment ago
+                refused = error
+            found = self.read_holder(name)
+            if found == holder:
+                break
+            if found is not None and process_gone(found):
+                self.clear_lock(name, found)
+            elif time.monotonic() > deadline:
+                held = f"{found.get('host')}, process {found.get('pid')}" if found else "a writer"
+                message = f"the {self.kind} {name!r} says {held} is writing: wait, or drop it if that writer is gone"
+                engine = f" (the engine said: {first_line(refused)})" if refused is not None and found is None else ""
+                raise TimeoutError(f"{self.uri}: {message}{engine}")
+            time.sleep(delay)
+            delay = min(2 * delay, 0.5)
+        try:
+            yield
+        finally:
+            if self.read_holder(name) == holder:
+                self.drop(name)
+
+    def read_holder(self, name: str) -> dict[str, Any] | None:
+        """The writer the lock ``name`` records (``None``: not held; ``{}``: a collection that names no writer)."""
+        try:
+            text = self.lock_holder(name)
+        except Exception:  # dropped between the engine's requests
+            return None if not self.exists(self.client, name) else {}
+        if text is None:
+            return None
+        with contextlib.suppress(TypeError, ValueError):
+            found = json.loads(text)
+            return found if isinstance(found, dict) else {}
+        return {}
+
+    def clear_lock(self, name: str, holder: dict[str, Any]) -> None:
+        """Drop the lock ``name`` of the ended process ``holder``: one writer of this machine at a time, and only if
+        it still records that holder (another writer may have cleared it and taken the lock since)."""
+        digest = hashlib.sha256(f"{self.folder}#{name}".encode()).hexdigest()[:16]
+        with FileLock(str(Path(tempfile.gettempdir()) / f"gausscse-{digest}.lock")):
+            if self.read_holder(name) == holder:
+                self.drop(name)
 
     def stored_settings(self) -> dict[str, Any]:
         try:

@@ -21,6 +21,7 @@ MILVUS, MILVUS_HNSW = "milvus", "milvus-hnsw"
 MAX_SENTENCE_BYTES = 65535  # Milvus's longest VARCHAR
 MAX_HITS = 16384  # Milvus's most hits per query (topk), and most rows per query
 ROWS_PER_REQUEST = 2048
+LOCK_KEY = "gausscse_writer"  # the property of the writers' lock collection: its holder
 READ_FIELDS = ["id", "mu", "logvar", "sentence"]  # what a read of rows returns
 COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -111,6 +112,20 @@ class MilvusStore(CollectionStore):
 
     def drop(self, name: str) -> None:
         self.client.drop_collection(name)
+
+    def new_lock(self, name: str, holder: str) -> None:
+        """A collection whose property ``LOCK_KEY`` is ``holder``: a server takes a second one of the same name as a
+        retry of the first where every parameter is the same (one writer's own request), Milvus Lite refuses it."""
+        data_type = milvus_module().DataType
+        schema = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", data_type.INT64, is_primary=True)
+        schema.add_field("vector", data_type.FLOAT_VECTOR, dim=2)
+        self.client.create_collection(name, schema=schema, properties={LOCK_KEY: holder})
+
+    def lock_holder(self, name: str) -> str | None:
+        if not self.exists(self.client, name):
+            return None
+        return self.client.describe_collection(name).get("properties", {}).get(LOCK_KEY)
 
     def vector_sizes(self) -> dict[str, int]:
         """The ``dim`` of the vector fields and the ``max_capacity`` of the arrays."""

@@ -80,6 +80,7 @@ class PgStore(CollectionStore):
     default_suffix = ".pgdata"
     place = "a postgresql:// server URL or a local PostgreSQL database folder, with an optional #table"
     max_shortlist = MAX_EF_SEARCH
+    lock_collection = False  # writers lock through the server's advisory lock (``writing``)
     local_shared = True  # a local folder is still a PostgreSQL server: any process on the machine writes into it
     connect = staticmethod(connect)
     new_place = "a local PostgreSQL database needs a new or empty folder, or a PostgreSQL one"

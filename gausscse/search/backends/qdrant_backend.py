@@ -18,6 +18,7 @@ from gausscse.search.backends.database import MEMORY, CollectionStore
 
 QDRANT, QDRANT_HNSW = "qdrant", "qdrant-hnsw"
 POINTS_PER_REQUEST = 512
+LOCK_KEY = "gausscse_writer"  # the metadata entry of the writers' lock collection: its holder
 MAP_VECTORS = {direction: direction for direction in SEARCH_DIRECTIONS}  # the named vectors of the stored maps
 
 
@@ -78,6 +79,13 @@ class QdrantStore(CollectionStore):
 
     def drop(self, name: str) -> None:
         self.client.delete_collection(name)
+
+    def new_lock(self, name: str, holder: str) -> None:
+        one = qdrant_models().VectorParams(size=1, distance=qdrant_models().Distance.DOT)
+        self.client.create_collection(name, vectors_config=one, metadata={LOCK_KEY: holder})
+
+    def lock_holder(self, name: str) -> str | None:
+        return self.metadata(self.client, name).get(LOCK_KEY) if self.exists(self.client, name) else None
 
     def vector_sizes(self) -> dict[str, int]:
         """The sizes of the collection's named ``DOT`` vectors."""
