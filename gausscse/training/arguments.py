@@ -29,7 +29,7 @@ from gausscse.model.configuration_gausscse import HEAD_INITS, MEAN_ACTIVATIONS, 
 from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH
 from gausscse.model.gaussian import REDUCTIONS
 
-from .losses import LOSS_NAMES, TERM, LossTermArguments, check_loss_name, check_terms
+from .losses import LOSS_NAMES, LossTermArguments, check_loss_name, check_terms
 
 # A field's metadata key: the flag fixes what a run trains, so a resumed run must keep it (not: how long it trains,
 # when it saves, evaluates or logs, where, with how many workers).
@@ -284,12 +284,12 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class ArgumentParser(HfArgumentParser):
-    """``HfArgumentParser`` that keeps GaussCSE's own field metadata (``FIXES_RUN``, ``TERM``) from argparse."""
+    """``HfArgumentParser`` that keeps GaussCSE's own field metadata (``FIXES_RUN``) from argparse."""
 
     @staticmethod
     def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
         field = copy.copy(field)
-        field.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k not in (FIXES_RUN, TERM)})
+        field.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k != FIXES_RUN})
         HfArgumentParser._parse_dataclass_field(parser, field)
 
 

@@ -1,17 +1,16 @@
-r"""Contrastive losses: GaussCSE (Yoda et al., EACL 2024, eq. 3), supervised SimCSE and the weighted extra terms.
+r"""Contrastive losses: GaussCSE (Yoda et al., EACL 2024, eq. 3), supervised SimCSE and the weighted extra terms, one
+``nn.Module`` each, composed by [`GaussCSELoss`].
 
 A batch holds premises s_i, entailments s_i⁺ and, where present, contradictions s_i⁻ (i = 1..N);
-sim(a‖b) = 1 / (1 + KL(N_a‖N_b)) (``gausscse.model.gaussian``). GaussCSE, temperature τ::
+sim(a‖b) = 1 / (1 + KL(N_a‖N_b)) (``gausscse.model.gaussian``). GaussCSE, temperature τ ([`GaussCSEContrastiveLoss`])::
 
     L = (1/N) Σ_i −log [ e^{sim(s_i⁺‖s_i)/τ} / (V_E + V_C + V_R) ]
     V_E = Σ_j e^{sim(s_j⁺‖s_i)/τ}   V_C = Σ_j e^{sim(s_j⁻‖s_i)/τ}   V_R = Σ_j e^{sim(s_j‖s_i⁺)/τ}
 
 (the mean, not the paper's sum). The variants ``ent``, ``ent+con``, ``ent+rev``, ``ent+con+rev`` keep those parts of
-the denominator, less missing s_j⁻ and in-batch false negatives ([`denominator_masks`]). Extra terms, each a
-``<name>_weight`` field of [`LossTermArguments`] whose metadata names its function ``(loss, batch, columns) -> scalar``
-(added times the weight when > 0): simcse (supervised SimCSE on μ); L_ret = (1/N) Σ_j −log [ e^{sim(s_j⁺‖s_j)/τ} /
-Σ_i e^{sim(s_j⁺‖s_i)/τ} ] (with ``retrieval_kl_weight`` λ_r: sim → cos − λ_r·KL/d); L_keep = (1/M²) Σ_{a,b}
-(cos(μ_a, μ_b) − cos(e_a, e_b))² over the batch's M sentences, e_a: the frozen starting encoder's pooled vector.
+the denominator, less missing s_j⁻ and in-batch false negatives ([`denominator_masks`]). The extra terms, added times
+their weight when > 0: [`SupervisedSimCSELoss`] (on μ), [`RetrievalTerm`] L_ret, [`KeepTerm`] L_keep. A new term is
+one module here with its equation, one weight in [`GaussCSELoss`] and one flag in [`LossTermArguments`].
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ logger = logging.getLogger(__name__)
 
 GAUSSCSE_VARIANTS = ("ent", "ent+con", "ent+rev", "ent+con+rev")
 LOSS_NAMES = (*GAUSSCSE_VARIANTS, "simcse")
-TERM = "term"  # a LossTermArguments field's metadata key: the function of the term the field weighs
 
 
 def check_loss_name(name: str) -> str:
@@ -151,108 +149,21 @@ def masked_cross_entropy(logits: list[torch.Tensor], masks: list[torch.Tensor], 
     return F.cross_entropy(scores, targets)
 
 
-def simcse_term(loss: nn.Module, batch: NLIBatchEmbeddings, columns: Columns) -> torch.Tensor:
-    """Supervised SimCSE on μ ([`SupervisedSimCSELoss`])."""
-    columns, offset, masks = columns
-    with torch.autocast(device_type=batch.premise.mu.device.type, enabled=False):
-        anchors = F.normalize(as_float32(batch.premise.mu), dim=-1)
-        positives = F.normalize(as_float32(columns.entailment.mu), dim=-1)
-        negatives = F.normalize(as_float32(columns.contradiction.mu), dim=-1)
-        logits = [anchors @ positives.T / loss.temperature, anchors @ negatives.T / loss.temperature]
-        targets = torch.arange(len(batch), device=anchors.device) + offset
-        return masked_cross_entropy(logits, [masks.entailment, masks.contradiction], targets)
+class GaussCSEContrastiveLoss(nn.Module):
+    r"""The GaussCSE loss of eq. 3 (module docstring) in one of its ``variant`` s (``GAUSSCSE_VARIANTS``), in fp32 even
+    under autocast. ``reduction``: the model's ``config.similarity_reduction`` (no default); ``gather``: the columns j
+    span all processes' batches.
 
+    Example::
 
-class SupervisedSimCSELoss(nn.Module):
-    r"""Supervised SimCSE (Gao et al., 2021) on the means μ, masked as V_E and V_C of [`GaussCSELoss`]: the baseline
-    and GaussCSE's auxiliary term. ``keep_weight``: plus that weight times the keep term ([`keep_term`])."""
+        loss = GaussCSEContrastiveLoss("ent+con+rev", temperature=0.05, reduction=model.config.similarity_reduction)
+        value = loss(NLIBatchEmbeddings(premise, entailment, contradiction, contradiction_mask))
+    """
 
-    def __init__(self, temperature: float, gather: bool = True, keep_weight: float = 0.0):
-        super().__init__()
-        check_terms(LossTermArguments(keep_weight=keep_weight))
-        self.temperature = check_temperature(temperature)
-        self.gather = gather
-        self.keep_weight = keep_weight
-
-    def forward(self, batch: NLIBatchEmbeddings) -> torch.Tensor:
-        loss = simcse_term(self, batch, batch_columns(batch, self.gather))
-        return loss + self.keep_weight * keep_term(self, batch, None) if self.keep_weight > 0 else loss
-
-
-def retrieval_term(loss: GaussCSELoss, batch: NLIBatchEmbeddings, columns: Columns) -> torch.Tensor:
-    """L_ret: rows this process's hypotheses s_j⁺, columns all premises s_i, target the hypothesis's own premise."""
-    columns, offset, masks = columns
-    hypotheses = columns.entailment[offset : offset + len(batch)]
-    gaussians = (hypotheses.mu, hypotheses.logvar, columns.premise.mu, columns.premise.logvar)
-    if loss.retrieval_kl_weight is None:
-        logits = similarity_matrix(*gaussians, loss.reduction)
-    else:
-        logits = search_score_matrix(*gaussians, loss.retrieval_kl_weight)
-    targets = torch.arange(len(batch), device=logits.device) + offset
-    return masked_cross_entropy([logits / loss.temperature], [masks.retrieval], targets)
-
-
-def keep_term(loss: nn.Module, batch: NLIBatchEmbeddings, columns: Columns | None) -> torch.Tensor:
-    """L_keep ([`EmbeddingKeepLoss`]) of this process's sentences, in forward-pass order, against ``batch.teacher``."""
-    if batch.teacher is None:
-        raise ValueError("the keep term needs NLIBatchEmbeddings.teacher")
-    mu = torch.cat([batch.premise.mu, batch.entailment.mu, batch.contradiction.mu[batch.contradiction_mask]])
-    return EmbeddingKeepLoss()(mu, batch.teacher)
-
-
-@dataclass
-class LossTermArguments:
-    """The extra loss terms: each ``<name>_weight`` field weighs the function in its metadata (``TERM``); the other
-    fields are parameters of a term. Every field fixes a run and must be a finite number >= 0 (or ``None``)."""
-
-    retrieval_weight: float | None = field(
-        default=None,
-        metadata={
-            TERM: retrieval_term,
-            "help": "Weight of the retrieval term: each entailment hypothesis ranks its own premise among the batch's "
-            "(0 = off). Default: 1 for a model with the frozen μ path (results/KEEP.md), else 0 (the paper's loss).",
-        },
-    )
-    retrieval_kl_weight: float | None = field(
-        default=None, metadata={"help": "The retrieval term ranks by cos − λ_r·KL/d with this λ_r (default: by sim)."}
-    )
-    simcse_weight: float = field(
-        default=0.0,
-        metadata={TERM: simcse_term, "help": "Weight of the released code's auxiliary SimCSE term on μ (0 = off)."},
-    )
-    keep_weight: float = field(
-        default=0.0,
-        metadata={
-            TERM: keep_term,
-            "help": "Weight of the keep term: μ's in-batch cosines distilled from the starting encoder (0 = off).",
-        },
-    )
-
-
-def check_terms(terms: LossTermArguments, prefix: str = "") -> None:
-    """``ValueError`` naming ``prefix + field`` for a term value that is not a finite number >= 0."""
-    for item in fields(LossTermArguments):
-        value = getattr(terms, item.name)
-        if value is not None and not 0 <= value < math.inf:
-            raise ValueError(f"{prefix}{item.name} must be a finite number >= 0, got {value}")
-
-
-class GaussCSELoss(nn.Module):
-    r"""The GaussCSE loss (eq. 3, module docstring) of a ``variant`` of ``GAUSSCSE_VARIANTS`` plus the weighted
-    ``terms`` ([`LossTermArguments`] fields; unset weights are 0), in fp32 even under autocast. ``reduction``: the
-    model's ``config.similarity_reduction`` (no default); ``gather``: columns j span all processes' batches."""
-
-    def __init__(self, variant: str, temperature: float, reduction: str, *, gather: bool = True, **terms: float | None):
+    def __init__(self, variant: str, temperature: float, reduction: str, *, gather: bool = True):
         super().__init__()
         if variant not in GAUSSCSE_VARIANTS:
             raise ValueError(f"Unknown GaussCSE variant {variant!r}; valid variants: {', '.join(GAUSSCSE_VARIANTS)}")
-        values = LossTermArguments(**terms)
-        check_terms(values)
-        self.terms = {item.name: item.metadata[TERM] for item in fields(LossTermArguments) if TERM in item.metadata}
-        # loss.retrieval_weight, loss.keep_weight, ...: an unset weight is 0
-        vars(self).update(
-            {name: 0.0 if value is None and name in self.terms else value for name, value in vars(values).items()}
-        )
         self.variant = variant
         self.temperature = check_temperature(temperature)
         self.reduction = check_reduction(reduction)
@@ -279,13 +190,183 @@ class GaussCSELoss(nn.Module):
             keep.append(masks.reverse)
         return logits, keep, offset
 
+    def forward(self, batch: NLIBatchEmbeddings, columns: Columns | None = None) -> torch.Tensor:
+        """The loss of ``batch``; ``columns``: its [`batch_columns`] where the caller computed them already."""
+        logits, keep, offset = self.similarity_blocks(batch, columns)
+        return masked_cross_entropy(logits, keep, torch.arange(len(batch), device=logits[0].device) + offset)
+
+
+class SupervisedSimCSELoss(nn.Module):
+    r"""Supervised SimCSE (Gao et al., 2021) on the means μ, masked as V_E and V_C of [`GaussCSEContrastiveLoss`]::
+
+        L_simcse = (1/N) Σ_i −log [ e^{cos(μ_i, μ_i⁺)/τ} / Σ_j (e^{cos(μ_i, μ_j⁺)/τ} + e^{cos(μ_i, μ_j⁻)/τ}) ]
+
+    The baseline (``--loss simcse``) and GaussCSE's auxiliary term. ``keep_weight``: plus that weight times
+    [`KeepTerm`].
+
+    Example::
+
+        value = SupervisedSimCSELoss(temperature=0.05)(NLIBatchEmbeddings(premise, entailment, contradiction, mask))
+    """
+
+    def __init__(self, temperature: float, gather: bool = True, keep_weight: float = 0.0):
+        super().__init__()
+        check_terms(LossTermArguments(keep_weight=keep_weight))
+        self.temperature = check_temperature(temperature)
+        self.gather = gather
+        self.keep_weight = keep_weight
+
+    def forward(self, batch: NLIBatchEmbeddings, columns: Columns | None = None) -> torch.Tensor:
+        columns, offset, masks = columns or batch_columns(batch, self.gather)
+        with torch.autocast(device_type=batch.premise.mu.device.type, enabled=False):
+            anchors = F.normalize(as_float32(batch.premise.mu), dim=-1)
+            positives = F.normalize(as_float32(columns.entailment.mu), dim=-1)
+            negatives = F.normalize(as_float32(columns.contradiction.mu), dim=-1)
+            logits = [anchors @ positives.T / self.temperature, anchors @ negatives.T / self.temperature]
+            targets = torch.arange(len(batch), device=anchors.device) + offset
+            loss = masked_cross_entropy(logits, [masks.entailment, masks.contradiction], targets)
+        return loss + self.keep_weight * KeepTerm()(batch) if self.keep_weight > 0 else loss
+
+
+class RetrievalTerm(nn.Module):
+    r"""L_ret: each entailment hypothesis ranks its own premise among the batch's premises::
+
+        L_ret = (1/N) Σ_j −log [ e^{sim(s_j⁺‖s_j)/τ} / Σ_i e^{sim(s_j⁺‖s_i)/τ} ]
+
+    masked as [`denominator_masks`] says; with ``kl_weight`` λ_r, sim → cos − λ_r·KL/d (the search score).
+
+    Example::
+
+        value = RetrievalTerm(temperature=0.05, reduction="mean_kl", kl_weight=0.1)(batch)
+    """
+
+    def __init__(self, temperature: float, reduction: str, kl_weight: float | None = None, *, gather: bool = True):
+        super().__init__()
+        check_terms(LossTermArguments(retrieval_kl_weight=kl_weight))
+        self.temperature = check_temperature(temperature)
+        self.reduction = check_reduction(reduction)
+        self.kl_weight = kl_weight
+        self.gather = gather
+
+    def forward(self, batch: NLIBatchEmbeddings, columns: Columns | None = None) -> torch.Tensor:
+        columns, offset, masks = columns or batch_columns(batch, self.gather)
+        hypotheses = columns.entailment[offset : offset + len(batch)]
+        gaussians = (hypotheses.mu, hypotheses.logvar, columns.premise.mu, columns.premise.logvar)
+        if self.kl_weight is None:
+            logits = similarity_matrix(*gaussians, self.reduction)
+        else:
+            logits = search_score_matrix(*gaussians, self.kl_weight)
+        targets = torch.arange(len(batch), device=logits.device) + offset
+        return masked_cross_entropy([logits / self.temperature], [masks.retrieval], targets)
+
+
+class KeepTerm(nn.Module):
+    r"""L_keep ([`EmbeddingKeepLoss`]) of this process's sentences, in forward-pass order (premises, entailments, the
+    present contradictions), against ``batch.teacher``: the frozen starting encoder's vectors of them.
+
+    Example::
+
+        batch.teacher = starting_encoder_vectors  # (2N + K, h)
+        value = KeepTerm()(batch)
+    """
+
+    def forward(self, batch: NLIBatchEmbeddings, columns: Columns | None = None) -> torch.Tensor:
+        if batch.teacher is None:
+            raise ValueError("the keep term needs NLIBatchEmbeddings.teacher")
+        mu = torch.cat([batch.premise.mu, batch.entailment.mu, batch.contradiction.mu[batch.contradiction_mask]])
+        return EmbeddingKeepLoss()(mu, batch.teacher)
+
+
+@dataclass
+class LossTermArguments:
+    """The extra loss terms' flags: each ``<name>_weight`` weighs the term of [`GaussCSELoss`] of that name; the other
+    fields are parameters of a term. Every field fixes a run and must be a finite number >= 0 (or ``None``)."""
+
+    retrieval_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "Weight of the retrieval term: each entailment hypothesis ranks its own premise among the batch's "
+            "(0 = off). Default: 1 for a model with the frozen μ path (results/KEEP.md), else 0 (the paper's loss).",
+        },
+    )
+    retrieval_kl_weight: float | None = field(
+        default=None, metadata={"help": "The retrieval term ranks by cos − λ_r·KL/d with this λ_r (default: by sim)."}
+    )
+    simcse_weight: float = field(
+        default=0.0, metadata={"help": "Weight of the released code's auxiliary SimCSE term on μ (0 = off)."}
+    )
+    keep_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "Weight of the keep term: μ's in-batch cosines distilled from the starting encoder (0 = off)."
+        },
+    )
+
+
+def check_terms(terms: LossTermArguments, prefix: str = "") -> None:
+    """``ValueError`` naming ``prefix + field`` for a term value that is not a finite number >= 0."""
+    for item in fields(LossTermArguments):
+        value = getattr(terms, item.name)
+        if value is not None and not 0 <= value < math.inf:
+            raise ValueError(f"{prefix}{item.name} must be a finite number >= 0, got {value}")
+
+
+class GaussCSELoss(nn.Module):
+    r"""The training loss: [`GaussCSEContrastiveLoss`] of ``variant`` plus Σ weight × term over the extra terms::
+
+        L = L_GaussCSE + w_ret·L_ret + w_simcse·L_simcse + w_keep·L_keep
+
+    The weights are the keywords of [`LossTermArguments`]; an unset weight is 0, except ``retrieval_weight`` of a
+    ``frozen_mean`` model (its μ path frozen: results/KEEP.md), which is 1. The batch's columns and masks are computed
+    once and shared by every term.
+
+    Example::
+
+        loss = GaussCSELoss("ent+con+rev", 0.05, model.config.similarity_reduction, retrieval_weight=0.5)
+        value = loss(NLIBatchEmbeddings(premise, entailment, contradiction, contradiction_mask))
+    """
+
+    def __init__(
+        self,
+        variant: str,
+        temperature: float,
+        reduction: str,
+        *,
+        gather: bool = True,
+        frozen_mean: bool = False,
+        retrieval_weight: float | None = None,
+        retrieval_kl_weight: float | None = None,
+        simcse_weight: float = 0.0,
+        keep_weight: float = 0.0,
+    ):
+        super().__init__()
+        check_terms(LossTermArguments(retrieval_weight, retrieval_kl_weight, simcse_weight, keep_weight))
+        self.contrastive = GaussCSEContrastiveLoss(variant, temperature, reduction, gather=gather)
+        self.terms = nn.ModuleDict(
+            {
+                "retrieval": RetrievalTerm(temperature, reduction, retrieval_kl_weight, gather=gather),
+                "simcse": SupervisedSimCSELoss(temperature, gather=gather),
+                "keep": KeepTerm(),
+            }
+        )
+        default_retrieval = 1.0 if frozen_mean else 0.0
+        self.weights = {
+            "retrieval": default_retrieval if retrieval_weight is None else retrieval_weight,
+            "simcse": simcse_weight,
+            "keep": keep_weight,
+        }
+        self.gather = gather
+
+    @property
+    def retrieval_weight(self) -> float:
+        return self.weights["retrieval"]
+
     def forward(self, batch: NLIBatchEmbeddings) -> torch.Tensor:
         columns = batch_columns(batch, self.gather)
-        logits, keep, offset = self.similarity_blocks(batch, columns)
-        loss = masked_cross_entropy(logits, keep, torch.arange(len(batch), device=logits[0].device) + offset)
-        for name, term in self.terms.items():
-            if getattr(self, name):
-                loss = loss + getattr(self, name) * term(self, batch, columns)
+        loss = self.contrastive(batch, columns)
+        for name, weight in self.weights.items():
+            if weight:
+                loss = loss + weight * self.terms[name](batch, columns)
         return loss
 
 
@@ -302,11 +383,15 @@ class EmbeddingKeepLoss(nn.Module):
             return F.mse_loss(student @ student.T, target @ target.T)
 
 
-def build_loss(name: str, temperature: float, reduction: str, **terms: float | None) -> nn.Module:
-    """The loss of a ``--loss`` name: a [`GaussCSELoss`] variant, or [`SupervisedSimCSELoss`] (keep term only)."""
+def build_loss(
+    name: str, temperature: float, reduction: str, *, frozen_mean: bool = False, **terms: float | None
+) -> nn.Module:
+    """The loss of the command line's flags (the one place they map to modules): ``--loss`` a [`GaussCSELoss`]
+    variant with the ``terms`` (``LossTermArguments`` keywords; ``frozen_mean``: the model's, for the retrieval
+    default), or ``simcse``: [`SupervisedSimCSELoss`] (the keep term only)."""
     if check_loss_name(name) == "simcse":
         ignored = [f"--{term} {value}" for term, value in terms.items() if value and term != "keep_weight"]
         if ignored:  # e.g. a config shared with the GaussCSE runs
             logger.warning("--loss simcse takes --keep_weight only of the loss terms; ignored: %s", ", ".join(ignored))
         return SupervisedSimCSELoss(temperature, keep_weight=terms.get("keep_weight") or 0.0)
-    return GaussCSELoss(name, temperature, reduction, **terms)
+    return GaussCSELoss(name, temperature, reduction, frozen_mean=frozen_mean, **terms)

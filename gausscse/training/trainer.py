@@ -64,9 +64,8 @@ class GaussCSETrainer(Trainer):
         unwrapped = self.accelerator.unwrap_model(self.model)
         config = unwrapped.config
         terms = {item.name: getattr(self.args, item.name) for item in fields(LossTermArguments)}
-        if terms["retrieval_weight"] is None:  # 1 with the frozen μ path (results/KEEP.md), else the paper's loss
-            terms["retrieval_weight"] = 1.0 if config.frozen_mean else 0.0
-        self.loss_fn = build_loss(self.args.loss, self.args.temperature, config.similarity_reduction, **terms)
+        reduction, frozen_mean = config.similarity_reduction, config.frozen_mean
+        self.loss_fn = build_loss(self.args.loss, self.args.temperature, reduction, frozen_mean=frozen_mean, **terms)
         self.model_accepts_loss_kwargs = False  # a per-batch mean: Trainer divides it by the accumulation steps
         self.keep_teacher = None
         if self.args.keep_weight > 0:  # a frozen copy of the starting encoder gives the keep term its targets

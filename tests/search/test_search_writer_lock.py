@@ -78,8 +78,9 @@ def test_two_processes_take_turns_through_a_milvus_server(milvus_server, tmp_pat
 
 
 def local_uri(engine: str, folder: Path, memory: bool = False) -> str:
-    """A new collection's uri in a database of ``engine`` in ``folder`` (Qdrant with ``memory``: its in-memory store)."""
-    place = ":memory:" if memory and engine == "qdrant" else folder / ("qdrant" if engine == "qdrant" else "gaussians.db")
+    """A new collection's uri in a database of ``engine`` in ``folder`` (Qdrant with ``memory``: in memory)."""
+    database = folder / ("qdrant" if engine == "qdrant" else "gaussians.db")
+    place = ":memory:" if memory and engine == "qdrant" else database
     return f"{place}#c{uuid.uuid4().hex[:8]}"
 
 

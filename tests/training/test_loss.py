@@ -14,8 +14,11 @@ from gausscse.data.tokenize import text_id
 from gausscse.model.gaussian import GaussianEmbeddings
 from gausscse.training.losses import (
     GAUSSCSE_VARIANTS,
+    GaussCSEContrastiveLoss,
     GaussCSELoss,
+    KeepTerm,
     NLIBatchEmbeddings,
+    RetrievalTerm,
     SupervisedSimCSELoss,
     build_loss,
     denominator_masks,
@@ -80,7 +83,7 @@ def test_gausscse_loss_matches_loop_transcription_of_eq3(variant, reduction):
 
 def test_block_orientation_follows_eq3():
     batch = random_batch(4, seed=3)
-    loss_fn = GaussCSELoss("ent+con+rev", TAU, "sum")
+    loss_fn = GaussCSEContrastiveLoss("ent+con+rev", TAU, "sum")
     (entail, contra, reverse), _, offset = loss_fn.similarity_blocks(batch)
     assert offset == 0
     for i, j in [(0, 1), (2, 3), (3, 0)]:
@@ -180,6 +183,7 @@ def test_retrieval_term_is_the_loop_transcription_over_premises(reduction):
         denominator = sum(torch.exp(reference_sim(ent, j, pre, i, reduction) / TAU) for i in range(n))
         expected = expected - torch.log(numerator / denominator) / n
     torch.testing.assert_close(with_retrieval, plain + 0.7 * expected, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(RetrievalTerm(TAU, reduction)(batch), expected, rtol=1e-9, atol=1e-9)  # the module
     with pytest.raises(ValueError, match="retrieval_weight must be a finite number >= 0, got -1"):
         GaussCSELoss("ent", TAU, reduction, retrieval_weight=-1)
     with pytest.raises(ValueError, match="keep_weight must be a finite number >= 0, got nan"):
@@ -187,6 +191,27 @@ def test_retrieval_term_is_the_loop_transcription_over_premises(reduction):
     with pytest.raises(TypeError):  # the terms go by name: a fourth positional argument is not a weight
         GaussCSELoss("ent", TAU, reduction, 0.5)
     assert GaussCSELoss("ent", TAU, reduction).retrieval_weight == 0.0  # unset: off
+    assert GaussCSELoss("ent", TAU, reduction, frozen_mean=True).retrieval_weight == 1.0  # the frozen μ path's default
+    assert GaussCSELoss("ent", TAU, reduction, frozen_mean=True, retrieval_weight=0.25).retrieval_weight == 0.25
+
+
+def test_the_composition_is_the_weighted_sum_of_its_modules():
+    """GaussCSELoss = GaussCSEContrastiveLoss + Σ weight × term, each term the module of its name; the keep term
+    without the starting encoder's vectors is an error naming them."""
+    batch = random_batch(5, seed=29)
+    batch.teacher = torch.randn(15, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(30))
+    weights = {"retrieval_weight": 0.4, "simcse_weight": 0.3, "keep_weight": 0.2}
+    loss = GaussCSELoss("ent+con", TAU, "sum", retrieval_kl_weight=0.1, **weights)(batch)
+    expected = (
+        GaussCSEContrastiveLoss("ent+con", TAU, "sum")(batch)
+        + 0.4 * RetrievalTerm(TAU, "sum", kl_weight=0.1)(batch)
+        + 0.3 * SupervisedSimCSELoss(TAU)(batch)
+        + 0.2 * KeepTerm()(batch)
+    )
+    torch.testing.assert_close(loss, expected, rtol=1e-9, atol=1e-9)
+    batch.teacher = None
+    with pytest.raises(ValueError, match=r"the keep term needs NLIBatchEmbeddings\.teacher"):
+        GaussCSELoss("ent+con", TAU, "sum", keep_weight=0.2)(batch)
 
 
 def test_retrieval_term_by_the_search_score_is_its_loop_transcription():

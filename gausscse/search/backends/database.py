@@ -93,7 +93,7 @@ class DatabaseStore:
     An engine implements the classmethods ``create(uri, settings)`` (a new, empty table, never an overwrite),
     ``open(uri)`` (``(store, settings)``; ``FileNotFoundError``: no table, ``ValueError``: not an index's),
     ``holds(uri)`` (whether a local database holds an index), ``check_new(uri)`` (``FileExistsError`` where one is); and
-    ``writing()`` (the writers' lock, a context manager), ``stored_settings()`` (``ValueError`` once they cannot be read),
+    ``writing()`` (the writers' lock), ``stored_settings()`` (``ValueError`` once they cannot be read),
     ``changed(known_rows, stored)`` (whether other handles wrote; ``stored``: the settings just read), ``insert(ids,
     columns, table=None)`` (into the index's table or an ANN one), ``read(first_id=0)`` (Gaussians and sentences in id
     order), ``search(vectors, count, direction, first_id=0, ann=None, options=None)`` (per query the ids of largest raw
@@ -282,7 +282,7 @@ class CollectionStore(DatabaseStore):
     where one of that name exists) and ``lock_holder(name)`` (that text, ``None``: no such collection). An add is
     visible once complete: its row count is written into the settings last."""
 
-    lock_collection: ClassVar[bool] = True  # whether writers lock through a collection (else ``writing`` is the engine's)
+    lock_collection: ClassVar[bool] = True  # writers lock through a collection (else the engine's own ``writing``)
     lock_timeout: ClassVar[float] = 600.0  # how long a writer waits for another machine's writer, in seconds
 
     def __init__(self, uri: str, settings: dict[str, Any], client: Any = None):
@@ -313,7 +313,8 @@ class CollectionStore(DatabaseStore):
         writers' lock (``<index>_writer``)."""
         if cls.lock_collection and name.endswith(WRITER_SUFFIX):
             parent = name.removesuffix(WRITER_SUFFIX)
-            raise ValueError(f"{uri}: {name!r} is the name of the writers' lock of an index named {parent!r}: choose another")
+            lock = f"{name!r} is the name of the writers' lock of an index named {parent!r}"
+            raise ValueError(f"{uri}: {lock}: choose another")
         for direction in SEARCH_DIRECTIONS:
             if name.endswith(f"_ann_{direction}"):
                 parent = name.removesuffix(f"_ann_{direction}")
