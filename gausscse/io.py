@@ -18,7 +18,7 @@ from typing import Any
 
 from huggingface_hub.utils.sha import sha_fileobj
 
-from gausscse.model.configuration_gausscse import write_bytes_atomic
+from gausscse.model.utils_gausscse import write_bytes_atomic
 
 RENAME_EXCHANGE = 2  # linux/fs.h
 AT_FDCWD = -100

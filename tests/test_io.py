@@ -37,7 +37,7 @@ def test_the_shipped_atomic_write_keeps_concurrent_writers_apart(tmp_path):
     FileNotFoundError and let the other report success over mixed bytes)."""
     import threading
 
-    from gausscse.model.configuration_gausscse import write_bytes_atomic
+    from gausscse.model.utils_gausscse import write_bytes_atomic
 
     target = tmp_path / "onnx" / "model.onnx"
     payloads = [bytes([value]) * (1 << 20) for value in (1, 2)]

@@ -198,6 +198,7 @@ SHIPPED_FILES = {
     "devices_gausscse.py",  # where encode's forward passes run: the model's device, or worker processes
     "backbone_gausscse.py",  # the encoder a model starts from
     "adapters_gausscse.py",  # the adapter-folder layout
+    "utils_gausscse.py",  # files written whole, the weights' fingerprint
     "shipped_gausscse.py",  # the list of these files
 }
 

@@ -145,33 +145,9 @@ def load_adapter_folder(model_class, name_or_path: str | Path, heads_file: str, 
     return model.to(encoder.dtype).eval()  # the heads in the backbone's dtype
 
 
-def load_adapter_weights(model: nn.Module, adapter_weights_file: str | Path) -> None:
-    """Load an ``ADAPTER_WEIGHTS_FILE`` into ``model``'s encoder: every LoRA weight in it, every tensor fitting."""
-    result = set_peft_model_state_dict(model.encoder, load_file(str(adapter_weights_file)))
-    missing = [name for name in result.missing_keys if "lora_" in name]
-    if result.unexpected_keys or missing:
-        raise ValueError(
-            f"{adapter_weights_file}: the adapter does not fit this model (unexpected: "
-            f"{result.unexpected_keys[:3]}, missing: {missing[:3]})"
-        )
-
-
 def head_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     """The μ and log σ² heads' tensors by their ``HEADS_FILE`` keys (``mean_head.weight``, ...)."""
     return {key: value for key, value in model.state_dict().items() if key.startswith(("mean_head.", "logvar_head."))}
-
-
-def load_head_weights(model: nn.Module, heads_file: str | Path) -> None:
-    """Copy the μ and log σ² heads of a ``HEADS_FILE`` (keys ``mean_head.weight``, ...) into ``model``."""
-    heads = load_file(str(heads_file))
-    expected = {key: tuple(value.shape) for key, value in head_tensors(model).items()}
-    found = {key: tuple(value.shape) for key, value in heads.items()}
-    if found != expected:
-        raise ValueError(f"{heads_file}: expected the tensors (name: shape) {expected}, found {found}")
-    with torch.no_grad():
-        for key, value in heads.items():
-            head_name, parameter = key.split(".", 1)
-            getattr(getattr(model, head_name), parameter).copy_(value)
 
 
 def save_adapter_folder(model: nn.Module, folder: Path) -> list[Path]:
@@ -197,3 +173,29 @@ def save_adapter_folder(model: nn.Module, folder: Path) -> list[Path]:
     custom_object_save(model, folder, config=model.config)  # the code files, and auto_map in the config
     model.config.save_pretrained(folder)
     return [folder / HEADS_FILE, adapter_folder / ADAPTER_WEIGHTS_FILE]
+
+
+class AdapterMixin:
+    """Loading a LoRA adapter's and the heads' weights into a model."""
+
+    def load_adapter_weights(self, adapter_weights_file: str | Path) -> None:
+        """Load an ``ADAPTER_WEIGHTS_FILE`` into the model's encoder: every LoRA weight in it, every tensor fitting."""
+        result = set_peft_model_state_dict(self.encoder, load_file(str(adapter_weights_file)))
+        missing = [name for name in result.missing_keys if "lora_" in name]
+        if result.unexpected_keys or missing:
+            raise ValueError(
+                f"{adapter_weights_file}: the adapter does not fit this model (unexpected: "
+                f"{result.unexpected_keys[:3]}, missing: {missing[:3]})"
+            )
+
+    def load_head_weights(self, heads_file: str | Path) -> None:
+        """Copy the μ and log σ² heads of a ``HEADS_FILE`` (keys ``mean_head.weight``, ...) into the model."""
+        heads = load_file(str(heads_file))
+        expected = {key: tuple(value.shape) for key, value in head_tensors(self).items()}
+        found = {key: tuple(value.shape) for key, value in heads.items()}
+        if found != expected:
+            raise ValueError(f"{heads_file}: expected the tensors (name: shape) {expected}, found {found}")
+        with torch.no_grad():
+            for key, value in heads.items():
+                head_name, parameter = key.split(".", 1)
+                getattr(getattr(self, head_name), parameter).copy_(value)

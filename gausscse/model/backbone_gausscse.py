@@ -135,22 +135,26 @@ def backbone_record(name_or_path: str, hub_kwargs: dict | None = None) -> dict:
     return {"base_model_name_or_path": str(name_or_path), "sha256": digests}
 
 
-def model_from_backbone(
-    cls, name_or_path: str, *, start: str = "auto", encoder_kwargs: dict | None = None, **config_kwargs
-):
-    """``GaussCSEModel.from_backbone``: fresh heads on a pre-trained encoder, set up by ``start`` ([`start_fields`])
-    and ``config_kwargs``; ``encoder_kwargs`` for ``AutoModel.from_pretrained``."""
-    name_or_path = local_backbone(str(name_or_path))
-    encoder_kwargs = {"trust_remote_code": False, **(encoder_kwargs or {})}  # never a prompt to run its code
-    encoder_config = AutoConfig.from_pretrained(name_or_path, **encoder_kwargs)
-    encoder = AutoModel.from_pretrained(name_or_path, **encoder_init_kwargs(encoder_config), **encoder_kwargs)
-    started = start_fields(name_or_path, start, encoder_kwargs)
-    if config_kwargs.get("frozen_mean") is False and "variance_layers" not in config_kwargs:
-        started.pop("variance_layers", None)  # one trunk is a frozen-μ design: a trained μ takes the whole encoder
-    config_kwargs = {**started, **config_kwargs}
-    # The config would otherwise reset the encoder's attention implementation (sdpa, ...) to unset.
-    config_kwargs.setdefault("attn_implementation", encoder.config._attn_implementation)
-    model = cls(GaussCSEConfig(encoder_config=encoder.config, **config_kwargs), encoder=encoder)
-    model.name_or_path = name_or_path  # encode() finds the encoder's tokenizer here
-    model.backbone_record = backbone_record(name_or_path, encoder_kwargs)
-    return model
+class BackboneMixin:
+    """Building a model on a pre-trained encoder."""
+
+    @classmethod
+    def from_backbone(
+        cls, name_or_path: str, *, start: str = "auto", encoder_kwargs: dict | None = None, **config_kwargs
+    ):
+        """A model of fresh heads on a pre-trained encoder, set up by ``start`` ([`start_fields`])
+        and ``config_kwargs``; ``encoder_kwargs`` for ``AutoModel.from_pretrained``."""
+        name_or_path = local_backbone(str(name_or_path))
+        encoder_kwargs = {"trust_remote_code": False, **(encoder_kwargs or {})}  # never a prompt to run its code
+        encoder_config = AutoConfig.from_pretrained(name_or_path, **encoder_kwargs)
+        encoder = AutoModel.from_pretrained(name_or_path, **encoder_init_kwargs(encoder_config), **encoder_kwargs)
+        started = start_fields(name_or_path, start, encoder_kwargs)
+        if config_kwargs.get("frozen_mean") is False and "variance_layers" not in config_kwargs:
+            started.pop("variance_layers", None)  # one trunk is a frozen-μ design: a trained μ takes the whole encoder
+        config_kwargs = {**started, **config_kwargs}
+        # The config would otherwise reset the encoder's attention implementation (sdpa, ...) to unset.
+        config_kwargs.setdefault("attn_implementation", encoder.config._attn_implementation)
+        model = cls(GaussCSEConfig(encoder_config=encoder.config, **config_kwargs), encoder=encoder)
+        model.name_or_path = name_or_path  # encode() finds the encoder's tokenizer here
+        model.backbone_record = backbone_record(name_or_path, encoder_kwargs)
+        return model

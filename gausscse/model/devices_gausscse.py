@@ -14,7 +14,7 @@ from contextlib import nullcontext
 
 import torch
 
-from .configuration_gausscse import model_fingerprint
+from .utils_gausscse import model_fingerprint
 
 WORKER_START_SECONDS = 300.0  # how long the workers may take to start (load the model) before encode gives up
 

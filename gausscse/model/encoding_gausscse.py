@@ -16,10 +16,11 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
-from .configuration_gausscse import TOKEN_POOLINGS, model_fingerprint
+from .configuration_gausscse import TOKEN_POOLINGS
 from .devices_gausscse import EncodePool, forward_batches
 from .gaussian import GaussianEmbeddings
 from .onnx_gausscse import ONNX_FILE
+from .utils_gausscse import model_fingerprint
 
 # config.model_type → where a sentence's position ids start: "zero" or "after_padding" (pad_token_id + 1). Read by
 # position_offset (the truncation limit; unlisted encoders start at 0) and by packing, which packs only these encoders.
@@ -140,100 +141,119 @@ def check_sentences(argument: str, sentences) -> list[str]:
     return list(sentences)
 
 
-def model_tokenizer(model, tokenizer=None):
-    """``GaussCSEModel.get_tokenizer``: ``tokenizer`` if given, else the one saved with the model (kept by it)."""
-    if tokenizer is not None:
-        model._tokenizer = tokenizer
-    if model._tokenizer is None:
-        if not model.name_or_path:
-            raise ValueError("This model has no folder to load a tokenizer from: pass tokenizer=... to encode()")
+class EncodeMixin:
+    """What a [`GaussCSEModel`] encodes with: the tokenizer it keeps (``_tokenizer``), the pipelined ``encode`` and
+    the worker pools of several devices."""
+
+    _tokenizer = None  # the tokenizer saved with the model, or given to encode()
+
+    def get_tokenizer(self, tokenizer=None):
+        """``tokenizer`` if given, else the one saved with the model (kept by it)."""
+        if tokenizer is not None:
+            self._tokenizer = tokenizer
+        if self._tokenizer is None:
+            if not self.name_or_path:
+                raise ValueError("This model has no folder to load a tokenizer from: pass tokenizer=... to encode()")
+            try:
+                # config=: else AutoTokenizer reloads the config and, the model type unregistered, asks for remote code
+                self._tokenizer = AutoTokenizer.from_pretrained(
+                    self.name_or_path, config=self.config, trust_remote_code=False
+                )
+            except (OSError, ValueError) as error:
+                raise ValueError(
+                    f"No tokenizer found at {self.name_or_path!r}: pass tokenizer=... to encode()"
+                ) from error
+        return self._tokenizer
+
+    def save_tokenizer(self, folder: Path) -> None:
+        """Save the model's tokenizer into ``folder``; a warning where it has none."""
         try:
-            # config=: else AutoTokenizer reloads the config and, the model type unregistered, asks for remote code
-            model._tokenizer = AutoTokenizer.from_pretrained(
-                model.name_or_path, config=model.config, trust_remote_code=False
+            tokenizer = self.get_tokenizer()
+        except ValueError as error:
+            logger.warning(f"Saved {folder} without a tokenizer ({error}): call self.get_tokenizer(tokenizer) first")
+            return
+        tokenizer.save_pretrained(folder)
+
+    @torch.inference_mode()
+    def encode(
+        self,
+        sentences: str | Sequence[str],
+        batch_size: int = 32,
+        tokenizer=None,
+        device: str | torch.device | Sequence[str | torch.device] | None = None,
+        show_progress_bar: bool = False,
+        max_length: int | None = DEFAULT_MAX_LENGTH,
+        output_device: str | torch.device | None = "cpu",
+        backend: str = "torch",
+        onnx_file: str = ONNX_FILE,
+        dtype: torch.dtype | None = None,
+        pool=None,
+    ) -> GaussianEmbeddings:
+        """Sentences → Gaussians N(μ, diag σ²), float32, in input order.
+
+        Args:
+            sentences: a string (1-D ``mu``/``logvar``) or a list of strings.
+            batch_size, show_progress_bar: sentences per forward pass; a tqdm bar over the batches.
+            tokenizer: default: the tokenizer saved with the model.
+            device: where to run (the model is moved there); a list of devices shares the batches among worker
+                processes.
+            max_length: truncation in tokens; default and cap: the encoder's limit ([`resolve_max_length`]).
+            output_device: where the results live: ``"cpu"`` (default) or ``None`` for the model's device.
+            backend: ``"torch"`` or ``"onnx"`` (ONNX Runtime on ``onnx_file``: onnx/model.onnx, onnx/model_qint8.onnx).
+            dtype: ``torch.bfloat16`` / ``torch.float16``: the forward pass under autocast; the Gaussians stay
+                float32.
+            pool: an [`EncodePool`] (``model.start_multi_process_pool``) whose workers run the forward passes.
+        """
+        single = isinstance(sentences, str)
+        sentences = check_sentences("sentences", [sentences] if single else sentences)
+        if backend not in ENCODE_BACKENDS:
+            raise ValueError(f"backend must be one of {ENCODE_BACKENDS}, got {backend!r}")
+        if dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"dtype must be torch.bfloat16, torch.float16 or torch.float32, got {dtype!r}")
+        several_devices = isinstance(device, Sequence) and not isinstance(device, str)
+        onnx_encoder = self.onnx_encoder(onnx_file) if backend == "onnx" else None
+        if device is not None and not several_devices:
+            self.to(device)
+        tokenizer = self.get_tokenizer(tokenizer)
+        max_length = resolve_max_length(tokenizer, self.config.encoder_config, max_length)
+        token_ids = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
+        batches = length_sorted_batches(token_ids, batch_size)
+        if pool is not None and pool.fingerprint != model_fingerprint(self):
+            raise ValueError(
+                "pool was started for another model (or this one's weights changed since): start one for this model "
+                "with model.start_multi_process_pool()"
             )
-        except (OSError, ValueError) as error:
-            raise ValueError(f"No tokenizer found at {model.name_or_path!r}: pass tokenizer=... to encode()") from error
-    return model._tokenizer
+        with EncodePool(self, device) if several_devices else nullcontext(pool) as pool:
+            was_training = self.training
+            self.eval()
+            try:
+                if pool is not None:
+                    runs_on, forward = torch.device("cpu"), pool.forward
+                elif onnx_encoder is not None:
+                    runs_on, forward = torch.device("cpu"), onnx_encoder.forward_batches
+                else:  # the Gaussians are gathered on the model's device
+                    runs_on, forward = self.device, partial(forward_batches, self)
+                inputs = padded_batches(token_ids, batches, tokenizer, pin_memory=runs_on.type == "cuda")
+                outputs = tqdm(
+                    forward(inputs, dtype), total=len(batches), desc="Encoding", disable=not show_progress_bar
+                )
+                mu = torch.empty(len(sentences), self.config.embedding_size, device=runs_on)
+                logvar = torch.empty_like(mu)
+                for rows, batch_mu, batch_logvar in outputs:  # each batch's Gaussians at its rows
+                    rows = rows.to(runs_on, non_blocking=True)
+                    mu.index_copy_(0, rows, batch_mu.float())
+                    logvar.index_copy_(0, rows, batch_logvar.float())
+            finally:
+                self.train(was_training)  # restored even when encoding fails
+        output_device = self.device if output_device is None else torch.device(output_device)
+        embeddings = GaussianEmbeddings(mu, logvar).to(output_device)
+        return (embeddings[0] if single else embeddings).check("encode(sentences)")
 
+    def start_multi_process_pool(self, target_devices: Sequence[str | torch.device] | None = None) -> EncodePool:
+        """An [`EncodePool`] on ``target_devices`` for ``encode(..., pool=pool)``."""
+        return EncodePool(self, target_devices)
 
-def save_model_tokenizer(model, folder: Path) -> None:
-    """Save the model's tokenizer into ``folder``; a warning where it has none."""
-    try:
-        tokenizer = model.get_tokenizer()
-    except ValueError as error:
-        logger.warning(f"Saved {folder} without a tokenizer ({error}): call model.get_tokenizer(tokenizer) first")
-        return
-    tokenizer.save_pretrained(folder)
-
-
-@torch.inference_mode()
-def encode_sentences(
-    model,
-    sentences: str | Sequence[str],
-    batch_size: int = 32,
-    tokenizer=None,
-    device: str | torch.device | Sequence[str | torch.device] | None = None,
-    show_progress_bar: bool = False,
-    max_length: int | None = DEFAULT_MAX_LENGTH,
-    output_device: str | torch.device | None = "cpu",
-    backend: str = "torch",
-    onnx_file: str = ONNX_FILE,
-    dtype: torch.dtype | None = None,
-    pool=None,
-) -> GaussianEmbeddings:
-    """``GaussCSEModel.encode``: sentences → Gaussians N(μ, diag σ²), float32, in input order.
-
-    Args:
-        sentences: a string (1-D ``mu``/``logvar``) or a list of strings.
-        batch_size, show_progress_bar: sentences per forward pass; a tqdm bar over the batches.
-        tokenizer: default: the tokenizer saved with the model.
-        device: where to run (the model is moved there); a list of devices shares the batches among worker processes.
-        max_length: truncation in tokens; default and cap: the encoder's limit ([`resolve_max_length`]).
-        output_device: where the results live: ``"cpu"`` (default) or ``None`` for the model's device.
-        backend: ``"torch"`` or ``"onnx"`` (ONNX Runtime on ``onnx_file``: onnx/model.onnx or onnx/model_qint8.onnx).
-        dtype: ``torch.bfloat16`` / ``torch.float16``: the forward pass under autocast; the Gaussians stay float32.
-        pool: an [`EncodePool`] (``model.start_multi_process_pool``) whose workers run the forward passes.
-    """
-    single = isinstance(sentences, str)
-    sentences = check_sentences("sentences", [sentences] if single else sentences)
-    if backend not in ENCODE_BACKENDS:
-        raise ValueError(f"backend must be one of {ENCODE_BACKENDS}, got {backend!r}")
-    if dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
-        raise ValueError(f"dtype must be torch.bfloat16, torch.float16 or torch.float32, got {dtype!r}")
-    several_devices = isinstance(device, Sequence) and not isinstance(device, str)
-    onnx_encoder = model.onnx_encoder(onnx_file) if backend == "onnx" else None
-    if device is not None and not several_devices:
-        model.to(device)
-    tokenizer = model.get_tokenizer(tokenizer)
-    max_length = resolve_max_length(tokenizer, model.config.encoder_config, max_length)
-    token_ids = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
-    batches = length_sorted_batches(token_ids, batch_size)
-    if pool is not None and pool.fingerprint != model_fingerprint(model):
-        raise ValueError(
-            "pool was started for another model (or this one's weights changed since): start one for this model with "
-            "model.start_multi_process_pool()"
-        )
-    with EncodePool(model, device) if several_devices else nullcontext(pool) as pool:
-        was_training = model.training
-        model.eval()
-        try:
-            if pool is not None:
-                runs_on, forward = torch.device("cpu"), pool.forward
-            elif onnx_encoder is not None:
-                runs_on, forward = torch.device("cpu"), onnx_encoder.forward_batches
-            else:  # the Gaussians are gathered on the model's device
-                runs_on, forward = model.device, partial(forward_batches, model)
-            inputs = padded_batches(token_ids, batches, tokenizer, pin_memory=runs_on.type == "cuda")
-            outputs = tqdm(forward(inputs, dtype), total=len(batches), desc="Encoding", disable=not show_progress_bar)
-            mu = torch.empty(len(sentences), model.config.embedding_size, device=runs_on)
-            logvar = torch.empty_like(mu)
-            for rows, batch_mu, batch_logvar in outputs:  # each batch's Gaussians at its rows
-                rows = rows.to(runs_on, non_blocking=True)
-                mu.index_copy_(0, rows, batch_mu.float())
-                logvar.index_copy_(0, rows, batch_logvar.float())
-        finally:
-            model.train(was_training)  # restored even when encoding fails
-    output_device = model.device if output_device is None else torch.device(output_device)
-    embeddings = GaussianEmbeddings(mu, logvar).to(output_device)
-    return (embeddings[0] if single else embeddings).check("encode(sentences)")
+    @staticmethod
+    def stop_multi_process_pool(pool: EncodePool) -> None:
+        """Stop the workers of ``pool`` (sentence-transformers' name for ``pool.close()``)."""
+        pool.close()

@@ -18,27 +18,23 @@ from transformers import initialization as init
 from transformers.utils import ModelOutput
 
 from .adapters_gausscse import (
+    AdapterMixin,
     adapter_heads_file,
     check_loading_info,
     has_adapter,
     load_adapter_folder,
-    load_adapter_weights,
-    load_head_weights,
     remove_other_layout,
     save_adapter_folder,
 )
-from .backbone_gausscse import build_encoder, encoder_layers_path, model_from_backbone
+from .backbone_gausscse import BackboneMixin, build_encoder, encoder_layers_path
 from .configuration_gausscse import GaussCSEConfig
-from .devices_gausscse import EncodePool
 from .encoding_gausscse import (
     DEFAULT_MAX_LENGTH,
+    EncodeMixin,
     check_sentences,
-    encode_sentences,
-    model_tokenizer,
     pool_packed_tokens,
     pool_tokens,
     resolve_max_length,
-    save_model_tokenizer,
 )
 from .gaussian import (
     EntailmentDirection,
@@ -48,7 +44,7 @@ from .gaussian import (
     paired_similarity,
     similarity_matrix,
 )
-from .onnx_gausscse import OnnxSessions, model_onnx_encoder, remove_stale_graphs
+from .onnx_gausscse import OnnxMixin, OnnxSessions, remove_stale_graphs
 from .shipped_gausscse import SENTENCE_TRANSFORMERS_MODULE, copy_shipped_files
 
 PUSH_ARGUMENTS = ("repo_id", "token", "private", "commit_message", "revision", "create_pr", "commit_description")
@@ -72,7 +68,7 @@ class GaussCSEOutput(ModelOutput):
         return GaussianEmbeddings(self.mu, self.logvar)
 
 
-class GaussCSEModel(PreTrainedModel):
+class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrainedModel):
     """An encoder with a mean head and a log-variance head: each sentence becomes N(μ, diag σ²)."""
 
     config_class = GaussCSEConfig
@@ -152,10 +148,6 @@ class GaussCSEModel(PreTrainedModel):
         model.freeze_mean_path()
         return (model, info) if wants_info else model
 
-    load_adapter_weights = load_adapter_weights
-    load_head_weights = load_head_weights
-    from_backbone = classmethod(model_from_backbone)
-
     def save_pretrained(
         self, save_directory: str | Path, *args, is_main_process: bool = True, push_to_hub: bool = False, **kwargs
     ) -> None:
@@ -172,7 +164,7 @@ class GaussCSEModel(PreTrainedModel):
             remove_other_layout(folder, adapter=False)
             super().save_pretrained(folder, *args, **kwargs)
             weight_files = list(folder.glob("model*.safetensors"))
-        save_model_tokenizer(self, folder)
+        self.save_tokenizer(folder)
         for path in weight_files:  # safetensors writes 0600: the mode of the config this save wrote
             path.chmod((folder / "config.json").stat().st_mode & 0o777)
         copy_shipped_files(folder)
@@ -274,16 +266,7 @@ class GaussCSEModel(PreTrainedModel):
         )
         return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
 
-    # the user API: tokenizer and encode loop (encoding_gausscse.py), ONNX sessions (onnx_gausscse.py), similarities
-    get_tokenizer = model_tokenizer
-    encode = encode_sentences
-    onnx_encoder = model_onnx_encoder
-    stop_multi_process_pool = staticmethod(EncodePool.close)
-
-    def start_multi_process_pool(self, target_devices: Sequence[str | torch.device] | None = None) -> EncodePool:
-        """An [`EncodePool`] on ``target_devices`` for ``encode(..., pool=pool)``."""
-        return EncodePool(self, target_devices)
-
+    # the user API beside the mixins' (EncodeMixin: tokenizer, encode, pools; OnnxMixin: sessions): similarities
     def _pair(self, a: Sentences, b: Sentences, names=("a", "b"), rows: str | None = None) -> tuple:
         """``a``, ``b`` as checked 2-D [`GaussianEmbeddings`] of one dimension (one length for ``rows``)."""
         pair = []

@@ -16,7 +16,7 @@ from huggingface_hub.utils import validate_repo_id
 from torch import nn
 from transformers.utils import cached_file, logging
 
-from .configuration_gausscse import model_fingerprint, write_bytes_atomic
+from .utils_gausscse import model_fingerprint, write_bytes_atomic
 
 try:  # in a try block: transformers' import check lets folders load without ONNX Runtime
     import onnxruntime
@@ -244,15 +244,6 @@ class OnnxSessions(dict):
         return type(self), ()
 
 
-def model_onnx_encoder(model, file_name: str = ONNX_FILE, provider: str | None = None) -> OnnxGaussianEncoder:
-    """``GaussCSEModel.onnx_encoder``: the session of ``encode(backend="onnx")``, kept while the fingerprint fits."""
-    key = (file_name, provider)
-    kept = model._onnx_encoders.get(key)
-    if kept is None or kept.fingerprint != model_fingerprint(model):
-        kept = model._onnx_encoders[key] = OnnxGaussianEncoder.from_model(model, file_name, provider)
-    return kept
-
-
 def remove_stale_graphs(folder: str | Path, model) -> list[Path]:
     """Delete (with a warning) the graphs of ``folder/onnx`` not exported from ``model``; returns them."""
     graphs = Path(folder) / ONNX_FOLDER
@@ -272,3 +263,15 @@ def remove_stale_graphs(folder: str | Path, model) -> list[Path]:
     if not any(graphs.iterdir()):
         graphs.rmdir()
     return stale
+
+
+class OnnxMixin:
+    """A model's ONNX Runtime sessions (``_onnx_encoders``), each kept while the weights' fingerprint fits."""
+
+    def onnx_encoder(self, file_name: str = ONNX_FILE, provider: str | None = None) -> OnnxGaussianEncoder:
+        """The session of ``encode(backend="onnx")``, kept while the fingerprint fits."""
+        key = (file_name, provider)
+        kept = self._onnx_encoders.get(key)
+        if kept is None or kept.fingerprint != model_fingerprint(self):
+            kept = self._onnx_encoders[key] = OnnxGaussianEncoder.from_model(self, file_name, provider)
+        return kept

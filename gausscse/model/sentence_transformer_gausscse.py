@@ -14,11 +14,12 @@ from huggingface_hub import ModelCard, hf_hub_download
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
-from .configuration_gausscse import SENTENCE_TRANSFORMERS_FILES, model_fingerprint, write_json_atomic
+from .configuration_gausscse import SENTENCE_TRANSFORMERS_FILES
 from .encoding_gausscse import DEFAULT_MAX_LENGTH, ENCODE_BACKENDS, check_sentences, resolve_max_length
 from .gaussian import KL_REDUCTIONS, SEARCH_DIRECTIONS, query_map, search_map_width, stored_map
 from .modeling_gausscse import GaussCSEModel
 from .onnx_gausscse import TOKEN_INPUTS, OnnxGaussianEncoder
+from .utils_gausscse import model_fingerprint, write_json_atomic
 
 try:
     from sentence_transformers import SentenceTransformer

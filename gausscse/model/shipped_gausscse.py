@@ -17,6 +17,7 @@ SHIPPED_FILES = (
     "adapters_gausscse.py",  # the adapter-folder layout (LoRA saved unmerged)
     "onnx_gausscse.py",  # ONNX export and the ONNX Runtime sessions of backend="onnx"
     "sentence_transformer_gausscse.py",  # the sentence-transformers module (modules.json names it)
+    "utils_gausscse.py",  # files written whole, the weights' fingerprint
     "shipped_gausscse.py",  # this list
 )
 SENTENCE_TRANSFORMERS_MODULE = "sentence_transformer_gausscse"

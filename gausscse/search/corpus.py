@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from gausscse.io import atomic_folder, json_lines, json_value, read_folder, write_json
-from gausscse.model.configuration_gausscse import model_fingerprint
 from gausscse.model.gaussian import GaussianEmbeddings
+from gausscse.model.utils_gausscse import model_fingerprint
 from gausscse.search.index import SETTINGS_FILE, GaussianIndex
 
 SENTENCES_FILE = "sentences.jsonl"

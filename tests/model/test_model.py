@@ -295,7 +295,7 @@ def test_a_saved_folder_loads_and_scores_with_its_own_reduction(reduction, make_
 
 def test_the_atomic_writes_take_a_str_path_too(tmp_path):
     """write_json_atomic (through write_bytes_atomic) takes a str as its hint says, making the folder."""
-    from gausscse.model.configuration_gausscse import write_json_atomic
+    from gausscse.model.utils_gausscse import write_json_atomic
 
     write_json_atomic(str(tmp_path / "new" / "a.json"), {"a": 1})
     assert json.loads((tmp_path / "new" / "a.json").read_text()) == {"a": 1}

@@ -387,7 +387,7 @@ def test_choosing_a_score_weight_keeps_the_folders_graph_and_fingerprint(saved_m
     ``python -m gausscse.evaluation.search_weight --model DIR``, and α by ``entailment_weight``) keeps the model's
     fingerprint, so the folder's ONNX graph is still its own; a weight changed in place is another fingerprint."""
     from gausscse.evaluation import entailment_weight, search_weight
-    from gausscse.model.configuration_gausscse import model_fingerprint
+    from gausscse.model.utils_gausscse import model_fingerprint
 
     model, folder = saved_model()
     export_onnx(model, folder)
@@ -408,7 +408,7 @@ def test_the_kept_fingerprint_follows_every_change_of_the_weights(make_tiny_mode
     """The fingerprint an ONNX encode checks at every call is kept per model (hashing the weights each time cost more
     than encoding a sentence) and is recomputed after any change: in place, a replaced parameter, ``.data`` swapped,
     the config changed; each time it equals the fingerprint of a fresh copy (hashed from scratch)."""
-    from gausscse.model.configuration_gausscse import model_fingerprint
+    from gausscse.model.utils_gausscse import model_fingerprint
 
     model = make_tiny_model()
     seen = {model_fingerprint(model)}

@@ -19,8 +19,8 @@ from gausscse.cli.search import main as search_main
 from gausscse.io import write_manifest
 from gausscse.model.gaussian import stored_map
 from gausscse.search import GaussianIndex, SentenceIndex
-from gausscse.search.backends.milvus_backend import connect as milvus_client
-from gausscse.search.backends.qdrant_backend import connect as qdrant_client
+from gausscse.search.backends.milvus_backend import MilvusStore
+from gausscse.search.backends.qdrant_backend import QdrantStore
 
 from ..helpers import assert_top_k, reference_search_score
 from .test_search import (
@@ -170,19 +170,20 @@ def test_the_database_holds_the_raw_maps_under_a_raw_inner_product(engine, new_u
     place, name = uri.split("#")
     expected = {direction: stored_map(items.mu, items.logvar, direction) for direction in ("entailing", "entailed_by")}
     if engine == "qdrant":
-        points = qdrant_client(place).retrieve(name, ids=list(range(20)), with_vectors=True)
+        points = QdrantStore.connect(place).retrieve(name, ids=list(range(20)), with_vectors=True)
         vectors = {direction: [point.vector[direction] for point in points] for direction in expected}
         metric = {
-            params.distance.name for params in qdrant_client(place).get_collection(name).config.params.vectors.values()
+            params.distance.name
+            for params in QdrantStore.connect(place).get_collection(name).config.params.vectors.values()
         }
         assert metric == {"DOT"}
     else:
-        rows = milvus_client(place).query(
+        rows = MilvusStore.connect(place).query(
             name, filter="id >= 0", output_fields=["id", *(f"{d}_vector" for d in expected)]
         )
         rows = sorted(rows, key=lambda row: row["id"])
         vectors = {direction: [row[f"{direction}_vector"] for row in rows] for direction in expected}
-        assert milvus_client(place).describe_index(name, "entailing_vector")["metric_type"] == "IP"
+        assert MilvusStore.connect(place).describe_index(name, "entailing_vector")["metric_type"] == "IP"
     for direction, maps in expected.items():
         torch.testing.assert_close(torch.tensor(vectors[direction], dtype=torch.float64), maps, rtol=1e-6, atol=1e-6)
     assert float(expected["entailing"].norm(dim=1).std()) > 0.1  # the rows' norms differ: a unit copy would rank apart
@@ -202,9 +203,9 @@ def test_an_existing_collection_is_never_overwritten(engine, new_uri):
     if engine == "qdrant":  # someone's own collection, without GaussianIndex settings
         from qdrant_client import models
 
-        qdrant_client(place).create_collection(name, vectors_config=models.VectorParams(size=4, distance="Dot"))
+        QdrantStore.connect(place).create_collection(name, vectors_config=models.VectorParams(size=4, distance="Dot"))
     else:
-        milvus_client(place).create_collection(name, dimension=4)
+        MilvusStore.connect(place).create_collection(name, dimension=4)
     with pytest.raises(FileExistsError, match=rf"already holds a collection '{name}'"):
         GaussianIndex(12, "sum", engine, uri=f"{place}#{name}")
     with pytest.raises(ValueError, match=rf"{KIND[engine]} '{name}' has no GaussianIndex settings"):
@@ -219,9 +220,9 @@ def drop(engine: str, uri: str) -> None:
     """Delete the collection of ``uri`` with the engine's own client."""
     place, name = uri.split("#")
     if engine == "qdrant":
-        qdrant_client(place).delete_collection(name)
+        QdrantStore.connect(place).delete_collection(name)
     else:
-        milvus_client(place).drop_collection(name)
+        MilvusStore.connect(place).drop_collection(name)
 
 
 def ann_metadata(engine: str, uri: str, direction: str) -> dict:
@@ -250,9 +251,9 @@ def test_an_ann_collection_left_by_another_index_or_cut_short_is_built_again(eng
     if engine == "qdrant":  # the build cut short: vectors missing from the ANN collection
         from qdrant_client import models
 
-        qdrant_client(place).delete(ann, points_selector=models.FilterSelector(filter=models.Filter()))
+        QdrantStore.connect(place).delete(ann, points_selector=models.FilterSelector(filter=models.Filter()))
     else:
-        milvus_client(place).delete(ann, filter="id >= 100")
+        MilvusStore.connect(place).delete(ann, filter="id >= 100")
     assert GaussianIndex.open(backend, uri).engine.table.row_count(ann) < 200
     check_against_brute_force(GaussianIndex.open(backend, uri), queries, new, 10)
     reopened = GaussianIndex.open(backend, uri).engine.table
@@ -268,11 +269,11 @@ def test_a_collection_at_an_ann_name_is_refused_and_never_taken_for_one(engine, 
     if engine == "qdrant":  # someone's own collection where the ANN collection would go
         from qdrant_client import models
 
-        qdrant_client(place).create_collection(
+        QdrantStore.connect(place).create_collection(
             f"{name}_ann_entailing", vectors_config=models.VectorParams(size=4, distance="Dot")
         )
     else:
-        milvus_client(place).create_collection(f"{name}_ann_entailing", dimension=4)
+        MilvusStore.connect(place).create_collection(f"{name}_ann_entailing", dimension=4)
     index = GaussianIndex(16, "sum", f"{engine}-hnsw", uri=uri)
     index.add(gaussians(50, seed=34, dim=16))
     with pytest.raises(ValueError, match=rf"'{name}_ann_entailing', where this index keeps its ANN index, is another"):
@@ -399,9 +400,9 @@ def test_wrong_settings_and_a_replaced_collection_are_refused(engine, new_uri, t
     stored.pop("kl_weight")  # settings that need 2d + 2 = 26
     place, name = mismatched.split("#")
     if engine == "qdrant":
-        qdrant_client(place).update_collection(name, metadata={"gausscse": stored})
+        QdrantStore.connect(place).update_collection(name, metadata={"gausscse": stored})
     else:
-        milvus_client(place).alter_collection_properties(name, properties={"gausscse": json.dumps(stored)})
+        MilvusStore.connect(place).alter_collection_properties(name, properties={"gausscse": json.dumps(stored)})
     with pytest.raises(ValueError, match=r"settings \(d = 12, kl_weight = None\) need .*26"):
         GaussianIndex.open(engine, mismatched)
 

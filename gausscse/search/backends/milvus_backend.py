@@ -30,12 +30,6 @@ def milvus_module():
     return engine_module("pymilvus", "pymilvus milvus-lite")
 
 
-@functools.cache
-def connect(place: str):
-    """The ``MilvusClient`` of ``place`` (a Milvus Lite file or a server URL)."""
-    return milvus_module().MilvusClient(uri=place)
-
-
 class MilvusStore(CollectionStore):
     """One index's collection in a Milvus database (module docstring)."""
 
@@ -44,8 +38,13 @@ class MilvusStore(CollectionStore):
     place = "a Milvus Lite file ending in .db or a server URL, with an optional #collection"
     max_shortlist = MAX_HITS
     max_sentence_bytes = MAX_SENTENCE_BYTES
-    connect = staticmethod(connect)
     new_place = "a Milvus Lite database needs a new name ending in .db, or a Milvus Lite one"
+
+    @staticmethod
+    @functools.cache
+    def connect(place: str):
+        """The ``MilvusClient`` of ``place`` (a Milvus Lite file or a server URL)."""
+        return milvus_module().MilvusClient(uri=place)
 
     @staticmethod
     def exists(client, name: str) -> bool:

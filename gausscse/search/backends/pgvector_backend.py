@@ -45,29 +45,6 @@ def local_server(folder: str):
     return pgserver.get_server(folder, cleanup_mode="stop")
 
 
-def connect(place: str):
-    """A new autocommit connection to ``place`` (a server URL, or a local folder's pgserver) with the ``vector``
-    extension and the settings table ready; ``ValueError`` where the server has no pgvector."""
-    psycopg = engine_module("psycopg", INSTALL)
-    register_vector = engine_module("pgvector.psycopg", INSTALL).register_vector
-    conninfo = place if database.is_server(place) else local_server(place).get_uri()
-    connection = psycopg.connect(conninfo, autocommit=True)
-    if connection.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
-        try:
-            connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        except psycopg.Error as error:
-            connection.close()
-            raise ValueError(
-                f"the server has no pgvector extension 'vector' ({first_line(error)}): install pgvector "
-                "there, e.g. run the pgvector/pgvector Docker image"
-            ) from None
-    register_vector(connection)
-    registry = f"CREATE TABLE IF NOT EXISTS {REGISTRY} (name text PRIMARY KEY, settings jsonb NOT NULL)"
-    with contextlib.suppress(psycopg.errors.UniqueViolation):  # two first connections at once: one creates it
-        connection.execute(registry)
-    return connection
-
-
 def as_row(row: tuple) -> dict[str, Any]:
     """A read row ``(id, mu, logvar, sentence)`` as the stores' dict, the ``vector`` values as float32 arrays."""
     return {"id": row[0], "mu": row[1].to_numpy(), "logvar": row[2].to_numpy(), "sentence": row[3]}
@@ -82,8 +59,30 @@ class PgStore(CollectionStore):
     max_shortlist = MAX_EF_SEARCH
     lock_collection = False  # writers lock through the server's advisory lock (``writing``)
     local_shared = True  # a local folder is still a PostgreSQL server: any process on the machine writes into it
-    connect = staticmethod(connect)
     new_place = "a local PostgreSQL database needs a new or empty folder, or a PostgreSQL one"
+
+    @staticmethod
+    def connect(place: str):
+        """A new autocommit connection to ``place`` (a server URL, or a local folder's pgserver) with the ``vector``
+        extension and the settings table ready; ``ValueError`` where the server has no pgvector."""
+        psycopg = engine_module("psycopg", INSTALL)
+        register_vector = engine_module("pgvector.psycopg", INSTALL).register_vector
+        conninfo = place if database.is_server(place) else local_server(place).get_uri()
+        connection = psycopg.connect(conninfo, autocommit=True)
+        if connection.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
+            try:
+                connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            except psycopg.Error as error:
+                connection.close()
+                raise ValueError(
+                    f"the server has no pgvector extension 'vector' ({first_line(error)}): install pgvector "
+                    "there, e.g. run the pgvector/pgvector Docker image"
+                ) from None
+        register_vector(connection)
+        registry = f"CREATE TABLE IF NOT EXISTS {REGISTRY} (name text PRIMARY KEY, settings jsonb NOT NULL)"
+        with contextlib.suppress(psycopg.errors.UniqueViolation):  # two first connections at once: one creates it
+            connection.execute(registry)
+        return connection
 
     @staticmethod
     def exists(client, name: str) -> bool:

@@ -26,15 +26,6 @@ def qdrant_models():
     return engine_module("qdrant_client.models", "qdrant-client")
 
 
-@functools.cache
-def connect(place: str):
-    """The ``QdrantClient`` of ``place`` (``":memory:"``, a server URL or a local folder)."""
-    client_class = engine_module("qdrant_client", "qdrant-client").QdrantClient
-    if place == MEMORY:
-        return client_class(location=MEMORY)
-    return client_class(url=place) if database.is_server(place) else client_class(path=place)
-
-
 class QdrantStore(CollectionStore):
     """One index's collection in a Qdrant database (module docstring)."""
 
@@ -42,8 +33,16 @@ class QdrantStore(CollectionStore):
     default_suffix = ".qdrant"
     place = "a Qdrant folder, ':memory:' or server URL, with an optional #collection"
     map_fields = MAP_VECTORS
-    connect = staticmethod(connect)
     new_place = "a Qdrant database needs a new or empty folder, or a Qdrant one"
+
+    @staticmethod
+    @functools.cache
+    def connect(place: str):
+        """The ``QdrantClient`` of ``place`` (``":memory:"``, a server URL or a local folder)."""
+        client_class = engine_module("qdrant_client", "qdrant-client").QdrantClient
+        if place == MEMORY:
+            return client_class(location=MEMORY)
+        return client_class(url=place) if database.is_server(place) else client_class(path=place)
 
     @staticmethod
     def exists(client, name: str) -> bool:

@@ -36,23 +36,21 @@ def _inputs_and_counts(scores, labels, thresholds) -> tuple[np.ndarray, np.ndarr
     return scores, labels, true_positives, negative.size - np.searchsorted(negative, thresholds, side="left")
 
 
-def precision_recall_sweep(scores, labels, thresholds=THRESHOLD_GRID) -> PrecisionRecallSweep:
-    """By increasing threshold t: P(t) = TP/(TP+FP) (1 when nothing is predicted positive), R(t) = TP/#positives;
-    then the anchor (R=0, P=1) at t = inf."""
-    thresholds = np.asarray(thresholds, dtype=np.float64).reshape(-1)
-    scores, labels, true_positives, false_positives = _inputs_and_counts(scores, labels, thresholds)
-    positives = int(labels.sum())
-    if positives == 0:
-        raise ValueError("labels has no positive example: precision and recall are undefined")
-    predicted = true_positives + false_positives
-    precision = np.divide(true_positives, predicted, out=np.ones(thresholds.size), where=predicted > 0)
-    return PrecisionRecallSweep(
-        np.append(thresholds, np.inf), np.append(precision, 1.0), np.append(true_positives / positives, 0.0)
-    )
-
-
 class BinaryNLI(evaluate.Metric):
-    precision_recall_sweep = staticmethod(precision_recall_sweep)  # the points behind `auprc`, for plots
+    @staticmethod  # the points behind `auprc`, for plots
+    def precision_recall_sweep(scores, labels, thresholds=THRESHOLD_GRID) -> PrecisionRecallSweep:
+        """By increasing threshold t: P(t) = TP/(TP+FP) (1 when nothing is predicted positive), R(t) = TP/#positives;
+        then the anchor (R=0, P=1) at t = inf."""
+        thresholds = np.asarray(thresholds, dtype=np.float64).reshape(-1)
+        scores, labels, true_positives, false_positives = _inputs_and_counts(scores, labels, thresholds)
+        positives = int(labels.sum())
+        if positives == 0:
+            raise ValueError("labels has no positive example: precision and recall are undefined")
+        predicted = true_positives + false_positives
+        precision = np.divide(true_positives, predicted, out=np.ones(thresholds.size), where=predicted > 0)
+        return PrecisionRecallSweep(
+            np.append(thresholds, np.inf), np.append(precision, 1.0), np.append(true_positives / positives, 0.0)
+        )
 
     def _info(self) -> evaluate.MetricInfo:
         features = {"predictions": datasets.Value("float64"), "references": datasets.Value("int32")}
@@ -63,7 +61,7 @@ class BinaryNLI(evaluate.Metric):
         correct = true_positives + (~labels).sum() - false_positives
         best = int(np.argmax(correct))  # the first maximum: the smallest threshold
         best_accuracy, best_threshold = float(correct[best] / scores.size), float(THRESHOLD_GRID[best])
-        sweep = precision_recall_sweep(scores, labels)
+        sweep = self.precision_recall_sweep(scores, labels)
         return {
             "accuracy": best_accuracy if threshold is None else float(np.mean((scores >= threshold) == labels)),
             "threshold": best_threshold if threshold is None else float(threshold),
