@@ -8,7 +8,10 @@ the exact ``torch`` backend's (computed by the builder, which holds the Gaussian
     python -m bench.bench_client_memory --sizes 100000 1000000 --dim 64 --json results/bench_client_memory_cpu.json
 
 Each (backend, size) is built once by a builder process into a folder under ``--workdir`` (two tables: similarity
-and search score λ = 0.1), then queried by a fresh process."""
+and search score λ = 0.1), then queried by a fresh process. ``--hnsw_sweep_size N`` adds, to the ``--json`` of an
+earlier run, ``pgvector-hnsw``'s recall@10 at each ``--ef_search`` on N synthetic Gaussians against exact ``torch``:
+
+    python -m bench.bench_client_memory --hnsw_sweep_size 1000000 --json results/bench_client_memory_cpu.json"""
 
 from __future__ import annotations
 
@@ -98,6 +101,37 @@ def real_hnsw_recall(model_path: str, item_count: int, folder: Path) -> list[dic
     return rows
 
 
+def synthetic_hnsw_recall(size: int, dim: int, query_count: int, widths: list[int], folder: Path) -> list[dict]:
+    """Recall@10 of ``pgvector-hnsw`` (similarity, ``mean_kl``) at each ``ef_search`` in ``widths`` against exact
+    ``torch`` on ``size`` synthetic Gaussians, both directions; the graph is built by the first query (timed)."""
+    from bench.bench_search import recall_at_k
+
+    items, asked = synthetic(size, dim, seed=1), synthetic(query_count, dim, seed=2)
+    exact = GaussianIndex(dim, "mean_kl")
+    exact.add(items)
+    truth = {direction: getattr(exact, direction)(asked, 10)[1].numpy() for direction in DIRECTIONS}
+    del exact
+    started = time.perf_counter()
+    index = GaussianIndex(dim, "mean_kl", "pgvector-hnsw", uri=f"{folder / PLACES['pgvector']}#sweep")
+    for start in range(0, size, BATCH):
+        index.add(items[start : start + BATCH])
+    add_seconds, started = time.perf_counter() - started, time.perf_counter()
+    index.entailing(asked[:1], 10)  # builds the HNSW graphs of both directions
+    build_seconds, rows = time.perf_counter() - started, []
+    for width in widths:
+        index.ef_search = width
+        for direction in DIRECTIONS:
+            started = time.perf_counter()
+            found = getattr(index, direction)(asked, 10)[1].numpy()
+            seconds = (time.perf_counter() - started) / query_count
+            recall = recall_at_k(truth[direction], found)
+            rows.append(
+                {"ef_search": width, "direction": direction, "recall_at_10": recall, "seconds_per_query": seconds}
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    return [{"size": size, "add_seconds": add_seconds, "graph_seconds": build_seconds, **row} for row in rows]
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
@@ -109,6 +143,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--real_model", help="also pgvector-hnsw's recall@10 on this model's real Gaussians")
     parser.add_argument("--real_items", type=int, default=20_000, help="SNLI-train sentences stored (--real_model)")
     parser.add_argument("--real_only", action="store_true", help="measure only --real_model's recall, into --json")
+    parser.add_argument(
+        "--hnsw_sweep_size", type=int, help="measure only pgvector-hnsw's recall by ef_search, into --json"
+    )
+    parser.add_argument(
+        "--ef_search", type=int, nargs="+", default=[40, 128, 256, 512, 1000], help="(--hnsw_sweep_size)"
+    )
     parser.add_argument("--worker", choices=("build", "query"))
     parser.add_argument("--backend", choices=BACKENDS)
     parser.add_argument("--size", type=int)
@@ -132,6 +172,15 @@ def main(argv: list[str] | None = None) -> dict:
         payload = json.loads(args.json.read_text())
         real = real_hnsw_recall(args.real_model, args.real_items, workdir)
         payload.update(real_recall=real, real_model=args.real_model, real_items=args.real_items)
+        write_json(args.json, payload)
+        return payload
+    if args.hnsw_sweep_size:  # the sweep alone, added to the --json file of an earlier run (its rows kept)
+        workdir.mkdir(parents=True, exist_ok=True)
+        if args.json is None or not args.json.is_file():
+            parser.error("--hnsw_sweep_size needs the --json file of an earlier run")
+        payload = json.loads(args.json.read_text())
+        sweep = synthetic_hnsw_recall(args.hnsw_sweep_size, args.dim, 100, args.ef_search, workdir)
+        payload.update(hnsw_sweep=sweep, hnsw_sweep_dim=args.dim)
         write_json(args.json, payload)
         return payload
     rows = []

@@ -15,6 +15,7 @@ from bench.bench_search import METHODS as SEARCH_METHODS
 from bench.bench_search import SERVER_METHODS, paper_lines
 from gausscse.evaluation.report import markdown_table
 from gausscse.io import write_atomic
+from gausscse.model.gaussian import SEARCH_DIRECTIONS
 
 
 def _mib(value: float) -> str:
@@ -320,6 +321,20 @@ def client_memory_section(data: dict, path: str) -> tuple[str, str, list[str], l
             f" `pgvector-hnsw` at its default ef_search {recall['ef_search']}, on {data['real_items']:,} real "
             f"Gaussians of {data['real_model']} ({recall['direction']}): recall@10 {recall['recall_at_10']:.3f}."
         )
+    sweep = data.get("hnsw_sweep", [])
+    if sweep:
+        size, dim = sweep[0]["size"], data["hnsw_sweep_dim"]
+        text += (
+            f" `pgvector-hnsw` on {size:,} synthetic Gaussians (d = {dim}, 100 queries, the similarity; its graphs "
+            f"built in {sweep[0]['graph_seconds']:.0f} s), recall@10 by `hnsw.ef_search`:"
+        )
+        for direction in SEARCH_DIRECTIONS:
+            found = [row for row in sweep if row["direction"] == direction]
+            points = ", ".join(f"{row['ef_search']} → {row['recall_at_10']:.3f}" for row in found)
+            enough = [row["ef_search"] for row in found if row["recall_at_10"] >= 0.95]
+            least = f"≥ 0.95 from ef_search {min(enough)}" if enough else "below 0.95 up to pgvector's limit"
+            text += f" {direction} {points} ({least});"
+        text = text.rstrip(";") + " (`--hnsw_sweep_size`)."
     headers = ["backend", "stored", "query process peak", "vs. smallest", "ms / query", "exact top 10", "build (s)"]
     return title, text, headers, rows
 

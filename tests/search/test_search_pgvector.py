@@ -16,11 +16,13 @@ import uuid
 
 import pytest
 import torch
+from pgserver.postgres_server import pg_ctl
 
 from gausscse import GaussianEmbeddings
 from gausscse.cli.search import main as search_main
 from gausscse.model.gaussian import query_map, stored_map
 from gausscse.search import GaussianIndex
+from gausscse.search.backends.pgvector_backend import local_server
 
 from .test_search import CORPUS, check_against_brute_force, gaussians
 from .test_search import tiny_model_folder as tiny_model_folder  # the fixture, used by name
@@ -29,8 +31,14 @@ from .test_search_servers import assert_same_as, random_gaussians
 
 @pytest.fixture(scope="module")
 def server_folder(tmp_path_factory) -> str:
-    """The module's local PostgreSQL database folder (pgserver starts its server on first use)."""
-    return str(tmp_path_factory.mktemp("postgres") / "pgdata")
+    """The module's local PostgreSQL database folder (pgserver starts its server on first use), its server stopped at
+    the end: pgserver stops it when the last process that used it exits, and a writer killed here never does."""
+    folder = tmp_path_factory.mktemp("postgres") / "pgdata"
+    yield str(folder)
+    if (folder / "postmaster.pid").is_file():
+        server = local_server(str(folder))
+        pg_ctl(["-w", "stop", "-m", "fast"], pgdata=folder, user=server.system_user)
+        assert not (folder / "postmaster.pid").exists()
 
 
 @pytest.fixture
