@@ -205,3 +205,23 @@ def train_args(backbone: Path, data_dir: Path, output: Path, *extra: str) -> lis
         "7",
         *extra,
     ]
+
+
+def run_together(scripts: list[list[str]], cwd, timeout: int = 600) -> None:
+    """Run ``python -c`` with each argument list of ``scripts`` at once: each prints ``ready`` and waits for a line on
+    stdin, so none starts its work before all are up; every one must exit 0 (its stderr shown otherwise)."""
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", *arguments], cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )
+        for arguments in scripts
+    ]  # fmt: skip
+    for process in processes:
+        assert process.stdout.readline().strip() == "ready"
+    for process in processes:
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    for process in processes:
+        _, errors = process.communicate(timeout=timeout)
+        assert process.returncode == 0, errors[-3000:]

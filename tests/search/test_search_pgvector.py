@@ -24,6 +24,7 @@ from gausscse.model.gaussian import query_map, stored_map
 from gausscse.search import GaussianIndex
 from gausscse.search.backends.pgvector_backend import local_server
 
+from ..helpers import run_together
 from .test_search import CORPUS, check_against_brute_force, gaussians
 from .test_search import tiny_model_folder as tiny_model_folder  # the fixture, used by name
 from .test_search_servers import assert_same_as, random_gaussians
@@ -157,21 +158,7 @@ def test_two_writer_processes_at_once_number_their_rows_apart(new_uri, tmp_path)
     each writer's rows whole and in its order, and the top-10 of the union as the torch backend's."""
     uri = new_uri()
     GaussianIndex(8, "sum", "pgvector", uri=uri)
-    writers = [
-        subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(seed), uri], cwd=tmp_path, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        for seed in (11, 12)
-    ]  # fmt: skip
-    for writer in writers:
-        assert writer.stdout.readline().strip() == "ready"
-    for writer in writers:
-        writer.stdin.write("go\n")
-        writer.stdin.flush()
-    for writer in writers:
-        _, errors = writer.communicate(timeout=600)
-        assert writer.returncode == 0, errors[-3000:]
+    run_together([[WRITER, str(seed), uri] for seed in (11, 12)], tmp_path)
     index = GaussianIndex.open("pgvector", uri)
     assert len(index) == 20_000
     stored = index.embeddings

@@ -19,6 +19,7 @@ from gausscse import GaussianEmbeddings
 from gausscse.search import GaussianIndex
 from gausscse.search.backends.milvus_backend import MilvusStore
 
+from ..helpers import run_together
 from .test_search import check_against_brute_force, gaussians
 from .test_search_servers import ENGINES
 
@@ -58,21 +59,7 @@ def test_two_processes_take_turns_through_a_milvus_server(milvus_server, tmp_pat
     counter = tmp_path / "counter"
     counter.write_text("0")
     uri = f"{milvus_server}#turns"
-    takers = [
-        subprocess.Popen(
-            [sys.executable, "-c", TAKER, uri, str(counter), str(TURNS)], cwd=tmp_path, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        for _ in range(2)
-    ]  # fmt: skip
-    for taker in takers:
-        assert taker.stdout.readline().strip() == "ready"
-    for taker in takers:
-        taker.stdin.write("go\n")
-        taker.stdin.flush()
-    for taker in takers:
-        _, errors = taker.communicate(timeout=300)
-        assert taker.returncode == 0, errors[-3000:]
+    run_together([[TAKER, uri, str(counter), str(TURNS)]] * 2, tmp_path, timeout=300)
     assert int(counter.read_text()) == 2 * TURNS
     assert not MilvusStore(uri, {"dim": 8}).exists(MilvusStore.connect(milvus_server), "turns_writer")
 
