@@ -1,15 +1,16 @@
-"""Whatever a user shares loads everywhere: every writer × every reader, each load in a fresh process outside the
-checkout; push_to_hub checked without a network; remote code only on request.
+"""Whatever a user shares loads everywhere: every writer × every reader, outside the checkout; push_to_hub checked
+without a network; remote code only on request.
 
 Writers: the training output, its ``checkpoint-N``, a LoRA run merged and unmerged (and its adapter checkpoint),
 ``save_pretrained`` of a model loaded with ``AutoModel``, ``model.push_to_hub``, ``gausscse-train --push_to_hub`` and
-``as_sentence_transformer().save``. Readers: ``AutoModel`` and ``SentenceTransformer`` with ``trust_remote_code``, each
-in its own fresh process where the gausscse package cannot be imported (only the folder's own code runs), and the
-installed package's three entry points, ``gausscse-evaluate``, ``gausscse-search build`` and the demo's loader, run
-one after the other in one more fresh process per folder (they share one loader and no remote code; one process keeps
-the matrix inside CI's time). Every reader must give the same Gaussians, copies the Gaussians of what they copy, and
-the trained models not those of an untrained one; weights that do not fit are refused (transformers alone would start
-them at random, identically in every process: the default seed is fixed, so agreement alone would not show it).
+``as_sentence_transformer().save``. Readers: ``AutoModel`` and ``SentenceTransformer`` with ``trust_remote_code``, in
+fresh processes where the gausscse package cannot be imported (only the folders' own code runs), and the installed
+package's three entry points, ``gausscse-evaluate``, ``gausscse-search build`` and the demo's loader, one after the
+other. Each reader is one fresh process that loads every writer's folder in turn (a process per reader, not per cell,
+keeps the matrix inside CI's time; no writer ran in it). Every reader must give the same Gaussians, copies the
+Gaussians of what they copy, and the trained models not those of an untrained one; weights that do not fit are
+refused (transformers alone would start them at random, identically in every process: the default seed is fixed, so
+agreement alone would not show it).
 Pushed folders also load by Hub id, from a Hub cache laid out as a download leaves it.
 """
 
@@ -56,45 +57,66 @@ WRITERS = (
     "lora_push_to_hub",
     "sentence_transformer_save",
 )
-# What a reader prints: the μ and log σ² of SENTENCES as JSON on its last line.
+# A reader's code: ``read(folder)`` gives the μ and log σ² of SENTENCES (and what else it checked); READ_EACH runs it
+# on every folder of FOLDERS (name -> folder), each in its own working directory, and prints the results (or the
+# error) as JSON on its last line, exiting 1 if any folder failed.
 AUTOMODEL_READER = """
-import sys, json
-sys.modules["gausscse"] = None  # only the folder's own code
-from safetensors.torch import load_file, save_file
-from transformers import AutoModel, AutoTokenizer
-model = AutoModel.from_pretrained({folder!r}, trust_remote_code=True)
-embeddings = model.encode({sentences!r})
-print(json.dumps({{"mu": embeddings.mu.tolist(), "logvar": embeddings.logvar.tolist()}}))
+import sys
+sys.modules["gausscse"] = None  # only the folders' own code
+from transformers import AutoModel
+
+def read(folder):
+    embeddings = AutoModel.from_pretrained(folder, trust_remote_code=True).encode(SENTENCES)
+    return {"mu": embeddings.mu.tolist(), "logvar": embeddings.logvar.tolist()}
 """
 SENTENCE_TRANSFORMERS_READER = """
-import sys, json
-sys.modules["gausscse"] = None  # only the folder's own code
+import sys
+sys.modules["gausscse"] = None  # only the folders' own code
 from sentence_transformers import SentenceTransformer
-st = SentenceTransformer({folder!r}, trust_remote_code=True)
-features = st.encode({sentences!r}, output_value=None)
-query = st.encode_query({sentences!r})
-dim, searching = len(features[0]["mu"]), st[0].model.config.search_kl_weight is not None
-assert query.shape[1] == (3 if searching else 2) * dim + 2, query.shape  # the search score's maps, or the KL's
-print(json.dumps({{"mu": [f["mu"].tolist() for f in features], "logvar": [f["logvar"].tolist() for f in features]}}))
+
+def read(folder):
+    st = SentenceTransformer(folder, trust_remote_code=True)
+    features = st.encode(SENTENCES, output_value=None)
+    query = st.encode_query(SENTENCES)
+    dim, searching = len(features[0]["mu"]), st[0].model.config.search_kl_weight is not None
+    assert query.shape[1] == (3 if searching else 2) * dim + 2, query.shape  # the search score's maps, or the KL's
+    return {"mu": [f["mu"].tolist() for f in features], "logvar": [f["logvar"].tolist() for f in features]}
 """
 GAUSSCSE_READERS = """
-import json
-from pathlib import Path
 from gausscse.cli.evaluate import main as evaluate
 from gausscse.cli.search import main as search
 from gausscse.demo.core import direction, load_model
-evaluate(["--model", {folder!r}, "--tasks", "direction", "--max_examples", "8", "--no_plots", "--output", "evaluation"])
-Path("corpus.txt").write_text("\\n".join({sentences!r}) + "\\n")
-search(["build", "--model", {folder!r}, "--corpus", "corpus.txt", "--index", "index"])
-model = load_model({folder!r})
-direction(model, *{sentences!r})  # the demo's Direction tab
-embeddings = model.encode({sentences!r})
-print(json.dumps({{
-    "evaluation": json.loads(Path("evaluation/results.json").read_text()),
-    "indexed": len(Path("index/sentences.jsonl").read_text().splitlines()),
-    "mu": embeddings.mu.tolist(),
-    "logvar": embeddings.logvar.tolist(),
-}}))
+
+def read(folder):
+    evaluate(["--model", folder, "--tasks", "direction", "--max_examples", "8", "--no_plots", "--output", "evaluation"])
+    Path("corpus.txt").write_text("\\n".join(SENTENCES) + "\\n")
+    search(["build", "--model", folder, "--corpus", "corpus.txt", "--index", "index"])
+    model = load_model(folder)
+    direction(model, *SENTENCES)  # the demo's Direction tab
+    embeddings = model.encode(SENTENCES)
+    return {
+        "evaluation": json.loads(Path("evaluation/results.json").read_text()),
+        "indexed": len(Path("index/sentences.jsonl").read_text().splitlines()),
+        "mu": embeddings.mu.tolist(),
+        "logvar": embeddings.logvar.tolist(),
+    }
+"""
+READ_EACH = """
+import json, os, sys, traceback
+from pathlib import Path
+SENTENCES, FOLDERS = {sentences!r}, {folders!r}
+{reader}
+results, home = {{}}, Path.cwd()
+for name, folder in FOLDERS.items():
+    (home / name).mkdir(exist_ok=True)
+    os.chdir(home / name)
+    try:
+        results[name] = read(folder)
+    except Exception:
+        results[name] = {{"error": traceback.format_exc()}}
+        print(name, results[name]["error"], file=sys.stderr)
+print(json.dumps(results))
+sys.exit(any("error" in result for result in results.values()))
 """
 
 
@@ -111,14 +133,29 @@ def last_json(done: subprocess.CompletedProcess) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def read(reader: str, folder: Path, cwd: Path) -> dict:
-    """Load ``folder`` with ``reader`` (``automodel``, ``sentence_transformers`` or ``gausscse``: the three installed
-    entry points) in a fresh process in ``cwd`` (outside the checkout); what it computed."""
-    cwd.mkdir(parents=True, exist_ok=True)
+def reader_code(reader: str, folders: dict[str, str | Path]) -> str:
+    """The code of one fresh process that loads every folder of ``folders`` with ``reader`` (``automodel``,
+    ``sentence_transformers`` or ``gausscse``: the three installed entry points) in turn."""
     code = {"automodel": AUTOMODEL_READER, "sentence_transformers": SENTENCE_TRANSFORMERS_READER}.get(
         reader, GAUSSCSE_READERS
     )
-    return last_json(python(code.format(folder=str(folder), sentences=SENTENCES), cwd))
+    folders = {name: str(folder) for name, folder in folders.items()}
+    return READ_EACH.format(sentences=SENTENCES, folders=folders, reader=code)
+
+
+def read_each(reader: str, folders: dict[str, Path], cwd: Path) -> dict[str, dict | Exception]:
+    """What ``reader`` computed for each of ``folders`` in one fresh process in ``cwd`` (outside the checkout); a folder
+    it could not read maps to an ``AssertionError`` carrying the reader's traceback."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    done = python(reader_code(reader, folders), cwd)
+    try:
+        results = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        results = {name: {"error": done.stderr[-3000:]} for name in folders}
+    return {
+        name: AssertionError(f"{reader} cannot read {name}:\n{result['error']}") if "error" in result else result
+        for name, result in results.items()
+    }
 
 
 class CapturedCommit:
@@ -231,18 +268,17 @@ def shared_folders(tmp_path_factory, backbone, data_dir) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def matrix(shared_folders, tmp_path_factory) -> dict[tuple[str, str], dict | Exception]:
-    """Every (writer, reader) cell, two fresh processes at a time (the loads are independent)."""
+    """Every (writer, reader) cell: one fresh process per reader loads every writer's folder in turn (a folder's
+    first load happens in a process that never wrote or loaded it; the readers run two at a time)."""
     scratch = tmp_path_factory.mktemp("readers")
-    cells = [(writer, reader) for writer in WRITERS for reader in ("automodel", "sentence_transformers", "gausscse")]
+    readers = ("automodel", "sentence_transformers", "gausscse")
 
-    def cell(key: tuple[str, str]) -> dict | Exception:
-        try:
-            return read(key[1], shared_folders[key[0]], scratch / f"{key[0]}-{key[1]}")
-        except (AssertionError, OSError, ValueError, subprocess.SubprocessError) as error:
-            return error
+    def cells(reader: str) -> dict[str, dict | Exception]:
+        return read_each(reader, {writer: shared_folders[writer] for writer in WRITERS}, scratch / reader)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(cells, pool.map(cell, cells), strict=True))
+        by_reader = dict(zip(readers, pool.map(cells, readers), strict=True))
+    return {(writer, reader): by_reader[reader][writer] for writer in WRITERS for reader in readers}
 
 
 @pytest.mark.parametrize("writer", WRITERS)
@@ -333,17 +369,16 @@ def test_a_pushed_folder_loads_by_its_hub_id(shared_folders, matrix, tmp_path, w
     """By Hub id, transformers takes a repo with a top-level adapter_config.json for a bare peft adapter and loads only
     its backbone; the adapter folder keeps peft's files in adapter/, so both readers load the GaussCSE model."""
     hub_cache(shared_folders[writer], tmp_path / "hub", "me/pushed")
-    for reader in ("AUTOMODEL", "SENTENCE_TRANSFORMERS"):
-        code = globals()[f"{reader}_READER"].format(folder="me/pushed", sentences=SENTENCES)
+    for reader in ("automodel", "sentence_transformers"):
         done = subprocess.run(
-            [sys.executable, "-c", code],
+            [sys.executable, "-c", reader_code(reader, {"pushed": "me/pushed"})],
             cwd=tmp_path,
             env={**fresh_env(tmp_path), "HF_HUB_CACHE": str(tmp_path / "hub")},
             capture_output=True,
             text=True,
             timeout=300,
         )
-        result = last_json(done)
+        result = last_json(done)["pushed"]
         reference = matrix[(writer, "automodel")]
         torch.testing.assert_close(torch.tensor(result["mu"]), torch.tensor(reference["mu"]), rtol=1e-4, atol=1e-5)
 
@@ -397,7 +432,7 @@ def test_weights_whose_names_do_not_fit_are_refused_not_loaded_at_random(shared_
     refusal = r"weights do not fit .*missing keys: encoder\..*unexpected keys.*load it with the gausscse version that"
     with pytest.raises(ModelLoadError, match=refusal):
         load_model(folder)
-    done = python(AUTOMODEL_READER.format(folder=str(folder), sentences=SENTENCES), tmp_path)
+    done = python(reader_code("automodel", {"renamed": folder}), tmp_path)
     assert done.returncode != 0 and "weights do not fit" in done.stderr
 
 

@@ -17,6 +17,7 @@ import torch
 from gausscse import GaussianEmbeddings
 from gausscse.cli.search import main as search_main
 from gausscse.cli.search import read_corpus
+from gausscse.cli.search import run as search_run
 from gausscse.model.gaussian import similarity_matrix
 from gausscse.search import GaussianIndex, SentenceIndex
 from gausscse.search import index as index_module
@@ -710,7 +711,9 @@ def test_a_bad_gzip_corpus_is_named(tmp_path, content):
         read_corpus(path, None)
 
 
-def test_an_index_refuses_another_model_unless_asked(tiny_model_folder, make_tiny_model, minilm_tokenizer, tmp_path):
+def test_an_index_refuses_another_model_unless_asked(
+    tiny_model_folder, make_tiny_model, minilm_tokenizer, tmp_path, monkeypatch, capsys
+):
     other = tmp_path / "other"
     make_tiny_model(similarity_reduction="sum", seed=1).save_pretrained(other)
     minilm_tokenizer.save_pretrained(other)
@@ -718,24 +721,21 @@ def test_an_index_refuses_another_model_unless_asked(tiny_model_folder, make_tin
     corpus_path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
     workdir = tmp_path / "work"
     workdir.mkdir()
+    monkeypatch.chdir(workdir)
     relative_model = os.path.relpath(tiny_model_folder, workdir)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.getcwd()}
-    build = ["build", "--model", relative_model, "--corpus", str(corpus_path), "--index", "ix"]
-    done = subprocess.run(
-        [sys.executable, "-m", "gausscse.cli.search", *build], capture_output=True, text=True, env=env, cwd=workdir
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    search_main(["build", "--model", relative_model, "--corpus", str(corpus_path), "--index", "ix"])
     index = workdir / "ix"
-    query = [sys.executable, "-m", "gausscse.cli.search", "query", "--index", str(index), "--entailing", "A man."]
-    elsewhere = subprocess.run(query, capture_output=True, text=True, env=env, cwd=tmp_path)  # another folder
-    assert elsewhere.returncode == 0, elsewhere.stderr[-2000:]  # the relative --model was stored resolved
-    refused = subprocess.run([*query, "--model", str(other)], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert "was built with" in refused.stderr and "--allow_model_mismatch" in refused.stderr, refused.stderr
-    allowed = subprocess.run(
-        [*query, "--model", str(other), "--allow_model_mismatch"], capture_output=True, text=True, env=env
-    )
-    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    query = ["query", "--index", str(index), "--entailing", "A man."]
+    monkeypatch.chdir(tmp_path)  # another folder: the relative --model was stored resolved
+    search_main(query)
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "argv", ["gausscse-search", *query, "--model", str(other)])
+    with pytest.raises(SystemExit) as refused:
+        search_run()  # the console entry point
+    stderr = capsys.readouterr().err
+    assert refused.value.code == 2 and "Traceback" not in stderr
+    assert "was built with" in stderr and "--allow_model_mismatch" in stderr, stderr
+    search_main([*query, "--model", str(other), "--allow_model_mismatch"])
     from gausscse import GaussCSEModel
     from gausscse.search import ModelMismatchError, model_fingerprint
 
