@@ -121,18 +121,6 @@ def test_the_search_section_shows_the_qdrant_and_milvus_rows_their_local_modes_a
     assert "--sizes 2000 --server_sizes 2000 --real_model outputs/quickstart`." in report
 
 
-def test_heads_only_md_is_what_the_writer_makes_of_the_committed_json():
-    """HEADS_ONLY.md (the frozen-backbone study) is generated from results/study/, never edited by hand."""
-    from studies.heads_only_report import heads_only_report
-
-    study_folder = REPO_ROOT / "results" / "study"
-    study = json.loads((study_folder / "study.json").read_text())
-    report = heads_only_report(study, "study", study_folder / "finetune")
-    assert report == (REPO_ROOT / "results" / "HEADS_ONLY.md").read_text()
-    data = study["meta"]["training_data"]
-    assert f"({data['examples_used']:,} examples, {data['complete_triplets']:,} triplets)" in report
-
-
 def keep_runs(sts_dev: float, retrieval_dev: float, direction_dev: float, auprc_dev: float = 60.0) -> dict:
     """One run's results with the four dev measures the keep rule reads."""
     return {
