@@ -1,18 +1,17 @@
-"""Files: atomic output (every file and folder this project writes appears whole or not at all, through a temporary
-beside the target and ``os.replace``), whole-folder reads of one version, and the one JSON reader."""
+"""Files: atomic output (every file this project writes appears whole or not at all, through a temporary beside the
+target and ``os.replace``; a folder is built beside its target and its files moved in after their manifest), reads
+of a whole folder checked against that manifest, and the one JSON reader."""
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,9 @@ from huggingface_hub.utils.sha import sha_fileobj
 
 from gausscse.model.utils_gausscse import write_bytes_atomic
 
-RENAME_EXCHANGE = 2  # linux/fs.h
-AT_FDCWD = -100
 MANIFEST_FILE = "manifest.json"
-READ_ATTEMPTS = 20  # whole-folder reads retried when the folder is replaced while it is read
-BY_HANDLE = os.open in os.supports_dir_fd and os.listdir in os.supports_fd  # a folder read through one handle
+READ_ATTEMPTS = 20  # whole-folder reads retried while a save moves its files in
+READ_PAUSE = 0.05  # seconds between those tries
 
 
 @contextmanager
@@ -104,45 +101,17 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def exchange_paths(first: str | Path, second: str | Path) -> bool:
-    """Swap two existing paths atomically (Linux ``renameat2(..., RENAME_EXCHANGE)``); ``False`` where the system or
-    file system cannot, ``OSError`` on other failures."""
-    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-    if renameat2 is None:
-        return False
-    if renameat2(AT_FDCWD, os.fsencode(first), AT_FDCWD, os.fsencode(second), RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(first))
-
-
-def link_tree(source: Path, target: Path) -> None:
-    """Copy ``source`` (file or folder) to ``target`` as hard links (plain copies where links are refused)."""
-
-    def link_or_copy(from_path: str, to_path: str) -> None:
-        try:
-            os.link(from_path, to_path)
-        except OSError:
-            shutil.copy2(from_path, to_path)
-
-    if source.is_dir():
-        shutil.copytree(source, target, copy_function=link_or_copy, symlinks=True)
-    else:
-        link_or_copy(str(source), str(target))
-
-
-def replace_folder(new: Path, folder: Path) -> bool:
-    """Make ``new`` (a folder beside ``folder``) take ``folder``'s place in one atomic step and delete the old content;
-    ``False``, and nothing changed, where the system cannot swap atomically."""
-    if not folder.exists():
-        os.replace(new, folder)
-        return True
-    if not exchange_paths(new, folder):
-        return False
-    shutil.rmtree(new)  # after the swap this path holds the old content
-    return True
+def move_in(staging: Path, folder: Path, names: Iterable[str]) -> None:
+    """Move each entry ``names`` of ``staging`` into ``folder`` by ``os.replace``, in order (each file appears whole);
+    a folder already there under a name is moved aside and deleted first."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        target = folder / name
+        if target.is_dir() and not target.is_symlink():
+            aside = Path(tempfile.mkdtemp(dir=folder, prefix=f".{name}.old."))
+            os.replace(target, aside / name)
+            shutil.rmtree(aside)
+        os.replace(staging / name, target)
 
 
 def check_replaceable(folder: str | Path, marker: str, flag: str = "") -> None:
@@ -203,16 +172,26 @@ def resolved_target(folder: str | Path) -> Path:
 
 @contextmanager
 def atomic_folder(folder: str | Path, marker: str) -> Iterator[Path]:
-    """An empty staging folder beside ``folder``: on a clean exit [`write_manifest`] records its files and it takes
-    ``folder``'s place whole, on an exception it is deleted. ``folder`` must pass [`check_replaceable`] for
-    ``marker``; a symbolic link stays and its target is replaced."""
+    """An empty staging folder beside ``folder``: on a clean exit [`write_manifest`] records its files, which are moved
+    into ``folder``, the manifest first ([`read_folder`] serves only the files it lists, as it lists them), and
+    ``folder``'s other entries are deleted; on an exception it is deleted and ``folder`` is untouched. ``folder`` must
+    pass [`check_replaceable`] for ``marker``; a symbolic link stays and its target is written."""
     folder = resolved_target(folder)
     check_replaceable(folder, marker)
     with staging_folder(folder, f".{folder.name}.") as staging:
         yield staging
         write_manifest(staging)
-        if not replace_folder(staging, folder):
-            raise OSError(f"could not replace {folder} atomically")
+        written = sorted(path.name for path in staging.iterdir())
+        # the manifest first: from then on a reader finds every file it lists or waits (one without a manifest, an
+        # older save, never sees the new files as its own)
+        move_in(staging, folder, [MANIFEST_FILE, *(name for name in written if name != MANIFEST_FILE)])
+        for entry in folder.iterdir():
+            if entry.name in written:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
 
 def write_manifest(folder: Path) -> None:
@@ -226,56 +205,46 @@ def write_manifest(folder: Path) -> None:
 
 
 def read_folder(folder: str | Path, kind: str) -> dict[str, bytes]:
-    """``{name: bytes}`` of every file of a folder written by [`atomic_folder`], all from one version of it (read
-    through one handle; retried when a save swaps it). ``ValueError`` naming a file ``manifest.json`` lists that is
-    missing or differs (a folder without a manifest is read as it is); ``kind`` names the folder in messages."""
+    """``{name: bytes}`` of every file of a folder written by [`atomic_folder`], each as its ``manifest.json`` lists it
+    (size and SHA-256; tried again while a save moves its files in). ``ValueError`` naming a listed file that stays
+    missing or different (a save cut short: save again); a folder without a manifest is read as it is; ``kind``
+    names the folder in messages."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a saved {kind}: no such folder")
-    for _ in range(READ_ATTEMPTS):
-        handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if BY_HANDLE else None
-        try:
-            files = _read_folder_once(folder, kind, handle)
-        finally:
-            if handle is not None:
-                os.close(handle)
-        if files is not None:
+    for attempt in range(READ_ATTEMPTS):
+        files, problem = _read_folder_once(folder, kind)
+        if problem is None:
             return files
-    raise OSError(f"{folder} was replaced {READ_ATTEMPTS} times while being read; try again")
+        time.sleep(READ_PAUSE * (attempt > 0))
+    raise ValueError(f"{problem}: save the {kind} again")
 
 
-def _read_folder_once(folder: Path, kind: str, handle: int | None) -> dict[str, bytes] | None:
-    """One try of [`read_folder`] through ``handle`` (``None``: by path); ``None`` when a save swapped the folder."""
-
-    def read(name: str) -> bytes | None:
-        try:
-            with open(folder / name if handle is None else name, "rb", opener=partial(os.open, dir_fd=handle)) as file:
-                return file.read()
-        except FileNotFoundError:
-            return None
-
-    manifest = read(MANIFEST_FILE)  # none: an older folder (its files as they are), or one deleted after a swap
+def _read(path: Path) -> bytes | None:
     try:
-        entries = None if manifest is None else json.loads(manifest)["files"].items()
-        listed = None if entries is None else {name: (int(row["size"]), str(row["sha256"])) for name, row in entries}
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _read_folder_once(folder: Path, kind: str) -> tuple[dict[str, bytes], str | None]:
+    """One try of [`read_folder`]: the files, and what does not match the manifest (``None``: all of them)."""
+    manifest = _read(folder / MANIFEST_FILE)
+    if manifest is None:  # an older folder: its files as they are
+        names = [path.name for path in folder.iterdir() if path.is_file() and not path.name.startswith(".")]
+        files = {name: _read(folder / name) for name in names}
+        return {name: data for name, data in files.items() if data is not None}, None
+    try:
+        entries = json.loads(manifest)["files"].items()
+        listed = {name: (int(row["size"]), str(row["sha256"])) for name, row in entries}
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"{folder / MANIFEST_FILE} is damaged ({error!r}): save the {kind} again") from None
-    names = listed
-    if names is None:
-        names = [name for name in os.listdir(folder if handle is None else handle) if not name.startswith(".")]
-    files = {name: read(name) for name in names}
-    if (listed is None or None in files.values()) and handle is not None:  # a save may have swapped the folder
-        try:
-            if not os.path.samestat(os.fstat(handle), os.stat(folder)):
-                return None
-        except FileNotFoundError:
-            return None
-    if listed is None:
-        return {name: data for name, data in files.items() if data is not None}
+    files = {}
     for name, (size, sha256) in listed.items():
-        data = files[name]
+        data = _read(folder / name)
         if data is None:
-            raise ValueError(f"{folder / name} is missing (listed in {MANIFEST_FILE}): save the {kind} again")
-        if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:  # files are never rewritten in place
-            raise ValueError(f"{folder / name} changed after it was saved (size or SHA-256): save the {kind} again")
-    return files
+            return files, f"{folder / name} is missing (listed in {MANIFEST_FILE})"
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+            return files, f"{folder / name} changed after it was saved (size or SHA-256)"
+        files[name] = data
+    return files, None

@@ -162,7 +162,7 @@ class SentenceIndex:
     def save(self, folder: str | Path) -> None:
         """The index's files, ``sentences.jsonl`` (a JSON string per line; not for a database index, whose database
         holds them) and ``corpus.json`` (the model's path or Hub id and fingerprint), with ``manifest.json``; written
-        beside ``folder`` and swapped in whole."""
+        beside ``folder`` and moved in (``gausscse.io.atomic_folder``)."""
         with atomic_folder(folder, SETTINGS_FILE) as staging:
             self.index.write_files(staging)
             if self.sentences is not None:

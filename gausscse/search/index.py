@@ -256,7 +256,8 @@ class GaussianIndex:
 
     def save(self, folder: str | Path) -> None:
         """``gaussians.safetensors`` (μ, log σ²), ``index_config.json``, the backend's files and ``manifest.json`` (no
-        pickle), built beside ``folder`` and swapped in whole; a folder that is not a saved index is refused."""
+        pickle), built beside ``folder`` and moved in (``gausscse.io.atomic_folder``); a folder that is not a saved
+        index is refused."""
         with atomic_folder(folder, SETTINGS_FILE) as staging:
             self.write_files(staging)
 

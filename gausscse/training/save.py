@@ -1,10 +1,10 @@
 """The final model in ``--output_dir`` itself, beside the ``checkpoint-N`` folders (weights, config and code files,
-tokenizer, card, ``train_results.json``), the folder swapped whole; and its push to the Hub (model files only)."""
+tokenizer, card, ``train_results.json``), written beside it and moved in; and its push to the Hub (model files
+only)."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +16,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from gausscse import GaussCSEModel
 from gausscse.hub.model_card import FIGURE_FILE, write_model_card
-from gausscse.io import first_line, link_tree, replace_folder, resolved_target, staging_folder, write_atomic, write_json
+from gausscse.io import first_line, move_in, resolved_target, staging_folder, write_atomic, write_json
 from gausscse.loading import is_hub_id
 from gausscse.model.adapters_gausscse import has_adapter, remove_other_layout
 from gausscse.model.onnx_gausscse import remove_stale_graphs
@@ -38,13 +38,14 @@ def save_model_folder(
 ) -> Path:
     """Write the final model into ``model_dir``; its other entries (``checkpoint-N``, logs) stay.
 
-    Non-finite weights are refused first. The folder is built in a staging folder of this save's own (the model files
-    plus hard links to the other entries) and swapped in atomically: a crash leaves the whole old or the whole new
-    model (without an atomic swap, each file is renamed in). A LoRA model is merged when ``merge``, else saved as
-    adapter + heads. ``card``: the arguments of [`gausscse.hub.model_card.render_model_card`]; ``results``:
+    Non-finite weights are refused first. The model is written completely into a staging folder of this save's own
+    beside ``model_dir`` (a save that fails there leaves ``model_dir`` as it was); its files are then moved in by
+    ``os.replace`` (each appears whole), the list of the model's files (``FINAL_FILES_LIST``) last, and the earlier
+    model's files that the new one lacks are deleted. A LoRA model is merged when ``merge``, else saved as adapter +
+    heads. ``card``: the arguments of [`gausscse.hub.model_card.render_model_card`]; ``results``:
     ``train_results.json``; ``figure``: a PNG shown in the card."""
     check_finite_weights(model, "the final model")
-    model_dir = resolved_target(model_dir)  # a symbolic link stays; the folder it points to is replaced
+    model_dir = resolved_target(model_dir)  # a symbolic link stays; the folder it points to is written
     with staging_folder(model_dir, f".{model_dir.name}.saving.") as staging:  # gone on any error too
         if merge and has_adapter(model.encoder):
             merge_lora(model)
@@ -66,28 +67,19 @@ def save_model_folder(
             entailment_threshold=config.entailment_threshold,
         )
         write_json(staging / "train_results.json", dict(results))
-        # record the model's files, link in the rest of model_dir, but not the earlier model's files nor graphs
         written = sorted(path.name for path in staging.iterdir())
         (staging / FINAL_FILES_LIST).write_text(json.dumps(written), encoding="utf-8")
         manifest = model_dir / FINAL_FILES_LIST
         earlier = set(json.loads(manifest.read_text(encoding="utf-8"))) if manifest.is_file() else set()
-        if model_dir.is_dir():
-            for entry in model_dir.iterdir():
-                if entry.name not in earlier | set(written) | {FINAL_FILES_LIST}:
-                    link_tree(entry, staging / entry.name)
-        remove_other_layout(staging, adapter)
-        remove_stale_graphs(staging, model)
-        if not replace_folder(staging, model_dir):  # no atomic swap: the earlier model's files go, the new are renamed
-            for name in sorted(earlier - set(written)):
-                stale = model_dir / name
-                if stale.is_dir():
-                    shutil.rmtree(stale)
-                else:
-                    stale.unlink(missing_ok=True)
-            for name in [*written, FINAL_FILES_LIST]:  # the manifest last
-                os.replace(staging / name, model_dir / name)
-            remove_other_layout(model_dir, adapter)  # the fallback moves the model's files only: the rest stays
-            remove_stale_graphs(model_dir, model)
+        move_in(staging, model_dir, [*written, FINAL_FILES_LIST])
+        for name in sorted(earlier - set(written)):
+            stale = model_dir / name
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink(missing_ok=True)
+        remove_other_layout(model_dir, adapter)  # a model saved here without the manifest, of the other layout
+        remove_stale_graphs(model_dir, model)
     return model_dir
 
 

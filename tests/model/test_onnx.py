@@ -189,11 +189,9 @@ def test_a_save_without_any_onnx_reader_keeps_the_graphs(saved_model, make_tiny_
     assert (folder / ONNX_FILE).is_file()
 
 
-def test_the_final_training_save_removes_the_earlier_models_graph(make_tiny_model, minilm_tokenizer, tmp_path,
-                                                                  monkeypatch):  # fmt: skip
+def test_the_final_training_save_removes_the_earlier_models_graph(make_tiny_model, minilm_tokenizer, tmp_path):
     """``gausscse-train --overwrite_output_dir`` into a folder holding ``onnx/``: the final save keeps the folder's
-    other entries, but not a graph of the earlier model, with the atomic swap and with the per-file fallback."""
-    from gausscse.io import exchange_paths
+    other entries, but not a graph of the earlier model."""
     from gausscse.training.save import save_model_folder
 
     card = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {},
@@ -202,15 +200,9 @@ def test_the_final_training_save_removes_the_earlier_models_graph(make_tiny_mode
     earlier, trained = make_tiny_model(seed=0), make_tiny_model(seed=1)
     save_model_folder(earlier, minilm_tokenizer, folder, card, {})
     export_onnx(earlier, folder)
-    stale = (folder / ONNX_FILE).read_bytes()
-    for atomic in (True, False):  # the renameat2 swap, and the per-file fallback where the system has none
-        monkeypatch.setattr(
-            "gausscse.io.exchange_paths", lambda a, b, real=exchange_paths, swap=atomic: swap and real(a, b)
-        )
-        (folder / ONNX_FILE).parent.mkdir(exist_ok=True)
-        (folder / ONNX_FILE).write_bytes(stale)
-        save_model_folder(trained, minilm_tokenizer, folder, card, {})
-        assert not (folder / ONNX_FILE).exists(), f"atomic={atomic}"
+    (folder / "notes.txt").write_text("the user's own file")
+    save_model_folder(trained, minilm_tokenizer, folder, card, {})
+    assert not (folder / ONNX_FILE).exists() and (folder / "notes.txt").is_file()
 
 
 @pytest.mark.parametrize(

@@ -719,17 +719,12 @@ def test_a_full_save_over_an_adapter_folder_leaves_one_layout(backbone, tmp_path
     torch.testing.assert_close(loaded.logvar, full.encode(SENTENCES).logvar)
 
 
-@pytest.mark.parametrize("atomic", [True, False])
-def test_a_training_save_over_the_other_layout_leaves_only_its_own(atomic, backbone, minilm_tokenizer, tmp_path,
-                                                                   monkeypatch):  # fmt: skip
+def test_a_training_save_over_the_other_layout_leaves_only_its_own(backbone, minilm_tokenizer, tmp_path):
     """A run's final save keeps the folder's other entries (checkpoints, logs), but not the other layout of a model
     saved there without the run's manifest: a full model over an adapter folder loaded as the old adapter (its
-    heads.safetensors and adapter/ were kept beside the new weights), and the reverse kept stale full weights; with
-    the atomic swap and with the per-file fallback."""
-    from gausscse.io import exchange_paths
+    heads.safetensors and adapter/ were kept beside the new weights), and the reverse kept stale full weights."""
     from gausscse.training.save import save_model_folder
 
-    monkeypatch.setattr("gausscse.io.exchange_paths", lambda a, b, real=exchange_paths: atomic and real(a, b))
     card = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {},
             "data_stats": {}}  # fmt: skip
     torch.manual_seed(2)

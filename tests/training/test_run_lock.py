@@ -245,13 +245,13 @@ def test_each_final_save_stages_in_a_folder_of_its_own_and_leaves_other_runs_sta
         other.mkdir()
         (other / "gaussian.py").write_text("another run's file")
     staged = []
-    replace = save_model_folder.__globals__["replace_folder"]
+    move_in = save_model_folder.__globals__["move_in"]
 
-    def spying_replace(new, target):
-        staged.append(new)
-        return replace(new, target)
+    def spying_move_in(staging, target, names):
+        staged.append(staging)
+        return move_in(staging, target, names)
 
-    monkeypatch.setattr("gausscse.training.save.replace_folder", spying_replace)
+    monkeypatch.setattr("gausscse.training.save.move_in", spying_move_in)
     torch.manual_seed(0)
     model = GaussCSEModel.from_backbone(str(backbone), start="paper")
     for _ in range(2):

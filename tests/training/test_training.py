@@ -28,7 +28,6 @@ from gausscse.data.tokenize import tokenize_examples
 from gausscse.evaluation.encoders import load_encoder
 from gausscse.evaluation.search_weight import choose_kl_weight
 from gausscse.evaluation.tasks import NLI_DEV, load_nli, retrieval_set
-from gausscse.io import exchange_paths
 from gausscse.loading import CHECKPOINT_COMPLETE, load_model
 from gausscse.training.arguments import parse_arguments
 from gausscse.training.batch import TripletCollator, split_batch_embeddings
@@ -408,7 +407,7 @@ def test_numeric_flags_are_checked(flags, message, tmp_path):
         parse_arguments(["--output_dir", str(tmp_path), *flags])
 
 
-def test_the_final_model_swap_leaves_the_old_or_the_new_model(backbone, tmp_path, monkeypatch):
+def test_a_final_save_that_fails_leaves_the_old_model_and_a_finished_one_the_new(backbone, tmp_path, monkeypatch):
     tokenizer = AutoTokenizer.from_pretrained(backbone)
     folder = tmp_path / "out"
     (folder / "checkpoint-2").mkdir(parents=True)
@@ -423,24 +422,20 @@ def test_the_final_model_swap_leaves_the_old_or_the_new_model(backbone, tmp_path
     new = GaussCSEModel.from_backbone(str(backbone))
 
     def dies(*args):
-        raise KeyboardInterrupt("killed at the swap")
+        raise KeyboardInterrupt("killed before the files move in")
 
-    monkeypatch.setattr("gausscse.io.exchange_paths", dies)
+    monkeypatch.setattr("gausscse.training.save.move_in", dies)
     with pytest.raises(KeyboardInterrupt):
         save_model_folder(new, tokenizer, folder, card, {"run": "new"})
     assert {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()} == before  # the old, whole
     monkeypatch.undo()
-    for atomic in (True, False):  # the renameat2 swap, and the per-file fallback where the system has none
-        monkeypatch.setattr(
-            "gausscse.io.exchange_paths", lambda a, b, real=exchange_paths, swap=atomic: swap and real(a, b)
-        )
-        save_model_folder(new, tokenizer, folder, card, {"run": "new"})
-        loaded = GaussCSEModel.from_pretrained(folder)
-        for name, value in new.state_dict().items():
-            torch.testing.assert_close(loaded.state_dict()[name], value, msg=name)
-        assert json.loads((folder / "train_results.json").read_text()) == {"run": "new"}
-        assert (folder / "checkpoint-2" / "trainer_state.json").read_text() == "{}"
-        assert not list(tmp_path.glob(".out*"))  # no staging folder left behind
+    save_model_folder(new, tokenizer, folder, card, {"run": "new"})
+    loaded = GaussCSEModel.from_pretrained(folder)
+    for name, value in new.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], value, msg=name)
+    assert json.loads((folder / "train_results.json").read_text()) == {"run": "new"}
+    assert (folder / "checkpoint-2" / "trainer_state.json").read_text() == "{}"
+    assert not list(tmp_path.glob(".out*"))  # no staging folder left behind
 
 
 def test_lora_adapter_and_merged_folders_reload(backbone, data_dir, tmp_path):
