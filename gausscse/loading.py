@@ -10,7 +10,10 @@ import torch
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 from transformers import AutoTokenizer, PreTrainedConfig
+from transformers.utils import ADAPTER_CONFIG_NAME
+from transformers.utils.peft_utils import find_adapter_config_file
 
+from gausscse.io import json_value
 from gausscse.model import GaussCSEModel
 
 CHECKPOINT_PREFIX = "checkpoint-"  # Trainer's checkpoint-N folders inside an output folder
@@ -51,13 +54,35 @@ def is_hub_id(name: str) -> bool:
     return not Path(name).exists() and valid_repo_id(name)
 
 
+def adapter_base_of(name_or_path: str | Path, **hub_kwargs) -> str | None:
+    """The base model a PEFT adapter folder or Hub repo names (``base_model_name_or_path``); ``None`` for anything
+    else."""
+    found = find_adapter_config_file(str(name_or_path), **hub_kwargs)
+    if found is None:
+        return None
+    return json_value(Path(found).read_bytes(), found).get("base_model_name_or_path")
+
+
+def is_adapter(name_or_path: str | Path) -> bool:
+    """Whether ``name_or_path`` is a PEFT adapter folder or Hub repo (``False`` where it cannot be reached)."""
+    try:
+        return adapter_base_of(name_or_path) is not None
+    except (OSError, ValueError):
+        return False
+
+
+def is_same_folder(one: str | Path, other: str | Path) -> bool:
+    """Whether two names are one existing local folder."""
+    return Path(one).is_dir() and Path(other).is_dir() and Path(one).resolve() == Path(other).resolve()
+
+
 def check_model_reference(name_or_path: str | Path) -> None:
     """A clear [`ModelLoadError`] for something that is neither a model folder nor a possible Hub id."""
     path = Path(name_or_path)
     if path.exists():
         if not path.is_dir():
             raise ModelLoadError(f"{name_or_path}: a file, not a model folder (give the folder that holds config.json)")
-        if not (path / "config.json").is_file():
+        if not (path / "config.json").is_file() and not (path / ADAPTER_CONFIG_NAME).is_file():
             latest = latest_complete_checkpoint(path)  # a run that never finished
             hint = f"; it holds checkpoints: load the latest complete one, {latest}" if latest else ""
             raise ModelLoadError(f"{name_or_path}: no config.json in this folder, so no model{hint}")
@@ -83,14 +108,36 @@ def load_model(
     when nothing loads there or the model is not a GaussCSE model (saying what to do instead)."""
     check_model_reference(name_or_path)
     hub_kwargs = {key: value for key, value in (("revision", revision), ("token", token)) if value is not None}
-    try:  # the config as JSON: AutoConfig would offer to run the code of a folder whose model type it does not know
-        config, _ = PreTrainedConfig.get_config_dict(str(name_or_path), **hub_kwargs)
+    try:  # an adapter folder: its base model's config
+        adapter_config = find_adapter_config_file(str(name_or_path), **hub_kwargs)
+        base = None if adapter_config is None else adapter_base_of(name_or_path, **hub_kwargs)
     except (OSError, ValueError) as error:
+        raise ModelLoadError(f"{name_or_path}: its adapter_config.json does not load ({error})") from error
+    if adapter_config is not None and (not isinstance(base, str) or is_same_folder(base, name_or_path)):
+        raise ModelLoadError(
+            f"{name_or_path} is a LoRA adapter whose base model ({ADAPTER_CONFIG_NAME}'s base_model_name_or_path) is "
+            f"{'this folder itself' if base else 'not named'}: point it at the GaussCSE model the adapter is on"
+        )
+    if base is not None and is_adapter(base):
+        raise ModelLoadError(
+            f"{name_or_path} is a LoRA adapter on the base model {base!r}, itself an adapter: point "
+            f"{ADAPTER_CONFIG_NAME}'s base_model_name_or_path at the GaussCSE model the adapter is on"
+        )
+    try:  # the config as JSON: AutoConfig would offer to run the code of a folder whose model type it does not know
+        config, _ = PreTrainedConfig.get_config_dict(str(base or name_or_path), **({} if base else hub_kwargs))
+    except (OSError, ValueError) as error:
+        if base is not None:
+            raise ModelLoadError(
+                f"{name_or_path} is a LoRA adapter on the base model {base!r}, which cannot be loaded here ({error}). "
+                f"Point {ADAPTER_CONFIG_NAME}'s base_model_name_or_path at it, or share the model merged (train with "
+                "--merge_lora)"
+            ) from error
         raise ModelLoadError(f"{name_or_path}: no loadable model config ({error})") from error
     model_type = config.get("model_type")
     if model_type != GaussCSEModel.config_class.model_type:
+        what = f"a LoRA adapter on {base}, " if base else ""
         raise ModelLoadError(
-            f"{name_or_path} is a {model_type!r} model, not a GaussCSE model: start one from it with "
+            f"{name_or_path} is {what}a {model_type!r} model, not a GaussCSE model: start one from it with "
             "GaussCSEModel.from_backbone or gausscse-train --model_name_or_path"
         )
     try:

@@ -15,14 +15,15 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch.distributed as dist
-from transformers import AutoConfig, AutoTokenizer, set_seed
+from peft import PeftModel
+from transformers import AutoConfig, AutoTokenizer, PreTrainedConfig, set_seed
 
 from gausscse import GaussCSEModel
 from gausscse.data.sources import DataError, DataSpec, DataStats, load_file_source, load_training_examples, source_rows
 from gausscse.data.tokenize import tokenize_examples
 from gausscse.io import check_not_nested, check_output_location, json_value
-from gausscse.loading import is_complete_checkpoint, latest_complete_checkpoint, load_model
-from gausscse.model.adapters_gausscse import has_adapter, recorded_backbone
+from gausscse.loading import adapter_base_of, is_complete_checkpoint, latest_complete_checkpoint, load_model
+from gausscse.model.backbone_gausscse import local_backbone
 from gausscse.model.modeling_gausscse import resolve_max_length
 from gausscse.training.arguments import (
     MODEL_FIELDS,
@@ -33,7 +34,7 @@ from gausscse.training.arguments import (
     run_fixed_flags,
 )
 from gausscse.training.batch import TripletCollator, packs_by_default
-from gausscse.training.lora import apply_lora, make_adapters_trainable
+from gausscse.training.lora import BASE_FOLDER, apply_lora, load_for_training, lora_config, save_base
 from gausscse.training.losses import uses_contradictions
 from gausscse.training.run_lock import OutputDirLockedError, RunLock
 from gausscse.training.save import check_hub_push, push_model_folder, save_model_folder
@@ -43,10 +44,23 @@ logger = logging.getLogger(__name__)
 RUN_FIXED_FLAGS = run_fixed_flags()
 
 
-def build_model(model_args: ModelArguments) -> GaussCSEModel:
+def build_model(
+    model_args: ModelArguments, tokenizer=None, output_dir: Path | None = None
+) -> GaussCSEModel | PeftModel:
     """A GaussCSE folder (full or adapter) continues with its own config (a flag contradicting it is an error); any
-    other encoder gets fresh heads as ``--start`` and the model flags set them up. Then LoRA or a frozen backbone."""
+    other encoder gets fresh heads as ``--start`` and the model flags set them up. Then LoRA (unmerged from a new
+    model: that model saved first, with ``tokenizer``, as the adapter's base ``output_dir/base-model``) or a frozen
+    backbone."""
     name = model_args.model_name_or_path
+    overrides = {key: getattr(model_args, key) for key in MODEL_FIELDS if getattr(model_args, key) is not None}
+    if adapter_base_of(name) is not None:
+        if model_args.lora_r > 0:
+            raise ValueError(
+                f"--model_name_or_path {name} carries LoRA adapters already: they continue training; drop --lora_r"
+            )
+        model = load_for_training(name)
+        check_fixed_flags(name, model.config, overrides)
+        return model
     try:  # the code a config ships (auto_map) runs only with --trust_remote_code
         config = AutoConfig.from_pretrained(name, trust_remote_code=model_args.trust_remote_code)
     except ValueError as error:
@@ -55,26 +69,10 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
         raise ValueError(
             f"--model_name_or_path {name} needs its own Python code (auto_map), run only with --trust_remote_code"
         ) from error
-    overrides = {key: getattr(model_args, key) for key in MODEL_FIELDS if getattr(model_args, key) is not None}
     if config.model_type == "gausscse":
-        conflicts = ", ".join(
-            f"--{key} {value} (the model has {getattr(config, key)!r})"
-            for key, value in overrides.items()
-            if getattr(config, key) != value
-        )
-        if conflicts:
-            raise ValueError(f"--model_name_or_path {name} fixes {conflicts}: drop the flags or start from its encoder")
+        check_fixed_flags(name, config, overrides)
         model = load_model(name).train()
-        if has_adapter(model.encoder):
-            if model_args.lora_r > 0:
-                raise ValueError(
-                    f"--model_name_or_path {name} carries LoRA adapters already: they continue training; drop --lora_r"
-                )
-            make_adapters_trainable(model)
-        elif model_args.lora_r > 0 and not model_args.merge_lora:
-            raise ValueError(
-                f"--lora_r on the GaussCSE model {name} needs --merge_lora: an unmerged adapter names its backbone"
-            )
+        model.name_or_path = local_backbone(str(name))  # what an adapter on it records as its base
     else:
         encoder_kwargs = {"trust_remote_code": model_args.trust_remote_code}
         model = GaussCSEModel.from_backbone(name, start=model_args.start, encoder_kwargs=encoder_kwargs, **overrides)
@@ -83,14 +81,38 @@ def build_model(model_args: ModelArguments) -> GaussCSEModel:
         if model.variance_layers is not None:
             model.variance_layers.requires_grad_(False)
     if model_args.lora_r > 0:
-        if model.variance_layers is not None:
-            raise ValueError(
-                "--lora_r with --variance_layers: the trained part is the copied top layers already; drop --lora_r (or "
-                "--variance_layers 0)"
-            )
+        lora_config(model, 1, 1.0, 0.0, model_args.lora_target_modules)  # refused before anything is written
+        if config.model_type != "gausscse" and not model_args.merge_lora and output_dir is not None:
+            model.get_tokenizer(tokenizer)
+            save_base(model, output_dir / BASE_FOLDER)
         args = model_args
-        apply_lora(model, args.lora_r, args.lora_alpha, args.lora_dropout, args.lora_target_modules)
+        return apply_lora(model, args.lora_r, args.lora_alpha, args.lora_dropout, args.lora_target_modules)
     return model
+
+
+def check_fixed_flags(name: str, config, overrides: dict) -> None:
+    """``ValueError`` naming the model flags that contradict the config of the GaussCSE model ``name``."""
+    conflicts = ", ".join(
+        f"--{key} {value} (the model has {getattr(config, key)!r})"
+        for key, value in overrides.items()
+        if getattr(config, key) != value
+    )
+    if conflicts:
+        raise ValueError(f"--model_name_or_path {name} fixes {conflicts}: drop the flags or start from its encoder")
+
+
+def lora_base(model_args: ModelArguments, output_dir: str | Path) -> str | None:
+    """The base model the final folder's adapter will name (``None``: no adapter): an adapter folder's own base, the
+    GaussCSE model the run starts from, or the new model saved in ``output_dir/base-model``."""
+    name = model_args.model_name_or_path
+    base = adapter_base_of(name)
+    if base is not None or model_args.lora_r == 0 or model_args.merge_lora:
+        return base
+    try:
+        config, _ = PreTrainedConfig.get_config_dict(name)
+    except (OSError, ValueError):
+        config = {}
+    return name if config.get("model_type") == "gausscse" else str(Path(output_dir).absolute() / BASE_FOLDER)
 
 
 def build_evaluator(data_args: DataArguments, training_args: GaussCSETrainingArguments):
@@ -215,20 +237,18 @@ def main(argv: list[str] | None = None) -> Path:
     )
     push = training_args.push_to_hub
     if push:  # before anything is read or written: a push that cannot work stops the run here, not after training
-        adapter = model_args.lora_r > 0 and not model_args.merge_lora
-        check_hub_push(
-            training_args.hub_model_id, training_args.hub_token, model_args.model_name_or_path if adapter else None
-        )
+        base = lora_base(model_args, training_args.output_dir)
+        check_hub_push(training_args.hub_model_id, training_args.hub_token, base)
     training_args.push_to_hub = False  # push the final folder only, not every checkpoint
     output_dir, model_path = training_args.output_dir, Path(model_args.model_name_or_path)
     check_output_location(output_dir, "--output_dir")
     if model_path.exists():  # a local model: the final save must not overwrite it (nor an adapter's backbone)
         why = "the final model would overwrite the model the run starts from; choose an --output_dir outside it"
         check_not_nested(output_dir, "--output_dir", model_path, "--model_name_or_path", why)
-        backbone = recorded_backbone(model_path)
-        if backbone is not None and Path(backbone).exists():
-            flag = f"the backbone of --model_name_or_path {model_args.model_name_or_path},"
-            check_not_nested(output_dir, "--output_dir", backbone, flag, why)
+        base = adapter_base_of(model_path)
+        if base is not None and Path(base).exists():
+            flag = f"the base model of --model_name_or_path {model_args.model_name_or_path},"
+            check_not_nested(output_dir, "--output_dir", base, flag, why)
     with hold_output_dir(training_args):
         return train_and_save(model_args, data_args, training_args, push)
 
@@ -307,7 +327,7 @@ def build_trainer(
     evaluator = build_evaluator(data_args, training_args)  # its data read now: a bad file stops before training
     name = model_args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=model_args.trust_remote_code)
-    model = build_model(model_args)
+    model = build_model(model_args, tokenizer, Path(training_args.output_dir))
     if training_args.loss == "simcse" and model.config.frozen_mean:
         raise ValueError(
             "--loss simcse with a frozen_mean model (its μ is frozen): nothing would train; pass --frozen_mean false"

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from gausscse.loading import ModelLoadError, check_model_reference, load_model
+from gausscse.loading import ModelLoadError, adapter_base_of, check_model_reference, load_model
 from gausscse.model.backbone_gausscse import sentence_transformers_pooling
 from gausscse.model.configuration_gausscse import TOKEN_POOLINGS
 from gausscse.model.encoding_gausscse import length_sorted_batches, padded_batches, pool_tokens, resolve_max_length
@@ -213,13 +213,14 @@ def load_encoder(
     a :class:`PointEncoder`; ``name_or_path``: a local folder or Hub id."""
     try:
         check_model_reference(name_or_path)
-        config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)  # never a folder's own code
+        adapter = adapter_base_of(name_or_path) is not None  # a LoRA adapter: load_model loads and checks its base
+        config = None if adapter else AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)  # no code run
     except ModelLoadError as error:
         raise ValueError(f"--model/--baseline {error}") from None
     except (OSError, ValueError) as error:
         raise ValueError(f"--model/--baseline {name_or_path!r}: no loadable model config there ({error})") from error
     options = {"batch_size": batch_size, "max_length": max_length, "bf16": bf16}
-    if config.model_type != "gausscse":
+    if config is not None and config.model_type != "gausscse":
         return PointEncoder(name_or_path, device=device, **options)
     model = load_model(name_or_path, device=device)
     name = Path(name_or_path).name or str(name_or_path)

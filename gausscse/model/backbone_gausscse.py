@@ -156,5 +156,4 @@ class BackboneMixin:
         config_kwargs.setdefault("attn_implementation", encoder.config._attn_implementation)
         model = cls(GaussCSEConfig(encoder_config=encoder.config, **config_kwargs), encoder=encoder)
         model.name_or_path = name_or_path  # encode() finds the encoder's tokenizer here
-        model.backbone_record = backbone_record(name_or_path, encoder_kwargs)
         return model

@@ -19,12 +19,12 @@ from transformers.utils import ModelOutput
 
 from .adapters_gausscse import (
     AdapterMixin,
-    adapter_heads_file,
+    base_record,
     check_loading_info,
-    has_adapter,
-    load_adapter_folder,
+    check_not_old_layout,
+    is_adapter_model,
     remove_other_layout,
-    save_adapter_folder,
+    write_adapter_extras,
 )
 from .backbone_gausscse import BackboneMixin, build_encoder, encoder_layers_path
 from .configuration_gausscse import GaussCSEConfig
@@ -118,8 +118,6 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
         self.mean_head = nn.Linear(hidden_size, config.embedding_size)
         self.logvar_head = nn.Linear(hidden_size, config.embedding_size)
         self._tokenizer = None
-        # [`backbone_record`] of the encoder's backbone (from_backbone, adapter folders), which adapter saves record
-        self.backbone_record: dict | None = None
         self._onnx_encoders = OnnxSessions()
         self.post_init()
         self.freeze_mean_path()
@@ -132,17 +130,14 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """``PreTrainedModel.from_pretrained``, refusing weights that do not fit; adapter folders too."""
-        heads_file = adapter_heads_file(pretrained_model_name_or_path, kwargs)
+        """``PreTrainedModel.from_pretrained`` (an adapter folder: its base model, then the adapter), refusing weights
+        that do not fit and adapter folders of the earlier layout (with the command that converts them)."""
+        check_not_old_layout(pretrained_model_name_or_path, kwargs)
         wants_info = kwargs.pop("output_loading_info", False)
-        if heads_file is not None:  # the adapter and heads are checked on loading
-            model = load_adapter_folder(cls, pretrained_model_name_or_path, heads_file, **kwargs)
-            info = {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
-        else:
-            model, info = super().from_pretrained(
-                pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
-            )
-            check_loading_info(pretrained_model_name_or_path, info)
+        model, info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        check_loading_info(pretrained_model_name_or_path, info)
         if kwargs.get("subfolder") and Path(pretrained_model_name_or_path, kwargs["subfolder"]).is_dir():
             model.name_or_path = str(Path(pretrained_model_name_or_path, kwargs["subfolder"]))  # its ONNX graphs
         model.freeze_mean_path()
@@ -151,22 +146,22 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
     def save_pretrained(
         self, save_directory: str | Path, *args, is_main_process: bool = True, push_to_hub: bool = False, **kwargs
     ) -> None:
-        """``PreTrainedModel.save_pretrained`` plus the tokenizer and shipped code (unmerged LoRA: an adapter folder;
-        ``state_dict`` only for full folders); removes ONNX graphs of other weights; ``push_to_hub`` uploads the
-        finished folder (``PUSH_ARGUMENTS``; ``repo_id`` default: the folder's name)."""
+        """``PreTrainedModel.save_pretrained`` (with adapters loaded: peft's adapter folder) plus the tokenizer and
+        shipped code; removes ONNX graphs of other weights; ``push_to_hub`` uploads the finished folder
+        (``PUSH_ARGUMENTS``; ``repo_id`` default: the folder's name)."""
         if not is_main_process:
             return
         hub_arguments = {key: kwargs.pop(key) for key in PUSH_ARGUMENTS if key in kwargs}
         folder = Path(save_directory)
-        if has_adapter(self.encoder):
-            weight_files = save_adapter_folder(self, folder)
-        else:
-            remove_other_layout(folder, adapter=False)
-            super().save_pretrained(folder, *args, **kwargs)
-            weight_files = list(folder.glob("model*.safetensors"))
+        adapter = is_adapter_model(self)
+        remove_other_layout(folder, adapter)
+        super().save_pretrained(folder, *args, **kwargs)
+        if adapter:  # transformers wrote peft's files only
+            write_adapter_extras(folder, base_record(self.adapter_base()))
         self.save_tokenizer(folder)
-        for path in weight_files:  # safetensors writes 0600: the mode of the config this save wrote
-            path.chmod((folder / "config.json").stat().st_mode & 0o777)
+        written = "adapter_config.json" if adapter else "config.json"
+        for path in folder.glob("*model*.safetensors"):  # safetensors writes 0600: the mode of the config just written
+            path.chmod((folder / written).stat().st_mode & 0o777)
         copy_shipped_files(folder)
         remove_stale_graphs(folder, self)
         if push_to_hub:

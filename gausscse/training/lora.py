@@ -1,52 +1,160 @@
-"""LoRA (``peft``) on the backbone of a GaussCSE model (the μ/σ² heads train fully); it saves merged or as an
-adapter folder (``gausscse.model.adapters_gausscse``), as do its Trainer checkpoints."""
+"""LoRA (``peft``) on a whole GaussCSE model: adapters on the trained encoder's projections, the heads trained and
+saved whole (``modules_to_save``). A run saves merged, or as a standard PEFT adapter folder (``adapter_config.json`` +
+``adapter_model.safetensors``) whose base is a GaussCSE model folder or Hub id; ``AutoModel``, ``PeftModel`` and
+``SentenceTransformer`` load it. ``python -m gausscse.training.lora OLD NEW`` converts an adapter folder of the
+earlier layout (``adapter/`` + ``heads.safetensors``)."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import re
 from pathlib import Path
 
-from peft import LoraConfig, get_peft_model
+from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoTokenizer, PreTrainedConfig
 
-from gausscse import GaussCSEModel
-from gausscse.model.adapters_gausscse import ADAPTER_FOLDER, ADAPTER_WEIGHTS_FILE, HEADS_FILE
+from gausscse import GaussCSEConfig, GaussCSEModel
+from gausscse.loading import adapter_base_of
+from gausscse.model.adapters_gausscse import (
+    OLD_ADAPTER_FOLDER,
+    OLD_HEADS_FILE,
+    base_record,
+    is_adapter_model,
+    remove_other_layout,
+    write_adapter_extras,
+)
+from gausscse.model.backbone_gausscse import local_backbone
+
+BASE_FOLDER = "base-model"  # in --output_dir: the GaussCSE model an unmerged run's adapter is on, when it is new
 
 
-def _train_heads(model: GaussCSEModel) -> GaussCSEModel:
-    for head in (model.mean_head, model.logvar_head):
-        head.requires_grad_(True)
-    model.freeze_mean_path()  # a frozen_mean model's μ path stays frozen (its head too)
-    return model
+def default_target_modules(model: GaussCSEModel) -> list[str]:
+    """peft's LoRA targets for the encoder's architecture (BERT: query, value)."""
+    model_type = model.config.encoder_config.model_type
+    if model_type not in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
+        raise ValueError(f"peft has no default LoRA targets for a {model_type!r} encoder: pass --lora_target_modules")
+    return list(TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING[model_type])
+
+
+def lora_config(
+    model: GaussCSEModel, r: int, alpha: float, dropout: float, target_modules: list[str] | None = None
+) -> LoraConfig:
+    """LoRA on the modules named ``target_modules`` (default: peft's for the encoder) of the trained encoder only (a
+    frozen μ path keeps its weights); the heads that train are saved whole. ``ValueError`` for a model with
+    ``variance_layers`` (its trained part is those copied layers)."""
+    if model.variance_layers is not None:
+        raise ValueError(
+            "--lora_r with --variance_layers: the trained part is the copied top layers already; drop --lora_r (or "
+            "--variance_layers 0)"
+        )
+    names = "|".join(re.escape(name) for name in (target_modules or default_target_modules(model)))
+    heads = ["logvar_head"] if model.config.frozen_mean else ["mean_head", "logvar_head"]
+    return LoraConfig(
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=rf"encoder\..*\.({names})", modules_to_save=heads
+    )
 
 
 def apply_lora(
     model: GaussCSEModel, r: int, alpha: float, dropout: float, target_modules: list[str] | None = None
-) -> GaussCSEModel:
-    """Replace ``model.encoder`` with a ``PeftModel`` holding LoRA adapters (base weights frozen); returns ``model``."""
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules)
-    model.encoder = get_peft_model(model.encoder, config)
-    return _train_heads(model)
+) -> PeftModel:
+    """``model`` as a ``PeftModel`` with LoRA adapters ([`lora_config`]; the backbone weights frozen)."""
+    return get_peft_model(model, lora_config(model, r, alpha, dropout, target_modules))
 
 
-def merge_lora(model: GaussCSEModel) -> GaussCSEModel:
-    """Fold the adapters into the backbone weights (a plain GaussCSE model again); returns ``model``."""
-    model.encoder = model.encoder.merge_and_unload()
-    return model
+def merge_lora(model: PeftModel) -> GaussCSEModel:
+    """Fold the adapters into the weights: a plain GaussCSE model again."""
+    return model.merge_and_unload()
 
 
-def make_adapters_trainable(model: GaussCSEModel) -> GaussCSEModel:
-    """A loaded adapter folder continues training: its LoRA weights take gradients again (peft loads them frozen),
-    the backbone stays frozen; returns ``model``."""
-    for name, parameter in model.encoder.named_parameters():
-        parameter.requires_grad_("lora_" in name)
-    return _train_heads(model)
+def is_lora(model) -> bool:
+    """Whether ``model`` carries LoRA adapters (a ``PeftModel``, or a GaussCSE model loaded from an adapter folder)."""
+    return isinstance(model, PeftModel) or is_adapter_model(model)
 
 
-def load_adapter_checkpoint(model: GaussCSEModel, folder: str | Path) -> bool:
-    """Whether ``folder`` (a local ``checkpoint-N``) holds an adapter and heads rather than full weights; if so, they
-    are put into ``model`` (which carries the same adapters)."""
-    adapter, heads = Path(folder) / ADAPTER_FOLDER / ADAPTER_WEIGHTS_FILE, Path(folder) / HEADS_FILE
-    if not (heads.is_file() and adapter.is_file()):
-        return False
-    model.load_adapter_weights(adapter)
-    model.load_head_weights(heads)
-    return True
+def save_base(model: GaussCSEModel, folder: Path) -> None:
+    """Save ``model`` (before its adapters) as the base its adapter folders name; ``model.name_or_path`` becomes the
+    folder's absolute path, which peft records."""
+    model.save_pretrained(folder)
+    model.name_or_path = local_backbone(str(folder))
+
+
+def save_adapter_folder(model: PeftModel, folder: Path) -> None:
+    """peft's adapter folder of ``model`` plus what every reader needs beside it: the tokenizer, the
+    sentence-transformers files, the shipped code and the base's record (checked when it loads)."""
+    folder, base_name = Path(folder), model.peft_config["default"].base_model_name_or_path
+    try:
+        config, _ = PreTrainedConfig.get_config_dict(str(base_name))
+    except (OSError, ValueError, TypeError):
+        config = {}
+    if config.get("model_type") != GaussCSEConfig.model_type:
+        raise ValueError(
+            f"the adapter's base model, {base_name}, is not a saved GaussCSE model (readers load the base, then the "
+            "adapter): save the model with gausscse.training.lora.save_base before apply_lora, or merge the adapters"
+        )
+    if Path(base_name).is_dir() and Path(base_name).resolve() == folder.resolve():
+        raise ValueError(f"{folder} is the base model of this adapter: save the adapter to another folder")
+    remove_other_layout(folder, adapter=True)
+    model.save_pretrained(folder)
+    model.get_base_model().save_tokenizer(folder)
+    write_adapter_extras(folder, base_record(base_name))
+
+
+def load_for_training(name_or_path: str | Path) -> PeftModel:
+    """An adapter folder as a ``PeftModel`` whose adapters and heads train again (the base it names, loaded)."""
+    base = GaussCSEModel.from_pretrained(adapter_base_of(name_or_path))
+    return PeftModel.from_pretrained(base, str(name_or_path), is_trainable=True)
+
+
+def convert_adapter_folder(old: str | Path, new: str | Path) -> Path:
+    """Convert an adapter folder of the earlier layout (LoRA on the encoder in ``adapter/``, the heads in
+    ``heads.safetensors``) into a standard PEFT adapter folder ``new``, with its base in ``new/base-model``."""
+    old, new = Path(old), Path(new)
+    encoder_adapter = json.loads((old / OLD_ADAPTER_FOLDER / "adapter_config.json").read_text(encoding="utf-8"))
+    config = GaussCSEConfig.from_pretrained(old)
+    encoder = AutoModel.from_pretrained(encoder_adapter["base_model_name_or_path"])
+    model = GaussCSEModel(config, encoder=encoder)
+    heads = load_file(str(old / OLD_HEADS_FILE))
+    missing = model.load_state_dict(heads, strict=False)
+    if missing.unexpected_keys:
+        raise ValueError(f"{old / OLD_HEADS_FILE}: unexpected tensors {missing.unexpected_keys[:3]}")
+    model.get_tokenizer(AutoTokenizer.from_pretrained(old))
+    save_base(model, new / BASE_FOLDER)
+    targets = encoder_adapter["target_modules"]
+    targets = sorted(targets) if isinstance(targets, list) else None
+    peft_model = apply_lora(
+        model, encoder_adapter["r"], encoder_adapter["lora_alpha"], encoder_adapter["lora_dropout"], targets
+    )
+    weights = load_file(str(old / OLD_ADAPTER_FOLDER / "adapter_model.safetensors"))
+    renamed = {
+        re.sub(r"^base_model\.model\.", "base_model.model.encoder.", key): value for key, value in weights.items()
+    }
+    saved_whole = tuple(f"{name}." for name in peft_model.peft_config["default"].modules_to_save)
+    renamed |= {f"base_model.model.{key}": value for key, value in heads.items() if key.startswith(saved_whole)}
+    result = set_peft_model_state_dict(peft_model, renamed)
+    missing = [name for name in result.missing_keys if "lora_" in name]
+    if result.unexpected_keys or missing:
+        raise ValueError(
+            f"{old}: its adapter does not fit (unexpected: {result.unexpected_keys[:3]}, missing: {missing[:3]})"
+        )
+    save_adapter_folder(peft_model, new)
+    card = old / "README.md"
+    if card.is_file():
+        (new / "README.md").write_bytes(card.read_bytes())
+    return new
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m gausscse.training.lora", description=convert_adapter_folder.__doc__.split(".")[0]
+    )
+    parser.add_argument("old", help="the adapter folder of the earlier layout (adapter/ + heads.safetensors)")
+    parser.add_argument("new", help="the folder to write (the standard PEFT adapter, its base in new/base-model)")
+    args = parser.parse_args(argv)
+    print(convert_adapter_folder(args.old, args.new))
+
+
+if __name__ == "__main__":
+    main()

@@ -13,15 +13,16 @@ from typing import Any
 from huggingface_hub import HfApi, constants, get_token
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
+from peft import PeftModel
 
 from gausscse import GaussCSEModel
 from gausscse.hub.model_card import FIGURE_FILE, write_model_card
 from gausscse.io import first_line, move_in, resolved_target, staging_folder, write_atomic, write_json
 from gausscse.loading import is_hub_id
-from gausscse.model.adapters_gausscse import has_adapter, remove_other_layout
+from gausscse.model.adapters_gausscse import remove_other_layout
 from gausscse.model.onnx_gausscse import remove_stale_graphs
 
-from .lora import merge_lora
+from .lora import is_lora, merge_lora, save_adapter_folder
 from .trainer import check_finite_weights
 
 FINAL_FILES_LIST = ".final-model-files.json"  # the files of the final model, for the next save and the Hub upload
@@ -41,17 +42,20 @@ def save_model_folder(
     Non-finite weights are refused first. The model is written completely into a staging folder of this save's own
     beside ``model_dir`` (a save that fails there leaves ``model_dir`` as it was); its files are then moved in by
     ``os.replace`` (each appears whole), the list of the model's files (``FINAL_FILES_LIST``) last, and the earlier
-    model's files that the new one lacks are deleted. A LoRA model is merged when ``merge``, else saved as adapter +
-    heads. ``card``: the arguments of [`gausscse.hub.model_card.render_model_card`]; ``results``:
+    model's files that the new one lacks are deleted. A LoRA model (``PeftModel``) is merged when ``merge``, else saved
+    as a PEFT adapter folder. ``card``: the arguments of [`gausscse.hub.model_card.render_model_card`]; ``results``:
     ``train_results.json``; ``figure``: a PNG shown in the card."""
     check_finite_weights(model, "the final model")
     model_dir = resolved_target(model_dir)  # a symbolic link stays; the folder it points to is written
     with staging_folder(model_dir, f".{model_dir.name}.saving.") as staging:  # gone on any error too
-        if merge and has_adapter(model.encoder):
-            merge_lora(model)
-        adapter = has_adapter(model.encoder)
+        if merge and isinstance(model, PeftModel):
+            model = merge_lora(model)
+        adapter = is_lora(model)
         model.get_tokenizer(tokenizer)  # save_pretrained writes it beside the weights
-        model.save_pretrained(staging)  # an adapter folder when the LoRA adapters stay unmerged
+        if isinstance(model, PeftModel):  # the LoRA adapters stay unmerged: a PEFT adapter folder
+            save_adapter_folder(model, staging)
+        else:
+            model.save_pretrained(staging)
         if figure is not None:
             shutil.copyfile(figure, staging / FIGURE_FILE)
         config = model.config
@@ -87,9 +91,9 @@ class HubPushError(ValueError):
     """``--push_to_hub`` cannot work (no repo id, no token, the Hub offline or unreachable): one line says why."""
 
 
-def check_hub_push(repo_id: str | None, token: str | None = None, adapter_backbone: str | None = None) -> None:
+def check_hub_push(repo_id: str | None, token: str | None = None, adapter_base: str | None = None) -> None:
     """[`HubPushError`] unless the final push can work: ``repo_id`` a valid ``user/name``; an unmerged adapter's
-    ``adapter_backbone`` a Hub id; not offline; a token (``token``, ``HF_TOKEN`` or ``hf auth login``) the Hub
+    base model ``adapter_base`` a Hub id; not offline; a token (``token``, ``HF_TOKEN`` or ``hf auth login``) the Hub
     accepts, with write access to the repo's namespace."""
     if not repo_id:
         raise HubPushError("--push_to_hub needs --hub_model_id <user or org>/<name>")
@@ -97,10 +101,10 @@ def check_hub_push(repo_id: str | None, token: str | None = None, adapter_backbo
         validate_repo_id(repo_id)
     except HFValidationError as error:
         raise HubPushError(f"--hub_model_id {repo_id!r} is not a valid Hub repo id: {error}") from None
-    if adapter_backbone is not None and not is_hub_id(adapter_backbone):
+    if adapter_base is not None and not is_hub_id(adapter_base):
         raise HubPushError(
-            f"--push_to_hub: an adapter on {adapter_backbone}, a local backbone which no one else has: add "
-            "--merge_lora, or start from the backbone's Hub id"
+            f"--push_to_hub: an adapter on {adapter_base}, a local base model which no one else has: add "
+            "--merge_lora, or start from a GaussCSE model on the Hub"
         )
     if constants.HF_HUB_OFFLINE:
         raise HubPushError("--push_to_hub: the Hub is in offline mode (HF_HUB_OFFLINE=1); unset it or drop the flag")

@@ -4,6 +4,7 @@ rate, the dev evaluator's metrics, ``elapsed_seconds`` in every log entry and no
 from __future__ import annotations
 
 import copy
+import re
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -11,15 +12,16 @@ from typing import Any
 
 import torch
 from accelerate.utils import broadcast_object_list
+from peft import PeftModel
 from torch import nn
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from gausscse.io import write_json
 from gausscse.loading import CHECKPOINT_COMPLETE
+from gausscse.model.adapters_gausscse import base_record, write_adapter_extras
 
 from .batch import split_batch_embeddings
-from .lora import load_adapter_checkpoint
 from .losses import LossTermArguments, build_loss
 
 RUN_ARGUMENTS_FILE = "run_arguments.json"  # what fixed the run a checkpoint belongs to (a resume must match)
@@ -45,8 +47,31 @@ def check_finite_weights(model: nn.Module, what: str) -> None:
 
 
 def is_head_parameter(name: str) -> bool:
-    """Whether a parameter name (of the unwrapped GaussCSE model) belongs to the μ or σ² head."""
-    return name.startswith(("mean_head.", "logvar_head."))
+    """Whether a parameter name (of a GaussCSE model, or of its ``PeftModel``) belongs to the μ or σ² head."""
+    return re.search(r"(^|\.)(mean_head|logvar_head)\.", name) is not None
+
+
+class CheckpointCallback(TrainerCallback):
+    """After Trainer saved ``checkpoint-N``: refuse non-finite weights, add what an adapter checkpoint lacks for the
+    readers (the sentence-transformers files, the code and the base's record; not peft's card, which names a local
+    path), the run arguments (``RUN_ARGUMENTS_FILE``, for the resume check) and, last, the completeness marker."""
+
+    def __init__(self, trainer: GaussCSETrainer):
+        self.trainer = trainer
+
+    def on_save(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        check_finite_weights(model, f"checkpoint at step {state.global_step}")
+        if args.should_save and folder.is_dir():
+            if isinstance(model, PeftModel):
+                (folder / "README.md").unlink(missing_ok=True)
+                write_adapter_extras(folder, base_record(model.peft_config["default"].base_model_name_or_path))
+            if trainer.run_arguments is not None:
+                write_json(folder / RUN_ARGUMENTS_FILE, trainer.run_arguments)
+            write_json(folder / CHECKPOINT_COMPLETE, {"global_step": state.global_step})
+        return control
 
 
 class GaussCSETrainer(Trainer):
@@ -60,6 +85,7 @@ class GaussCSETrainer(Trainer):
         if evaluator is not None:  # Trainer insists on an eval_dataset; the evaluator holds its own data
             kwargs.setdefault("eval_dataset", [evaluator])
         super().__init__(*args, **kwargs)
+        self.add_callback(CheckpointCallback(self))
         self.evaluator = evaluator
         unwrapped = self.accelerator.unwrap_model(self.model)
         config = unwrapped.config
@@ -106,25 +132,6 @@ class GaussCSETrainer(Trainer):
         if name is not None:
             raise NonFiniteError(f"step {step}: the gradient of {name} holds NaN or inf values; {advice}")
         return loss
-
-    def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
-        """Refuse non-finite weights, save as Trainer does, then write the run arguments and the completeness marker
-        (last)."""
-        check_finite_weights(self.accelerator.unwrap_model(self.model), f"checkpoint at step {self.state.global_step}")
-        super()._save_checkpoint(model, trial)
-        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        if self.args.should_save and folder.is_dir():
-            if self.run_arguments is not None:
-                write_json(folder / RUN_ARGUMENTS_FILE, self.run_arguments)
-            write_json(folder / CHECKPOINT_COMPLETE, {"global_step": self.state.global_step})
-
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
-        if not load_adapter_checkpoint(self.accelerator.unwrap_model(model or self.model), resume_from_checkpoint):
-            super()._load_from_checkpoint(resume_from_checkpoint, model)
-
-    def _load_best_model(self) -> None:
-        if not load_adapter_checkpoint(self.accelerator.unwrap_model(self.model), self.state.best_model_checkpoint):
-            super()._load_best_model()
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         """``--optim`` (AdamW) over {heads, backbone} × {weight decay, none}; the heads at ``--head_learning_rate``

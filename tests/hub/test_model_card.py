@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from peft import PeftModel
 
 import gausscse
 from gausscse.cli.evaluate import card_eval_results
@@ -38,7 +39,7 @@ from gausscse.hub.model_card import (
     update_model_card,
 )
 from gausscse.training.arguments import parse_arguments
-from gausscse.training.lora import apply_lora
+from gausscse.training.lora import apply_lora, save_adapter_folder, save_base
 
 from ..helpers import MINILM_PATH, nli_rows, reference_search_score, reference_similarity, write_jsonl_gz
 
@@ -231,7 +232,7 @@ def test_full_and_adapter_folders_load_with_the_same_code(adapter):
     loading = python_blocks(text)[0]
     assert f'AutoModel.from_pretrained("{NAME}", trust_remote_code=True)' in loading
     assert "load_adapter_model" not in text
-    assert ("`peft`" in text and "fetches the base model" in text) == adapter
+    assert ("`peft`" in text and "fetches the GaussCSE base model" in text) == adapter
 
 
 def test_the_figure_caption_and_the_figure_name_each_direction_rule(make_tiny_model, minilm_tokenizer, tmp_path,
@@ -402,7 +403,10 @@ def run_python(code: str, cwd: Path) -> str:
 def saved_card_snippets(model, tokenizer, folder: Path, reduction: str, adapter: bool = False) -> list[str]:
     """Save ``model`` and ``tokenizer`` into ``folder``; the python blocks of its card with the model's name replaced
     by the folder."""
-    model.save_pretrained(folder)
+    if isinstance(model, PeftModel):
+        save_adapter_folder(model, folder)
+    else:
+        model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     text = card(
         reduction=reduction,
@@ -419,8 +423,10 @@ def test_every_snippet_of_the_card_runs_against_a_tiny_saved_model(reduction, ad
     """Full folders and LoRA adapter folders alike: the card's code, as written, exits 0."""
     torch.manual_seed(0)
     model = gausscse.GaussCSEModel.from_backbone(str(backbone), start="paper", similarity_reduction=reduction)
-    if adapter:
-        apply_lora(model, 4, 8.0, 0.0, None)
+    if adapter:  # a PEFT adapter folder on the model saved as its base
+        model.get_tokenizer(minilm_tokenizer)
+        save_base(model, tmp_path / "base")
+        model = apply_lora(model, 4, 8.0, 0.0, None)
     snippets = saved_card_snippets(model.eval(), minilm_tokenizer, tmp_path / "model", reduction, adapter)
     assert len(snippets) == 3 and all(str(tmp_path / "model") in block for block in snippets[:2])
     printed = run_python("\n".join(snippets), tmp_path)

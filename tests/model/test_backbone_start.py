@@ -475,13 +475,17 @@ def test_the_retrieval_term_defaults_on_for_the_frozen_mean_path_only(backbone, 
 
 
 def test_lora_on_a_frozen_mean_model_trains_adapters_and_the_variance_head_only():
-    """apply_lora puts adapters in the trained encoder; the frozen μ path (mean_encoder and mean_head) stays without
-    gradient, and μ after one optimizer step on the LoRA model equals μ before."""
+    """apply_lora puts adapters in the trained encoder only; the frozen μ path (mean_encoder and mean_head) stays
+    without gradient, and μ after one optimizer step on the LoRA model equals μ before."""
     from gausscse.training.lora import apply_lora
 
     model = apply_lora(frozen_tiny_model(), r=2, alpha=4.0, dropout=0.0, target_modules=["query", "value"])
     trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
-    assert trainable and all("lora_" in name or name.startswith("logvar_head.") for name in trainable)
+    assert trainable and all(
+        ("lora_" in name and ".mean_encoder." not in name) or ".logvar_head.modules_to_save." in name
+        for name in trainable
+    ), trainable
+    assert any(".encoder." in name and "lora_" in name for name in trainable)
     before = model.eval()(**tiny_inputs()).mu.detach().clone()
     model.train()
     output = model(**tiny_inputs())

@@ -30,6 +30,7 @@ import pytest
 import torch
 from huggingface_hub import HfApi, ModelCard
 from huggingface_hub.errors import EntryNotFoundError
+from peft import PeftModel
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoTokenizer
 
@@ -37,7 +38,7 @@ import train_gausscse
 from gausscse import GaussCSEModel
 from gausscse.evaluation.encoders import load_encoder
 from gausscse.loading import ModelLoadError, load_model
-from gausscse.training.lora import apply_lora
+from gausscse.training.lora import apply_lora, save_adapter_folder, save_base
 from gausscse.training.save import HubPushError, check_hub_push
 
 from ..helpers import fresh_env, train_args
@@ -348,11 +349,13 @@ def test_uploads_carry_the_model_files_tokenizer_and_code(shared_folders, tmp_pa
         if path.is_file()
     }
     assert {
-        "heads.safetensors",
-        "adapter/adapter_config.json",
-        "adapter/adapter_model.safetensors",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "base_model.json",
         "tokenizer.json",
-    } <= lora_files
+        "modules.json",
+    } <= (lora_files)
+    assert "config.json" not in lora_files  # a PEFT adapter repo: readers load its base model, then the adapter
 
 
 def hub_cache(folder: Path, cache: Path, repo_id: str) -> None:
@@ -396,28 +399,27 @@ def test_every_written_file_is_readable_by_everyone_as_the_umask_says(shared_fol
         assert modes == dict.fromkeys(modes, 0o666 & ~umask), writer
 
 
-def test_a_lora_adapter_folder_is_small_names_its_backbone_and_keeps_its_card(shared_folders, backbone):
+def test_a_lora_adapter_folder_is_small_names_its_base_and_keeps_its_card(shared_folders):
+    """An unmerged run saves a standard PEFT adapter folder (no config.json, no full weights) on the GaussCSE model it
+    started from, saved once in ``base-model``: recorded by its absolute path and the SHA-256 of its files."""
     folder, merged = shared_folders["lora_unmerged"], shared_folders["lora_merged"]
-    assert not (folder / "model.safetensors").exists() and (folder / "heads.safetensors").is_file()
-    weights = (folder / "heads.safetensors").stat().st_size + (
-        folder / "adapter/adapter_model.safetensors"
-    ).stat().st_size
-    assert weights < 0.1 * (merged / "model.safetensors").stat().st_size
-    adapter_config = json.loads((folder / "adapter" / "adapter_config.json").read_text())
-    assert adapter_config["base_model_name_or_path"] == str(backbone)
-    assert not (folder / "adapter_config.json").exists()  # at the top, AutoModel(hub id) would load a bare backbone
-    assert "auto_map" in json.loads((folder / "config.json").read_text())
+    assert not (folder / "model.safetensors").exists() and not (folder / "config.json").exists()
+    assert (folder / "adapter_model.safetensors").stat().st_size < 0.1 * (merged / "model.safetensors").stat().st_size
+    adapter_config = json.loads((folder / "adapter_config.json").read_text())
+    base = folder / "base-model"
+    assert adapter_config["base_model_name_or_path"] == str(base.resolve())
+    assert adapter_config["modules_to_save"] and "auto_map" in json.loads((base / "config.json").read_text())
+    record = json.loads((folder / "base_model.json").read_text())
+    assert set(record["sha256"]) == {"config.json", "model.safetensors"}
     assert "gausscse" in ModelCard.load(folder / "README.md").data.tags  # peft's card did not replace it
     assert not (folder / "checkpoint-2" / "README.md").exists()  # nor wrote one, with a local path, in checkpoints
 
 
-def test_a_lora_adapter_whose_backbone_is_gone_fails_with_what_to_do(shared_folders, tmp_path):
+def test_a_lora_adapter_whose_base_is_gone_fails_with_what_to_do(shared_folders, tmp_path):
     folder = tmp_path / "adapter"
-    shutil.copytree(shared_folders["lora_unmerged"], folder, ignore=shutil.ignore_patterns("checkpoint-*"))
-    adapter_config = json.loads((folder / "adapter" / "adapter_config.json").read_text())
-    adapter_config["base_model_name_or_path"] = str(tmp_path / "moved-backbone")
-    (folder / "adapter" / "adapter_config.json").write_text(json.dumps(adapter_config))
-    with pytest.raises(ModelLoadError, match=r"LoRA adapter on the backbone .*moved-backbone.* --merge_lora"):
+    shutil.copytree(shared_folders["lora_unmerged"], folder, ignore=shutil.ignore_patterns("checkpoint-*", "base-*"))
+    set_adapter_base(folder, tmp_path / "moved-base")
+    with pytest.raises(ModelLoadError, match=r"LoRA adapter on the base model .*moved-base.* --merge_lora"):
         load_model(folder)
 
 
@@ -439,19 +441,14 @@ def test_weights_whose_names_do_not_fit_are_refused_not_loaded_at_random(shared_
 def test_an_adapter_or_heads_that_do_not_fit_are_refused(shared_folders, tmp_path):
     folder = tmp_path / "adapter"
     shutil.copytree(shared_folders["lora_unmerged"], folder, ignore=shutil.ignore_patterns("checkpoint-*"))
-    weights = load_file(folder / "adapter" / "adapter_model.safetensors")
+    weights = load_file(folder / "adapter_model.safetensors")
     dropped = next(name for name in weights if "lora_B" in name)
-    save_file(
-        {name: value for name, value in weights.items() if name != dropped},
-        folder / "adapter" / "adapter_model.safetensors",
-    )
-    with pytest.raises(ModelLoadError, match=r"the adapter does not fit this model .*missing: \[.*lora_B"):
+    save_file({name: value for name, value in weights.items() if name != dropped}, folder / "adapter_model.safetensors")
+    with pytest.raises(ModelLoadError, match=r"its weights do not fit .*missing keys: .*lora_B"):
         load_model(folder)
-    save_file(weights, folder / "adapter" / "adapter_model.safetensors")
-    heads = load_file(folder / "heads.safetensors")
-    heads["logvar_head.bias"] = torch.zeros(3)
-    save_file(heads, folder / "heads.safetensors")
-    with pytest.raises(ModelLoadError, match=r"heads.safetensors: expected the tensors"):
+    head = next(name for name in weights if "logvar_head" in name and name.endswith("bias"))
+    save_file({**weights, head: torch.zeros(3)}, folder / "adapter_model.safetensors")
+    with pytest.raises(ModelLoadError, match=r"adapter weights do not fit the base model .*base-model \(tensors of"):
         load_model(folder)
 
 
@@ -481,7 +478,11 @@ def test_load_model_says_what_is_wrong(tmp_path, backbone, shared_folders):
             "cannot reach the Hub",
         ),
         (["--hub_model_id", "not a repo id"], {"HF_HUB_OFFLINE": "0"}, "not a valid Hub repo id"),
-        (["--hub_model_id", "me/x", "--lora_r", "4"], {"HF_HUB_OFFLINE": "0"}, "or start from the backbone's Hub id"),
+        (
+            ["--hub_model_id", "me/x", "--lora_r", "4"],
+            {"HF_HUB_OFFLINE": "0"},
+            "or start from a GaussCSE model on the Hub",
+        ),
     ],
 )
 def test_push_to_hub_that_cannot_work_stops_before_anything_is_written(
@@ -580,10 +581,7 @@ def test_a_read_only_token_cannot_push():
 
 def lora_state(folder: Path) -> dict[str, torch.Tensor]:
     """The adapter and head weights of an adapter folder."""
-    return {
-        **load_file(folder / "adapter" / "adapter_model.safetensors"),
-        **load_file(folder / "heads.safetensors"),
-    }
+    return load_file(folder / "adapter_model.safetensors")
 
 
 def test_a_lora_run_resumed_from_its_adapter_checkpoint_ends_as_the_uninterrupted_run(backbone, data_dir, tmp_path):
@@ -608,18 +606,21 @@ def test_an_adapter_folder_continues_training_its_adapter(backbone, data_dir, tm
         train_gausscse.main(train_args(first, data_dir, tmp_path / "again", *flags, "--lora_r", "4"))
     second = train_gausscse.main(train_args(first, data_dir, tmp_path / "second", *flags))
     before, after = lora_state(first), lora_state(second)
-    changed = [name for name in before if "lora_" in name and not torch.equal(before[name], after[name])]
-    assert changed and json.loads((second / "adapter" / "adapter_config.json").read_text())[
-        "base_model_name_or_path"
-    ] == str(backbone)
+    for kind in ("lora_", "logvar_head"):
+        assert any(kind in name and not torch.equal(before[name], after[name]) for name in before), kind
+    bases = [
+        json.loads((run / "adapter_config.json").read_text())["base_model_name_or_path"] for run in (first, second)
+    ]
+    assert bases == [str(first / "base-model")] * 2  # the same base: the first run's new model
 
 
-def test_lora_on_a_gausscse_folder_must_be_merged(shared_folders, data_dir, tmp_path):
-    argv = train_args(
-        shared_folders["training_output"], data_dir, tmp_path / "run", "--max_steps", "1", "--lora_r", "4"
-    )
-    with pytest.raises(ValueError, match="needs --merge_lora: an unmerged adapter names its backbone"):
-        train_gausscse.main(argv)
+def test_lora_on_a_gausscse_folder_names_that_folder_as_its_base(shared_folders, data_dir, tmp_path):
+    start = shared_folders["training_output"]
+    argv = train_args(start, data_dir, tmp_path / "run", "--max_steps", "1", "--eval_strategy", "no", "--lora_r", "4")
+    run = train_gausscse.main(argv)
+    assert json.loads((run / "adapter_config.json").read_text())["base_model_name_or_path"] == str(start.resolve())
+    assert not (run / "base-model").exists()
+    torch.testing.assert_close(load_model(run).encode(SENTENCES).mu, load_model(start).encode(SENTENCES).mu)
 
 
 def test_the_sentence_transformers_save_keeps_its_settings(shared_folders, tmp_path):
@@ -636,84 +637,94 @@ def test_the_sentence_transformers_save_keeps_its_settings(shared_folders, tmp_p
 # ------------------------------------------------------------------------ adapter folders: one backbone, one layout
 
 
-def lora_model(backbone: str | Path, seed: int = 0) -> GaussCSEModel:
-    """An eval-mode LoRA model started from ``backbone`` whose adapters change the encoder (lora_B drawn at random, as
-    after training; peft starts it at zero)."""
+def lora_model(backbone: str | Path, base: str | Path, seed: int = 0) -> PeftModel:
+    """An eval-mode LoRA model on a new GaussCSE model from ``backbone`` (saved into ``base`` first) whose adapters and
+    heads change it (drawn at random, as after training; peft starts lora_B at zero)."""
     torch.manual_seed(seed)
-    model = apply_lora(GaussCSEModel.from_backbone(str(backbone)), r=4, alpha=8.0, dropout=0.0)
+    model = GaussCSEModel.from_backbone(str(backbone))
+    model.get_tokenizer(AutoTokenizer.from_pretrained(backbone))
+    save_base(model, Path(base))
+    model = apply_lora(model, r=4, alpha=8.0, dropout=0.0)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if "lora_B" in name:
+            if "lora_B" in name or "modules_to_save" in name:
                 parameter.normal_(0, 0.5)
     return model.eval()
 
 
 def set_adapter_base(folder: Path, base: str | Path) -> None:
     """Point the adapter folder's adapter_config.json base_model_name_or_path at ``base``."""
-    config_file = folder / "adapter" / "adapter_config.json"
+    config_file = folder / "adapter_config.json"
     config = json.loads(config_file.read_text())
     config["base_model_name_or_path"] = str(base)
     config_file.write_text(json.dumps(config))
 
 
-def test_an_adapter_records_its_backbone_absolutely_and_checks_it(backbone, tmp_path, monkeypatch):
-    """A backbone given by a relative path is recorded by its absolute one, with the SHA-256 of its files: the folder
-    loads the same model from a working directory that holds another "bb"; a copy of the backbone loads as the
-    backbone; a backbone whose weights changed is refused, naming the folder, the recorded backbone and the file."""
-    shutil.copytree(backbone, tmp_path / "bb")
+def test_an_adapter_records_its_base_absolutely_and_checks_it(backbone, tmp_path, monkeypatch):
+    """A base saved by a relative path is recorded by its absolute one, with the SHA-256 of its files: the folder
+    loads the same model from a working directory that holds another "base"; a copy of the base loads as the base; a
+    base whose weights changed is refused, naming the folder, the recorded base and the file."""
     monkeypatch.chdir(tmp_path)
-    model = lora_model("bb")
-    model.save_pretrained("adapter-folder")
+    model = lora_model(backbone, "base")
+    save_adapter_folder(model, Path("adapter-folder"))
     folder, expected = tmp_path / "adapter-folder", model.encode(SENTENCES)
-    adapter_config = json.loads((folder / "adapter" / "adapter_config.json").read_text())
-    record = json.loads((folder / "adapter" / "backbone.json").read_text())
-    absolute = str((tmp_path / "bb").resolve())
+    adapter_config = json.loads((folder / "adapter_config.json").read_text())
+    record = json.loads((folder / "base_model.json").read_text())
+    absolute = str((tmp_path / "base").resolve())
     assert adapter_config["base_model_name_or_path"] == record["base_model_name_or_path"] == absolute
     assert set(record["sha256"]) == {"config.json", "model.safetensors"}
 
     elsewhere = tmp_path / "elsewhere"
-    shutil.copytree(backbone, elsewhere / "bb")  # another backbone of the same relative name, other weights
-    weights = load_file(elsewhere / "bb" / "model.safetensors")
+    shutil.copytree(tmp_path / "base", elsewhere / "base")  # another base of the same relative name, other weights
+    weights = load_file(elsewhere / "base" / "model.safetensors")
     changed = next(name for name in weights if name.endswith("query.weight"))
     weights[changed] = weights[changed] + 0.5
-    save_file(weights, elsewhere / "bb" / "model.safetensors", metadata={"format": "pt"})
+    save_file(weights, elsewhere / "base" / "model.safetensors", metadata={"format": "pt"})
     monkeypatch.chdir(elsewhere)
-    loaded = load_model(folder).encode(SENTENCES)
-    torch.testing.assert_close(loaded.mu, expected.mu)
-    torch.testing.assert_close(loaded.logvar, expected.logvar)
+    for reader in (load_model, lambda path: AutoModel.from_pretrained(path, trust_remote_code=True)):
+        loaded = reader(folder).encode(SENTENCES)
+        torch.testing.assert_close(loaded.mu, expected.mu)
+        torch.testing.assert_close(loaded.logvar, expected.logvar)
 
-    shutil.copytree(backbone, tmp_path / "copy-of-bb")
-    set_adapter_base(folder, tmp_path / "copy-of-bb")
+    shutil.copytree(tmp_path / "base", tmp_path / "copy-of-base")
+    set_adapter_base(folder, tmp_path / "copy-of-base")
     torch.testing.assert_close(load_model(folder).encode(SENTENCES).mu, expected.mu)
-    set_adapter_base(folder, elsewhere / "bb")
+    set_adapter_base(folder, elsewhere / "base")
     message = (
-        rf"^{re.escape(str(folder))}: .*its adapter was trained on the backbone {re.escape(absolute)} .*"
-        rf"backbone found, {re.escape(str(elsewhere / 'bb'))}, is not that one: its model\.safetensors differ by "
-        r"SHA-256\. Point adapter/adapter_config\.json's base_model_name_or_path at the backbone"
+        rf"{re.escape(str(folder))}: its adapter was trained on the base model {re.escape(absolute)} .*"
+        rf"the base loaded, {re.escape(str(elsewhere / 'base'))}, is not that one: its model\.safetensors differ by "
+        r"SHA-256\. Point adapter_config\.json's base_model_name_or_path at the base"
     )
     with pytest.raises(ModelLoadError, match=message) as refused:
         load_model(folder)
     assert "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match=message):
+        AutoModel.from_pretrained(folder, trust_remote_code=True)
 
 
 def test_a_full_save_over_an_adapter_folder_leaves_one_layout(backbone, tmp_path):
     """Full weights (sharded), then an adapter folder, then full weights again into one folder: each save leaves only
-    its own layout, and the folder loads the model saved last (not the earlier adapter's heads)."""
+    its own layout, and the folder loads the model saved last (not the earlier adapter)."""
     folder = tmp_path / "model"
     torch.manual_seed(1)
     full = GaussCSEModel.from_backbone(str(backbone)).eval()
-    adapter = lora_model(backbone)
+    adapter = lora_model(backbone, tmp_path / "base")
 
     def files() -> set[str]:
         return {str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()}
 
     full.save_pretrained(folder, max_shard_size="1MB")
     assert "model.safetensors.index.json" in files()
-    adapter.save_pretrained(folder)
-    assert not any(name.startswith("model") and "safetensors" in name for name in files())
+    save_adapter_folder(adapter, folder)
+    assert "config.json" not in files() and not any(name.startswith("model") and "safetensors" in name
+                                                    for name in files())  # fmt: skip
     torch.testing.assert_close(load_model(folder).encode(SENTENCES).mu, adapter.encode(SENTENCES).mu)
+    loaded_adapter = load_model(folder)
+    loaded_adapter.save_pretrained(tmp_path / "resaved")  # a loaded adapter saves as an adapter folder again
+    assert not (tmp_path / "resaved" / "config.json").exists()
+    torch.testing.assert_close(load_model(tmp_path / "resaved").encode(SENTENCES).mu, adapter.encode(SENTENCES).mu)
     full.save_pretrained(folder)
-    assert "model.safetensors" in files() and not {"heads.safetensors", "adapter"} & {*files(), *os.listdir(folder)}
+    assert "model.safetensors" in files() and not {"adapter_config.json", "adapter_model.safetensors"} & files()
     loaded = load_model(folder).encode(SENTENCES)
     torch.testing.assert_close(loaded.mu, full.encode(SENTENCES).mu)
     torch.testing.assert_close(loaded.logvar, full.encode(SENTENCES).logvar)
@@ -721,18 +732,22 @@ def test_a_full_save_over_an_adapter_folder_leaves_one_layout(backbone, tmp_path
 
 def test_a_training_save_over_the_other_layout_leaves_only_its_own(backbone, minilm_tokenizer, tmp_path):
     """A run's final save keeps the folder's other entries (checkpoints, logs), but not the other layout of a model
-    saved there without the run's manifest: a full model over an adapter folder loaded as the old adapter (its
-    heads.safetensors and adapter/ were kept beside the new weights), and the reverse kept stale full weights."""
+    saved there without the run's manifest: a full model over an adapter folder must not keep the adapter's files
+    (transformers would load the adapter on top), and an adapter folder must not keep a config.json and full weights
+    (transformers would take them for its base)."""
     from gausscse.training.save import save_model_folder
 
     card = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {},
             "data_stats": {}}  # fmt: skip
     torch.manual_seed(2)
-    full, adapter = GaussCSEModel.from_backbone(str(backbone)).eval(), lora_model(backbone)
-    for earlier, final, leftovers in ((adapter, full, {"heads.safetensors", "adapter"}),
-                                      (full, adapter, {"model.safetensors"})):  # fmt: skip
-        folder = tmp_path / f"out-{len(leftovers)}"
-        earlier.save_pretrained(folder)
+    full, adapter = GaussCSEModel.from_backbone(str(backbone)).eval(), lora_model(backbone, tmp_path / "base")
+    for earlier, final, leftovers in ((adapter, full, {"adapter_config.json", "adapter_model.safetensors"}),
+                                      (full, adapter, {"model.safetensors", "config.json"})):  # fmt: skip
+        folder = tmp_path / f"out-{len(leftovers)}-{type(final).__name__}"
+        if earlier is adapter:
+            save_adapter_folder(adapter, folder)
+        else:
+            earlier.save_pretrained(folder)
         (folder / "notes.txt").write_text("the user's own file")
         save_model_folder(final, minilm_tokenizer, folder, card, {})
         assert not leftovers & set(os.listdir(folder)) and (folder / "notes.txt").is_file()
@@ -740,45 +755,80 @@ def test_a_training_save_over_the_other_layout_leaves_only_its_own(backbone, min
         torch.testing.assert_close(loaded.mu, final.encode(SENTENCES).mu)
 
 
-def test_an_adapter_folder_whose_backbone_is_itself_is_refused(backbone, tmp_path):
-    """An adapter saved into its own backbone folder is refused before the backbone changes; an adapter folder that
-    names itself (what such a save left) or another adapter folder as its backbone is a ValueError, not an endless
-    recursion of loads."""
-    own = tmp_path / "bb"
-    shutil.copytree(backbone, own)
+def test_an_adapter_folder_whose_base_is_itself_is_refused(backbone, tmp_path):
+    """An adapter saved into its own base folder is refused before the base changes; an adapter folder that names
+    itself or another adapter folder as its base is a clear error, not an endless recursion of loads."""
+    own = tmp_path / "base"
+    model = lora_model(backbone, own)
     before = {path.name: path.read_bytes() for path in own.iterdir()}
-    with pytest.raises(ValueError, match=r"bb is the backbone of this model's adapter: .*save it to another folder"):
-        lora_model(own).save_pretrained(own)
+    with pytest.raises(ValueError, match=r"base is the base model of this adapter: save the adapter to another folder"):
+        save_adapter_folder(model, own)
     assert {path.name: path.read_bytes() for path in own.iterdir()} == before
 
     first, second = tmp_path / "first", tmp_path / "second"
-    lora_model(backbone).save_pretrained(first)
+    save_adapter_folder(model, first)
     shutil.copytree(first, second)
     set_adapter_base(first, first)
-    with pytest.raises(ValueError, match=r"first: the backbone its adapter names .* is this folder itself, not an enc"):
-        GaussCSEModel.from_pretrained(first)
-    with pytest.raises(ModelLoadError, match="is this folder itself"):
+    with pytest.raises(ModelLoadError, match=r"whose base model .* is this folder itself"):
         load_model(first)
     set_adapter_base(first, second)
     set_adapter_base(second, first)
-    with pytest.raises(ModelLoadError, match=rf"first: .* is the GaussCSE model {re.escape(str(second))}, not an enc"):
+    with pytest.raises(
+        ModelLoadError, match=rf"first is a LoRA adapter on the base model '{re.escape(str(second))}', itself"
+    ):
         load_model(first)
 
 
-def test_an_adapter_folder_without_its_adapter_names_the_missing_file(backbone, tmp_path):
-    """An adapter folder copied without adapter/ (or part of it): the error names the file the local folder lacks,
-    not a Hub URL made of its path."""
-    lora_model(backbone).save_pretrained(tmp_path / "adapter-folder")
-    folder = tmp_path / "copied"
-    shutil.copytree(tmp_path / "adapter-folder", folder, ignore=shutil.ignore_patterns("adapter"))
-    for missing in ("adapter_config.json", "adapter_model.safetensors"):
-        refusal = rf"copied is an adapter folder .* lacks adapter/{missing}: copy the whole folder, adapter/ included"
+def test_an_adapter_folder_without_its_adapter_names_what_is_missing(backbone, tmp_path):
+    """An adapter folder copied without its weights or its config: the error names the folder and what it lacks, not
+    a Hub URL made of its path."""
+    save_adapter_folder(lora_model(backbone, tmp_path / "base"), tmp_path / "adapter-folder")
+    for missing, refusal in (
+        ("adapter_model.safetensors", r"copied.*adapter_model\.safetensors"),
+        ("adapter_config.json", r"copied: no config\.json in this folder, so no model"),
+    ):
+        folder = tmp_path / "copied"
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(tmp_path / "adapter-folder", folder, ignore=shutil.ignore_patterns(missing))
         with pytest.raises(ModelLoadError, match=refusal) as error:
             load_model(folder)
         assert "huggingface.co" not in str(error.value) and "hf.co" not in str(error.value)
-        (folder / "adapter").mkdir(exist_ok=True)
-        shutil.copyfile(tmp_path / "adapter-folder" / "adapter" / missing, folder / "adapter" / missing)
-    load_model(folder)
+
+
+def test_an_adapter_folder_of_the_earlier_layout_is_refused_with_the_command_that_converts_it(backbone, tmp_path):
+    """The earlier layout (LoRA on the encoder in adapter/, the heads in heads.safetensors, config.json at the top):
+    every reader refuses it naming the command; the command writes a standard adapter folder with the same
+    Gaussians."""
+    from peft import LoraConfig
+    from peft import get_peft_model as peft_model_of
+    from transformers.dynamic_module_utils import custom_object_save
+
+    torch.manual_seed(3)
+    model = GaussCSEModel.from_backbone(str(backbone)).eval()
+    model.get_tokenizer(AutoTokenizer.from_pretrained(backbone))
+    old = tmp_path / "old"
+    model.encoder = peft_model_of(model.encoder, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.5)
+    expected = model.encode(SENTENCES)
+    model.encoder.save_pretrained(old / "adapter")  # what the earlier save wrote
+    heads = {k: v for k, v in model.state_dict().items() if k.startswith(("mean_head.", "logvar_head."))}
+    save_file(heads, old / "heads.safetensors", metadata={"format": "pt"})
+    custom_object_save(model, old, config=model.config)
+    model.config.save_pretrained(old)
+    model.save_tokenizer(old)
+    with pytest.raises(ModelLoadError, match=r"earlier layout .*python -m gausscse.training.lora .*old NEW_FOLDER"):
+        load_model(old)
+    done = subprocess.run(
+        [sys.executable, "-m", "gausscse.training.lora", str(old), str(tmp_path / "new")],
+        capture_output=True, text=True, env=fresh_env(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    converted = load_model(tmp_path / "new").encode(SENTENCES)
+    torch.testing.assert_close(converted.mu, expected.mu, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(converted.logvar, expected.logvar, rtol=1e-5, atol=1e-6)
 
 
 def test_loading_never_runs_a_folders_code(backbone, tmp_path, monkeypatch):
@@ -805,9 +855,9 @@ def test_loading_never_runs_a_folders_code(backbone, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"with-code contains custom code"):
         GaussCSEModel.from_backbone(str(folder))
     adapter = tmp_path / "adapter-folder"
-    lora_model(backbone).save_pretrained(adapter)
+    save_adapter_folder(lora_model(backbone, tmp_path / "base"), adapter)
     set_adapter_base(adapter, folder)
-    with pytest.raises(ModelLoadError, match=r"LoRA adapter on the backbone .*with-code.* cannot be loaded here"):
+    with pytest.raises(ModelLoadError, match=r"LoRA adapter on .*with-code, a 'marked-bert' model, not a GaussCSE"):
         load_model(adapter)
 
     full = tmp_path / "gausscse-tokenizer-with-code"

@@ -31,7 +31,7 @@ from gausscse.evaluation.tasks import NLI_DEV, load_nli, retrieval_set
 from gausscse.loading import CHECKPOINT_COMPLETE, load_model
 from gausscse.training.arguments import parse_arguments
 from gausscse.training.batch import TripletCollator, split_batch_embeddings
-from gausscse.training.lora import apply_lora, merge_lora
+from gausscse.training.lora import apply_lora, merge_lora, save_adapter_folder, save_base
 from gausscse.training.losses import GaussCSELoss
 from gausscse.training.save import save_model_folder
 from gausscse.training.trainer import GaussCSETrainer, NonFiniteError, first_non_finite, is_head_parameter
@@ -99,6 +99,15 @@ def test_heads_get_their_own_learning_rate(backbone, data_dir, tmp_path):
         by_lr.setdefault(group["lr"], set()).update(id(p) for p in group["params"])
     heads = {id(p) for name, p in model.named_parameters() if is_head_parameter(name)}
     assert by_lr[1e-2] == heads and len(by_lr[1e-3]) == len(list(model.parameters())) - len(heads)
+
+    lora = apply_lora(GaussCSEModel.from_backbone(str(backbone), start="paper"), r=4, alpha=8.0, dropout=0.0)
+    optimizer = GaussCSETrainer(model=lora, args=training_args, train_dataset=[{}]).create_optimizer()
+    by_lr = {}
+    for group in optimizer.param_groups:
+        by_lr.setdefault(group["lr"], set()).update(id(p) for p in group["params"])
+    trained = {name: id(p) for name, p in lora.named_parameters() if p.requires_grad}
+    assert by_lr[1e-2] == {id_ for name, id_ in trained.items() if ".modules_to_save." in name} != set()  # peft's names
+    assert by_lr[1e-3] == {id_ for name, id_ in trained.items() if "lora_" in name} != set()
 
 
 @torch.no_grad()
@@ -438,35 +447,40 @@ def test_a_final_save_that_fails_leaves_the_old_model_and_a_finished_one_the_new
     assert not list(tmp_path.glob(".out*"))  # no staging folder left behind
 
 
-def test_lora_adapter_and_merged_folders_reload(backbone, data_dir, tmp_path):
+def test_lora_adapter_and_merged_folders_reload(backbone, tmp_path):
+    """LoRA on the whole model: adapters in the encoder, the heads trained whole (peft's modules_to_save); saved as a
+    standard PEFT adapter folder on a saved GaussCSE base, or merged into plain weights."""
     torch.manual_seed(0)
-    model = apply_lora(GaussCSEModel.from_backbone(str(backbone)), r=4, alpha=8, dropout=0.0, target_modules=None)
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
+    base = GaussCSEModel.from_backbone(str(backbone))
+    base.get_tokenizer(tokenizer)
+    save_base(base, tmp_path / "base")
+    model = apply_lora(base, r=4, alpha=8, dropout=0.0, target_modules=None)
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
-    assert any("lora_" in name for name in trainable) and {"mean_head.weight", "logvar_head.bias"} <= trainable
-    assert not any(name.endswith("query.base_layer.weight") for name in trainable)
+    assert any("lora_" in name for name in trainable) and all("lora_" in name or is_head_parameter(name)
+                                                              for name in trainable)  # fmt: skip
+    assert {"base_model.model.mean_head.modules_to_save.default.weight",
+            "base_model.model.logvar_head.modules_to_save.default.bias"} <= trainable  # fmt: skip
     with torch.no_grad():  # adapters as after training (B starts at zero)
         for name, parameter in model.named_parameters():
             if "lora_B" in name:
                 parameter.normal_(0, 0.5)
-    tokenizer = AutoTokenizer.from_pretrained(backbone)
     sentences = ["a dog sleeps on the sofa", "two children run"]
     model.eval()
-    expected = model.encode(sentences, tokenizer=tokenizer).mu
+    expected = model.encode(sentences)
 
-    model.save_pretrained(tmp_path / "adapter")  # not merged: an adapter folder, no encoder.base_model.* names
-    assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors", "heads.safetensors"} <= {
-        str(path.relative_to(tmp_path / "adapter")) for path in (tmp_path / "adapter").rglob("*")
-    }
-    reloaded = load_model(tmp_path / "adapter")
-    torch.testing.assert_close(reloaded.encode(sentences, tokenizer=tokenizer).mu, expected, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(
-        reloaded.encode(sentences, tokenizer=tokenizer).logvar, model.encode(sentences, tokenizer=tokenizer).logvar
-    )
+    save_adapter_folder(model, tmp_path / "adapter")  # not merged: peft's adapter folder, no config.json
+    files = {path.name for path in (tmp_path / "adapter").iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "modules.json"} <= files
+    assert not {"config.json", "model.safetensors"} & files
+    reloaded = load_model(tmp_path / "adapter").encode(sentences)
+    torch.testing.assert_close(reloaded.mu, expected.mu, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(reloaded.logvar, expected.logvar, rtol=1e-5, atol=1e-6)
 
     merge_lora(model).save_pretrained(tmp_path / "merged")
     merged = GaussCSEModel.from_pretrained(tmp_path / "merged").eval()
-    assert not any("lora" in name for name in merged.state_dict())
-    torch.testing.assert_close(merged.encode(sentences, tokenizer=tokenizer).mu, expected, rtol=1e-5, atol=1e-6)
+    assert not any("lora" in name or "modules_to_save" in name for name in merged.state_dict())
+    torch.testing.assert_close(merged.encode(sentences, tokenizer=tokenizer).mu, expected.mu, rtol=1e-5, atol=1e-6)
 
 
 def test_lora_training_run_merges_into_a_plain_folder(backbone, data_dir, tmp_path):
@@ -482,8 +496,8 @@ def test_lora_training_run_merges_into_a_plain_folder(backbone, data_dir, tmp_pa
 def test_an_unmerged_lora_run_loads_as_its_card_says_and_evaluates(backbone, data_dir, tmp_path):
     extra = ("--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no", "--lora_r", "4")
     model_dir = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "adapter", *extra))
-    config = json.loads((model_dir / "config.json").read_text())
-    assert "auto_map" in config and not (model_dir / "model.safetensors").exists()  # an adapter folder
+    assert (model_dir / "adapter_config.json").is_file() and not (model_dir / "config.json").exists()  # an adapter
+    assert "auto_map" in json.loads((model_dir / "base-model" / "config.json").read_text())  # on its saved base
     card = (model_dir / "README.md").read_text()
     snippet = card.split("```python\n", 1)[1].split("```", 1)[0]
     snippet = snippet.replace(f'"{model_dir.name}"', repr(str(model_dir)))  # the card names the Hub repo
@@ -531,22 +545,22 @@ def test_training_refuses_an_output_dir_that_is_its_backbone(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["link-to-bb2", "models"]  # no lock or folder left
 
 
-def test_training_refuses_an_output_dir_that_is_the_backbone_of_its_adapter_folder(backbone, data_dir, tmp_path,
-                                                                                    monkeypatch):  # fmt: skip
-    """Continuing an adapter folder into its backbone's folder replaced the backbone's config.json and left both
-    folders unloadable: the backbone an adapter folder names is refused as --output_dir (and what holds it) too."""
+def test_training_refuses_an_output_dir_that_is_the_base_of_its_adapter_folder(backbone, data_dir, tmp_path,
+                                                                                monkeypatch):  # fmt: skip
+    """Continuing an adapter folder into its base model's folder would replace the base's weights and leave both
+    folders unloadable: the base an adapter folder names is refused as --output_dir (and what holds it) too."""
 
     def no_training(*args, **kwargs):
-        raise AssertionError("the run started before --output_dir was checked against the adapter's backbone")
+        raise AssertionError("the run started before --output_dir was checked against the adapter's base")
 
     monkeypatch.setattr(train_gausscse, "load_training_examples", no_training)
-    shutil.copytree(backbone, tmp_path / "models" / "bb")
-    model = GaussCSEModel.from_backbone(str(tmp_path / "models" / "bb"))
-    apply_lora(model, 4, 8.0, 0.0, None)
-    model.save_pretrained(tmp_path / "ad")
+    model = GaussCSEModel.from_backbone(str(backbone))
+    model.get_tokenizer(AutoTokenizer.from_pretrained(backbone))
+    save_base(model, tmp_path / "models" / "bb")
+    save_adapter_folder(apply_lora(model, 4, 8.0, 0.0, None), tmp_path / "ad")
     before = {path.name: path.read_bytes() for path in (tmp_path / "models" / "bb").iterdir() if path.is_file()}
     for output in (tmp_path / "models" / "bb", tmp_path / "models"):
-        with pytest.raises(ValueError, match=r"the folder of the backbone of --model_name_or_path .*ad, .*bb: the fin"):
+        with pytest.raises(ValueError, match=r"the folder of the base model of --model_name_or_path .*ad, .*bb: the f"):
             train_gausscse.main(
                 train_args(tmp_path / "ad", data_dir, output, "--max_steps", "1", "--overwrite_output_dir")
             )

@@ -8,6 +8,7 @@ from itertools import count
 from pathlib import Path
 from unittest import mock
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -24,8 +25,8 @@ def run_and_capture_the_initial_weights(argv: list[str]) -> tuple[dict[str, torc
     initial: dict[str, torch.Tensor] = {}
     build_model = train_gausscse.build_model
 
-    def build_and_copy(model_args):
-        model = build_model(model_args)
+    def build_and_copy(model_args, *args):
+        model = build_model(model_args, *args)
         initial.update({name: value.detach().clone() for name, value in model.state_dict().items()})
         return model
 
@@ -69,9 +70,11 @@ def test_simcse_loss_never_touches_the_variance_head(backbone, data_dir, tmp_pat
     assert changed(initial, final, ("encoder.",))  # the backbone trains
 
 
-def test_the_final_weights_are_the_best_checkpoints(backbone, data_dir, tmp_path):
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_the_final_weights_are_the_best_checkpoints(lora, backbone, data_dir, tmp_path):
     """Evaluation every 2 of 6 steps with a dev metric that peaks at the second evaluation: the final folder holds
-    checkpoint-4's weights, not the last step's (checkpoint-6), and the records name checkpoint-4."""
+    checkpoint-4's weights, not the last step's (checkpoint-6), and the records name checkpoint-4; a LoRA run's too
+    (Trainer loads the best adapter back itself)."""
     output = tmp_path / "best"
     metrics = {2: 40.0, 4: 60.0, 6: 50.0}  # by training step
     evaluations = count(1)
@@ -81,6 +84,8 @@ def test_the_final_weights_are_the_best_checkpoints(backbone, data_dir, tmp_path
         return {"snli_dev_auprc": metrics[step]}
 
     argv = train_args(backbone, data_dir, output, "--max_steps", "6", "--eval_steps", "2", "--save_steps", "2")
+    argv += ["--lora_r", "4"] if lora else []
+    weights = "adapter_model.safetensors" if lora else "model.safetensors"
     with mock.patch.object(SNLIDevEvaluator, "__call__", scripted_metric):
         train_gausscse.main(argv)
 
@@ -94,9 +99,9 @@ def test_the_final_weights_are_the_best_checkpoints(backbone, data_dir, tmp_path
     results = json.loads((output / "train_results.json").read_text())
     assert Path(results["best_model_checkpoint"]) == output / "checkpoint-4"
 
-    final = load_file(output / "model.safetensors")
-    best = load_file(output / "checkpoint-4" / "model.safetensors")
-    last = load_file(output / "checkpoint-6" / "model.safetensors")
+    final = load_file(output / weights)
+    best = load_file(output / "checkpoint-4" / weights)
+    last = load_file(output / "checkpoint-6" / weights)
     assert final.keys() == best.keys() == last.keys()
     assert all(torch.equal(final[name], best[name]) for name in final)
     assert not all(torch.equal(final[name], last[name]) for name in final)  # two more steps changed the weights
