@@ -67,11 +67,11 @@ class ModelArguments:
     variance_layers: int | None = arg(None, "With --frozen_mean: log σ² from a trained copy of the top k layers.")
     similarity_reduction: str | None = arg(None, f"The similarity, one of {REDUCTIONS} (default: GaussCSEConfig's).")
     freeze_backbone: bool = arg(False, "Train only the μ/σ² heads.", fixes_run=True)
-    lora_r: int = arg(0, "LoRA rank on the backbone; 0 trains the backbone fully.", fixes_run=True)
+    lora_r: int = arg(0, "LoRA rank on the trained encoder (peft); 0 trains the backbone fully.", fixes_run=True)
     lora_alpha: float = arg(16.0, "LoRA alpha.", fixes_run=True)
     lora_dropout: float = arg(0.1, "LoRA dropout.", fixes_run=True)
     lora_target_modules: list[str] | None = arg(None, "Modules that get adapters (default: peft's).", fixes_run=True)
-    merge_lora: bool = arg(False, "Save the adapters merged into the backbone (else adapter + heads).")
+    merge_lora: bool = arg(False, "Save the adapters merged (else a PEFT adapter folder on a GaussCSE base model).")
     trust_remote_code: bool = arg(False, "Run the Python code a backbone ships (its config's auto_map): read it first.")
 
     def __post_init__(self) -> None:

@@ -307,8 +307,8 @@ def automodel_gaussians(matrix, writer: str) -> torch.Tensor:
 
 def test_shared_folders_hold_the_trained_weights(shared_folders, matrix, backbone):
     """Folders that hold the same model give the same Gaussians: the checkpoint the final model was taken from, the
-    re-saved and pushed copies, the sentence-transformers save of the LoRA run; the LoRA run saved unmerged (backbone
-    + adapter + heads rebuilt by the shipped code) equals the same run merged into full weights; and the trained
+    re-saved and pushed copies, the sentence-transformers save of the LoRA run; the LoRA run saved unmerged (its base
+    model, then the PEFT adapter) equals the same run merged into full weights; and the trained
     models differ from the untrained one they started as (nothing re-initialised)."""
     for copy, original in [
         ("checkpoint", "training_output"),
