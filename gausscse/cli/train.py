@@ -106,8 +106,8 @@ def lora_base(model_args: ModelArguments, output_dir: str | Path) -> str | None:
     GaussCSE model the run starts from, or the new model saved in ``output_dir/base-model``."""
     name = model_args.model_name_or_path
     base = adapter_base_of(name)
-    if base is not None or model_args.lora_r == 0 or model_args.merge_lora:
-        return base
+    if model_args.merge_lora or base is not None or model_args.lora_r == 0:
+        return None if model_args.merge_lora else base
     try:
         config, _ = PreTrainedConfig.get_config_dict(name)
     except (OSError, ValueError):
@@ -327,7 +327,8 @@ def build_trainer(
     evaluator = build_evaluator(data_args, training_args)  # its data read now: a bad file stops before training
     name = model_args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=model_args.trust_remote_code)
-    model = build_model(model_args, tokenizer, Path(training_args.output_dir))
+    base_dir = Path(training_args.output_dir) if training_args.should_save else None  # one process writes a new base
+    model = build_model(model_args, tokenizer, base_dir)
     if training_args.loss == "simcse" and model.config.frozen_mean:
         raise ValueError(
             "--loss simcse with a frozen_mean model (its μ is frozen): nothing would train; pass --frozen_mean false"

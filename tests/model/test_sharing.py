@@ -466,6 +466,19 @@ def test_load_model_says_what_is_wrong(tmp_path, backbone, shared_folders):
 # ------------------------------------------------------------------------------------- push_to_hub checked up front
 
 
+def test_the_base_a_push_must_find_on_the_hub(shared_folders, backbone, tmp_path):
+    """What ``--push_to_hub`` checks is on the Hub: an adapter's base model, none when the run merges its adapters."""
+    from gausscse.cli.train import lora_base as base
+    from gausscse.training.arguments import ModelArguments
+
+    adapter, full = shared_folders["lora_unmerged"], shared_folders["training_output"]
+    assert base(ModelArguments(model_name_or_path=str(adapter)), tmp_path) == str(adapter / "base-model")
+    assert base(ModelArguments(model_name_or_path=str(full), lora_r=4, merge_lora=True), tmp_path) is None
+    assert base(ModelArguments(model_name_or_path=str(full), lora_r=4), tmp_path) == str(full)
+    assert base(ModelArguments(model_name_or_path=str(backbone), lora_r=4), tmp_path) == str(tmp_path / "base-model")
+    assert base(ModelArguments(model_name_or_path=str(backbone)), tmp_path) is None
+
+
 @pytest.mark.parametrize(
     ("flags", "env", "message"),
     [
@@ -482,6 +495,11 @@ def test_load_model_says_what_is_wrong(tmp_path, backbone, shared_folders):
             ["--hub_model_id", "me/x", "--lora_r", "4"],
             {"HF_HUB_OFFLINE": "0"},
             "or start from a GaussCSE model on the Hub",
+        ),
+        (  # merged: no base to share, so the next check speaks
+            ["--hub_model_id", "me/x", "--lora_r", "4", "--merge_lora"],
+            {"HF_HUB_OFFLINE": "1"},
+            "offline mode (HF_HUB_OFFLINE=1); unset it or drop the",
         ),
     ],
 )
