@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from huggingface_hub.utils.sha import sha_fileobj
 
 from gausscse.model.utils_gausscse import write_bytes_atomic
@@ -101,17 +102,29 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def machine_lock(key: str) -> FileLock:
+    """A lock that the processes of this machine share for ``key`` (a file in the temporary folder, named by the
+    key's hash: nothing is left beside the user's files)."""
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return FileLock(str(Path(tempfile.gettempdir()) / f"gausscse-{digest}.lock"))
+
+
+def remove_entry(path: Path) -> None:
+    """Delete a file, link or folder (a folder with what it holds); nothing if there is none."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def move_in(staging: Path, folder: Path, names: Iterable[str]) -> None:
     """Move each entry ``names`` of ``staging`` into ``folder`` by ``os.replace``, in order (each file appears whole);
-    a folder already there under a name is moved aside and deleted first."""
+    a folder already there under a name is deleted first."""
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
-        target = folder / name
-        if target.is_dir() and not target.is_symlink():
-            aside = Path(tempfile.mkdtemp(dir=folder, prefix=f".{name}.old."))
-            os.replace(target, aside / name)
-            shutil.rmtree(aside)
-        os.replace(staging / name, target)
+        if (folder / name).is_dir():
+            remove_entry(folder / name)
+        os.replace(staging / name, folder / name)
 
 
 def check_replaceable(folder: str | Path, marker: str, flag: str = "") -> None:
@@ -182,16 +195,13 @@ def atomic_folder(folder: str | Path, marker: str) -> Iterator[Path]:
         yield staging
         write_manifest(staging)
         written = sorted(path.name for path in staging.iterdir())
-        # the manifest first: from then on a reader finds every file it lists or waits (one without a manifest, an
-        # older save, never sees the new files as its own)
-        move_in(staging, folder, [MANIFEST_FILE, *(name for name in written if name != MANIFEST_FILE)])
-        for entry in folder.iterdir():
-            if entry.name in written:
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        with machine_lock(str(folder.resolve())):  # two saves into one folder move in one after the other
+            # the manifest first: from then on a reader finds every file it lists or waits (one without a manifest,
+            # an older save, never sees the new files as its own)
+            move_in(staging, folder, [MANIFEST_FILE, *(name for name in written if name != MANIFEST_FILE)])
+            for entry in folder.iterdir():
+                if entry.name not in written:
+                    remove_entry(entry)
 
 
 def write_manifest(folder: Path) -> None:
@@ -213,10 +223,11 @@ def read_folder(folder: str | Path, kind: str) -> dict[str, bytes]:
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a saved {kind}: no such folder")
     for attempt in range(READ_ATTEMPTS):
+        if attempt:
+            time.sleep(READ_PAUSE)
         files, problem = _read_folder_once(folder, kind)
         if problem is None:
             return files
-        time.sleep(READ_PAUSE * (attempt > 0))
     raise ValueError(f"{problem}: save the {kind} again")
 
 

@@ -54,13 +54,16 @@ def is_hub_id(name: str) -> bool:
     return not Path(name).exists() and valid_repo_id(name)
 
 
+def adapter_config_of(name_or_path: str | Path, **hub_kwargs) -> dict | None:
+    """The ``adapter_config.json`` of a PEFT adapter folder or Hub repo; ``None`` for anything else."""
+    found = find_adapter_config_file(str(name_or_path), **hub_kwargs)
+    return None if found is None else json_value(Path(found).read_bytes(), found)
+
+
 def adapter_base_of(name_or_path: str | Path, **hub_kwargs) -> str | None:
     """The base model a PEFT adapter folder or Hub repo names (``base_model_name_or_path``); ``None`` for anything
     else."""
-    found = find_adapter_config_file(str(name_or_path), **hub_kwargs)
-    if found is None:
-        return None
-    return json_value(Path(found).read_bytes(), found).get("base_model_name_or_path")
+    return (adapter_config_of(name_or_path, **hub_kwargs) or {}).get("base_model_name_or_path")
 
 
 def is_adapter(name_or_path: str | Path) -> bool:
@@ -109,8 +112,8 @@ def load_model(
     check_model_reference(name_or_path)
     hub_kwargs = {key: value for key, value in (("revision", revision), ("token", token)) if value is not None}
     try:  # an adapter folder: its base model's config
-        adapter_config = find_adapter_config_file(str(name_or_path), **hub_kwargs)
-        base = None if adapter_config is None else adapter_base_of(name_or_path, **hub_kwargs)
+        adapter_config = adapter_config_of(name_or_path, **hub_kwargs)
+        base = None if adapter_config is None else adapter_config.get("base_model_name_or_path")
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"{name_or_path}: its adapter_config.json does not load ({error})") from error
     if adapter_config is not None and (not isinstance(base, str) or is_same_folder(base, name_or_path)):

@@ -13,7 +13,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-TIMING_KEYS = {"seconds_per_model", "seconds_total", "train_runtime", "train_samples_per_second"}
+TIMING_KEYS = {
+    "seconds_per_model",
+    "seconds_total",
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "elapsed_seconds",
+}
 
 
 def without_timings(value: Any, folder: str) -> Any:
@@ -48,19 +55,28 @@ def main() -> None:
     names = [str(args.first), str(args.second)]
     same_weights = filecmp.cmp(args.first / "model.safetensors", args.second / "model.safetensors", shallow=False)
     print(f"model.safetensors byte-identical: {same_weights}")
-    reports = [
-        report_lines(folder / "eval" / "report.md", name)
+    if all((folder / "eval").is_dir() for folder in (args.first, args.second)):
+        reports = [
+            report_lines(folder / "eval" / "report.md", name)
+            for folder, name in zip([args.first, args.second], names, strict=True)
+        ]
+        differing_lines = sum(a != b for a, b in zip(*reports, strict=False))
+        print(
+            f"eval/report.md lines differing (timings, paths aside): {differing_lines} of {len(reports[0])} (line "
+            f"counts {len(reports[0])} / {len(reports[1])})"
+        )
+        results = [
+            without_timings(json.loads((folder / "eval" / "results.json").read_text()), name)
+            for folder, name in zip([args.first, args.second], names, strict=True)
+        ]
+        print(f"eval/results.json equal (timings, paths aside): {results[0] == results[1]}")
+    else:
+        print("eval/: not in both folders (training runs without the quickstart's evaluation): not compared")
+    trained = [
+        without_timings(json.loads((folder / "train_results.json").read_text()), name)
         for folder, name in zip([args.first, args.second], names, strict=True)
     ]
-    print(
-        f"eval/report.md lines differing (timings, paths aside): {sum(a != b for a, b in zip(*reports, strict=False))}"
-        f" of {len(reports[0])} (line counts {len(reports[0])} / {len(reports[1])})"
-    )
-    results = [
-        without_timings(json.loads((folder / "eval" / "results.json").read_text()), name)
-        for folder, name in zip([args.first, args.second], names, strict=True)
-    ]
-    print(f"eval/results.json equal (timings, paths aside): {results[0] == results[1]}")
+    print(f"train_results.json equal (timings, paths aside): {trained[0] == trained[1]}")
     cards = [
         anonymous((folder / "README.md").read_text(encoding="utf-8"), name).splitlines()
         for folder, name in zip([args.first, args.second], names, strict=True)

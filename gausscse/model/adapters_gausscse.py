@@ -6,6 +6,7 @@ the adapter names, then the adapter). Beside peft's files: the tokenizer, the se
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from transformers.utils import (
@@ -51,11 +52,7 @@ def remove_other_layout(folder: Path, adapter: bool) -> None:
         others = [folder / ADAPTER_CONFIG_NAME, folder / ADAPTER_SAFE_WEIGHTS_NAME, folder / BASE_RECORD_FILE]
     for path in [*others, folder / OLD_HEADS_FILE]:
         path.unlink(missing_ok=True)
-    old = folder / OLD_ADAPTER_FOLDER
-    if old.is_dir():
-        for path in old.iterdir():
-            path.unlink()
-        old.rmdir()
+    shutil.rmtree(folder / OLD_ADAPTER_FOLDER, ignore_errors=True)
 
 
 def write_adapter_extras(folder: Path, record: dict | None) -> None:

@@ -17,7 +17,7 @@ from peft import PeftModel
 
 from gausscse import GaussCSEModel
 from gausscse.hub.model_card import FIGURE_FILE, write_model_card
-from gausscse.io import first_line, move_in, resolved_target, staging_folder, write_atomic, write_json
+from gausscse.io import first_line, move_in, remove_entry, resolved_target, staging_folder, write_atomic, write_json
 from gausscse.loading import is_hub_id
 from gausscse.model.adapters_gausscse import remove_other_layout
 from gausscse.model.onnx_gausscse import remove_stale_graphs
@@ -77,11 +77,7 @@ def save_model_folder(
         earlier = set(json.loads(manifest.read_text(encoding="utf-8"))) if manifest.is_file() else set()
         move_in(staging, model_dir, [*written, FINAL_FILES_LIST])
         for name in sorted(earlier - set(written)):
-            stale = model_dir / name
-            if stale.is_dir():
-                shutil.rmtree(stale)
-            else:
-                stale.unlink(missing_ok=True)
+            remove_entry(model_dir / name)
         remove_other_layout(model_dir, adapter)  # a model saved here without the manifest, of the other layout
         remove_stale_graphs(model_dir, model)
     return model_dir

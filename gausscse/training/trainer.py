@@ -52,22 +52,31 @@ def is_head_parameter(name: str) -> bool:
 
 
 class CheckpointCallback(TrainerCallback):
-    """After Trainer saved ``checkpoint-N``: refuse non-finite weights, add what an adapter checkpoint lacks for the
-    readers (the sentence-transformers files, the code and the base's record; not peft's card, which names a local
-    path), the run arguments (``RUN_ARGUMENTS_FILE``, for the resume check) and, last, the completeness marker."""
+    """Before a step's checkpoint is saved: refuse non-finite weights. After Trainer saved ``checkpoint-N``: add what
+    an adapter checkpoint lacks for the readers (the sentence-transformers files, the code and the base's record,
+    hashed once a run; not peft's card, which names a local path), the run arguments (``RUN_ARGUMENTS_FILE``, for the
+    resume check) and, last, the completeness marker."""
 
     def __init__(self, trainer: GaussCSETrainer):
         self.trainer = trainer
+        self.base_record: dict | None = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save:  # set for this step by Trainer's flow callback, which runs first
+            model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+            check_finite_weights(model, f"checkpoint at step {state.global_step}")
+        return control
 
     def on_save(self, args, state, control, **kwargs):
         trainer = self.trainer
         folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         model = trainer.accelerator.unwrap_model(trainer.model)
-        check_finite_weights(model, f"checkpoint at step {state.global_step}")
         if args.should_save and folder.is_dir():
             if isinstance(model, PeftModel):
                 (folder / "README.md").unlink(missing_ok=True)
-                write_adapter_extras(folder, base_record(model.peft_config["default"].base_model_name_or_path))
+                if self.base_record is None:
+                    self.base_record = base_record(model.peft_config["default"].base_model_name_or_path)
+                write_adapter_extras(folder, self.base_record)
             if trainer.run_arguments is not None:
                 write_json(folder / RUN_ARGUMENTS_FILE, trainer.run_arguments)
             write_json(folder / CHECKPOINT_COMPLETE, {"global_step": state.global_step})

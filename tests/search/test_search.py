@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -633,6 +634,41 @@ def test_a_load_during_saves_sees_one_whole_index(tmp_path):
         saves = writer.communicate()[0]
     assert writer.returncode in (0, -9)
     assert seen == {"A", "B"} and loads > 50, (loads, seen, saves)
+
+
+def test_two_saves_into_one_folder_at_once_leave_one_whole_index(tmp_path, monkeypatch):
+    """Corpus A's save pauses after moving in its manifest while corpus B's save runs in another thread: B waits for A's
+    move to end, so the folder ends as one whole corpus (without the wait, A's files land under B's manifest and the
+    folder is refused from then on)."""
+    from gausscse.io import move_in
+
+    folder, (first, second) = tmp_path / "index", two_corpora()
+    first.save(folder)
+    paused, second_saved = threading.Event(), threading.Event()
+
+    def pausing_move_in(staging, target, names):
+        names = list(names)
+        move_in(staging, target, names[:1])
+        if threading.current_thread().name == "A":  # the manifest is in: let B's save run now if it can
+            paused.set()
+            second_saved.wait(timeout=0.5)
+        move_in(staging, target, names[1:])
+
+    monkeypatch.setattr("gausscse.io.move_in", pausing_move_in)
+
+    def save_second() -> None:
+        paused.wait()
+        second.save(folder)
+        second_saved.set()
+
+    threads = [threading.Thread(target=first.save, args=(folder,), name="A"), threading.Thread(target=save_second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    loaded = SentenceIndex.load(folder)
+    assert loaded.model_name == "B" and len(loaded) == 300
+    assert all(sentence.startswith("B") for sentence in loaded.sentences)
 
 
 def test_damaged_index_files_are_named(tmp_path):

@@ -110,6 +110,25 @@ def test_heads_get_their_own_learning_rate(backbone, data_dir, tmp_path):
     assert by_lr[1e-3] == {id_ for name, id_ in trained.items() if "lora_" in name} != set()
 
 
+def test_a_checkpoint_of_non_finite_weights_is_refused_before_it_is_written(backbone, data_dir, tmp_path):
+    """At a step whose checkpoint Trainer is about to save, weights holding NaN stop the run first (nothing with NaN
+    is written); at other steps the check costs nothing."""
+    from transformers import TrainerControl
+
+    from gausscse.training.trainer import CheckpointCallback
+
+    _, _, training_args = parse_arguments(train_args(backbone, data_dir, tmp_path, "--eval_strategy", "no"))
+    model = GaussCSEModel.from_backbone(str(backbone))
+    trainer = GaussCSETrainer(model=model, args=training_args, train_dataset=[{}])
+    (callback,) = [item for item in trainer.callback_handler.callbacks if isinstance(item, CheckpointCallback)]
+    with torch.no_grad():
+        model.logvar_head.bias[0] = float("nan")
+    trainer.state.global_step = 3
+    assert callback.on_step_end(training_args, trainer.state, TrainerControl(should_save=False)) is not None
+    with pytest.raises(NonFiniteError, match=r"checkpoint at step 3: parameter logvar_head.bias holds NaN"):
+        callback.on_step_end(training_args, trainer.state, TrainerControl(should_save=True))
+
+
 @torch.no_grad()
 def training_loss(model: GaussCSEModel, backbone: Path, data_dir: Path) -> float:
     """The ent+con+rev loss of the whole tiny training set as one batch, dropout off."""

@@ -5,11 +5,9 @@ option: a row holds an item's id, μ, log σ², sentence (or null) and its raw `
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import socket
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -19,9 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
-from filelock import FileLock
 
-from gausscse.io import first_line
+from gausscse.io import first_line, machine_lock
 from gausscse.model.gaussian import SEARCH_DIRECTIONS, GaussianEmbeddings, search_map_width, stored_map
 from gausscse.search.backends.base import SearchBackend
 from gausscse.search.lift import fit_lift, kept_columns, query_vectors
@@ -435,8 +432,7 @@ class CollectionStore(DatabaseStore):
     def clear_lock(self, name: str, holder: dict[str, Any]) -> None:
         """Drop the lock ``name`` of the ended process ``holder``: one writer of this machine at a time, and only if
         it still records that holder (another writer may have cleared it and taken the lock since)."""
-        digest = hashlib.sha256(f"{self.folder}#{name}".encode()).hexdigest()[:16]
-        with FileLock(str(Path(tempfile.gettempdir()) / f"gausscse-{digest}.lock")):
+        with machine_lock(f"{self.folder}#{name}"):
             if self.read_holder(name) == holder:
                 self.drop(name)
 
