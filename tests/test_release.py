@@ -156,20 +156,23 @@ def test_release_card_names_what_is_missing(release_folders):
     assert done.returncode == 2 and "nothing.yaml: no such file" in done.stderr
 
 
-def test_release_md_takes_the_release_section_release_card_wrote(release_folders, tmp_path, monkeypatch):
-    from studies import release_report
+def test_release_md_takes_the_release_section_release_card_wrote(release_folders, tmp_path):
+    from studies.report import Report, copy_release
+    from studies.study import Study
 
     out, twin, timing = release_folders
-    monkeypatch.setattr(release_report, "STUDY", tmp_path / "study")
+    release = Study.load(REPO / "studies/release.yaml")
+    study = Study(release.file, {**release.spec, "results": str(tmp_path / "release_study"),
+                                 "output": str(tmp_path / "RELEASE.md")})  # fmt: skip
     with pytest.raises(SystemExit, match="no release section"):  # before release_card has run
-        release_report.copy_release(out)
+        copy_release(study, out)
     config = str(REPO / "configs/release.yaml")
     release_card.main([str(out), str(twin), "--config", config, "--precision", "bf16", "--timing", str(timing)])
-    release_report.copy_release(out)
-    assert {path.name for path in (tmp_path / "study" / "release").iterdir()} == {
+    copy_release(study, out)
+    assert {path.name for path in (tmp_path / "release_study" / "release").iterdir()} == {
         "results.json", "report.md", release_card.CURVE_FILE
     }  # fmt: skip
-    section = "\n".join(release_report.release_section())
+    section = "\n".join(Report(study).release(None))
     assert section.startswith("## The release run") and "# GaussCSE evaluation" not in section
     assert "| direction SNLI ≥ 96.5 | 97.50 | 96.50 | ✓ |" in section
     assert f"](release_study/release/{release_card.CURVE_FILE})" in section

@@ -600,7 +600,7 @@ def test_a_new_model_takes_gausscse_configs_defaults(backbone):
         defaults.mean_activation,
         defaults.similarity_reduction,
     )
-    assert defaults.similarity_reduction == "mean_kl"  # chosen in results/REPRODUCTION.md
+    assert defaults.similarity_reduction == "mean_kl"  # chosen in results/REDUCTION.md
 
 
 def test_continuing_a_gausscse_folder_keeps_its_config_and_rejects_contradicting_flags(backbone, data_dir, tmp_path):
