@@ -57,6 +57,12 @@ def loaded_hub_id(model_name_or_path: str) -> str | None:
     return repository.removeprefix("models--").replace("--", "/") if repository else None
 
 
+def is_a(instance: Any, class_name: str) -> bool:
+    """Whether ``instance``'s class is or derives from a class named ``class_name``: this file runs twice over, as
+    the installed package and as a model folder's remote code, and each copy's classes must know the other's."""
+    return any(cls.__name__ == class_name for cls in type(instance).__mro__)
+
+
 def _check_task(task: str | None) -> None:
     if task is not None and task not in ROUTE_TASKS:
         raise ValueError(f"task must be 'query', 'document' or None, got {task!r}")
@@ -159,7 +165,8 @@ class GaussCSETransformer(InputModule):
         if self.onnx_encoder is None:
             output = self.model(**inputs)
             mu, logvar, token_embeddings = output.mu.float(), output.logvar.float(), output.last_hidden_state
-        else:
+        else:  # the graph serves only the weights it was exported from (a cached fingerprint: cheap per batch)
+            self.onnx_encoder.check_model(self.model, self.onnx_encoder.file_name)
             output = self.onnx_encoder(inputs)
             mu, logvar, token_embeddings = output["mu"], output["logvar"], output["last_hidden_state"]
         features.update(mu=mu, logvar=logvar, token_embeddings=token_embeddings)
@@ -181,14 +188,16 @@ class GaussCSETransformer(InputModule):
         return dimension if task is None or self.direction == "none" else search_map_width(dimension, self.kl_weight)
 
     def on_model_ready(self, model) -> None:
-        """sentence-transformers' hook: a plain ``SentenceTransformer`` of this module gets the GaussCSE checks, and its
-        ``model_card_data`` what the model's card states ([`fill_card_data`])."""
-        if type(model) is SentenceTransformer and len(model) == 1:
-            model.__class__ = GaussCSESentenceTransformer
-        elif not isinstance(model, GaussCSESentenceTransformer):
-            logger.warning(
-                f"{type(model).__name__} of {len(model)} module(s) is not a GaussCSESentenceTransformer: the options "
-                "that break dot = −KL are not checked on encode_query/encode_document"
+        """sentence-transformers' hook: the model's ``model_card_data`` gets what the model's card states
+        ([`fill_card_data`]); a model that is not a [`GaussCSESentenceTransformer`] is told, once, what it does not
+        check."""
+        if not is_a(model, "GaussCSESentenceTransformer") and self.direction != "none":
+            logger.warning_once(
+                f"A {type(model).__name__} does not refuse the encode_query/encode_document options that break their "
+                "dot product (normalize_embeddings, truncate_dim, a quantised precision); GaussCSESentenceTransformer "
+                "does, with the same vectors: `from gausscse import GaussCSESentenceTransformer`, or without the "
+                "package `transformers.dynamic_module_utils.get_class_from_dynamic_module("
+                "'sentence_transformer_gausscse.GaussCSESentenceTransformer', MODEL)`"
             )
         self.fill_card_data(model.model_card_data)
 
@@ -220,11 +229,12 @@ class GaussCSETransformer(InputModule):
 
 
 class GaussCSESentenceTransformer(SentenceTransformer):
-    """A ``SentenceTransformer`` of one [`GaussCSETransformer`]: refuses options that break the KL routes; ``save``
-    names the module by its shipped file."""
+    """A ``SentenceTransformer`` that knows its [`GaussCSETransformer`]: refuses options that break the KL routes,
+    reports the routes' dimension, and ``save`` names the module by its shipped file.
+    ``GaussCSESentenceTransformer(folder_or_hub_id, trust_remote_code=True)`` loads as ``SentenceTransformer`` does."""
 
     def _gausscse_module(self) -> GaussCSETransformer | None:
-        return next((module for module in self if isinstance(module, GaussCSETransformer)), None)
+        return next((module for module in self if is_a(module, "GaussCSETransformer")), None)
 
     @SentenceTransformer.similarity_fn_name.setter
     def similarity_fn_name(self, value) -> None:
@@ -245,11 +255,8 @@ class GaussCSESentenceTransformer(SentenceTransformer):
             )
 
     def encode(self, *args, **kwargs):
-        """sentence-transformers' ``encode`` after [`check_route_options`] and, with ONNX, [`check_model`]."""
+        """sentence-transformers' ``encode`` after [`check_route_options`]."""
         self.check_route_options(*args, **kwargs)
-        module = self._gausscse_module()
-        if module is not None and module.onnx_encoder is not None:
-            module.onnx_encoder.check_model(module.model, module.onnx_encoder.file_name)
         return super().encode(*args, **kwargs)
 
     def check_route_options(self, *args, **kwargs) -> None:
@@ -297,6 +304,6 @@ class GaussCSESentenceTransformer(SentenceTransformer):
         modules_file = Path(path) / "modules.json"
         modules = json.loads(modules_file.read_text(encoding="utf-8"))
         for entry, module in zip(modules, self, strict=True):  # only this module's entry; any others stay as written
-            if isinstance(module, GaussCSETransformer):
+            if is_a(module, "GaussCSETransformer"):
                 entry["type"] = SENTENCE_TRANSFORMERS_FILES["modules.json"][0]["type"]
         write_json_atomic(modules_file, modules)

@@ -97,15 +97,25 @@ except ValueError as error:
     assert "trust_remote_code=True" in str(error), error
 else:
     raise AssertionError("custom code ran without trust_remote_code")
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 st = SentenceTransformer({str(saved_folder)!r}, trust_remote_code=True)
 claims, passages = {CLAIMS!r}, {PASSAGES!r}
 details = st.encode(claims, output_value=None)
+plain_query = st.encode_query(claims, normalize_embeddings=True, convert_to_tensor=True)  # not refused: plain
+# the class that checks the routes, from the folder's own code (what the plain model's warning names)
+checked_class = get_class_from_dynamic_module(
+    "sentence_transformer_gausscse.GaussCSESentenceTransformer", {str(saved_folder)!r}
+)
+checked = checked_class({str(saved_folder)!r}, trust_remote_code=True)
 refusals = []
 for options in ({{"normalize_embeddings": True}}, {{"precision": "int8"}}):
     try:
-        st.encode_query(claims, **options)
+        checked.encode_query(claims, **options)
     except ValueError as error:
         refusals.append(str(error))
+same = checked.encode_query(claims, convert_to_tensor=True), st.encode_query(claims, convert_to_tensor=True)
+assert torch.equal(*same)
+assert torch.allclose(plain_query.norm(dim=-1), torch.ones(len(claims)))
 torch.save({{
     "mu": st.encode(claims, convert_to_tensor=True),
     "query": st.encode_query(claims, convert_to_tensor=True),
@@ -116,12 +126,16 @@ torch.save({{
     "refusals": refusals,
 }}, {str(tmp_path / "st.pt")!r})
 print(type(st[0]).__module__.split(".")[0], st.similarity_fn_name, st.get_embedding_dimension())
-print(type(st).__name__, st.get_embedding_dimension(task="query"), st.encode_document(passages).dtype)
+print(type(st).__name__, type(checked).__name__, checked.get_embedding_dimension(task="query"))
+print(st.encode_document(passages).dtype)
 """,
         cwd=tmp_path,
     )
-    # the plain SentenceTransformer a Hub user holds gets the module's checks and reports both dimensions
-    assert output.split() == ["transformers_modules", "dot", "32", "GaussCSESentenceTransformer", "66", "float32"]
+    # the plain SentenceTransformer a Hub user holds stays plain (the warning names the class that checks); the
+    # folder's GaussCSESentenceTransformer refuses what breaks the routes and reports both dimensions
+    assert output.split() == [
+        "transformers_modules", "dot", "32", "SentenceTransformer", "GaussCSESentenceTransformer", "66", "float32"
+    ]  # fmt: skip
     got = torch.load(tmp_path / "st.pt")
     model = GaussCSEModel.from_pretrained(saved_folder)
     claims, passages = model.encode(CLAIMS), model.encode(PASSAGES)
@@ -352,7 +366,7 @@ def test_a_model_with_a_search_score_routes_to_it_through_a_saved_folder(minilm_
     st = SentenceTransformer(str(tmp_path / "searching"), trust_remote_code=True)
     query = st.encode_query(CLAIMS, convert_to_tensor=True)
     document = st.encode_document(PASSAGES, convert_to_tensor=True)
-    assert query.shape == (4, 98) and st.get_embedding_dimension(task="document") == 98  # 3d + 2
+    assert query.shape == (4, 98) and st[0].get_embedding_dimension(task="document") == 98  # 3d + 2
     claims, passages = (model.encode(text, tokenizer=minilm_tokenizer) for text in (CLAIMS, PASSAGES))
     expected = reference_search_score(claims, passages, 0.7, "entailing")
     torch.testing.assert_close((query @ document.T).double(), expected, rtol=1e-4, atol=1e-5)
@@ -405,13 +419,43 @@ def test_a_similarity_function_other_than_dot_is_warned_of_and_max_seq_length_is
         transformers_logging.disable_propagation()
 
 
-def test_a_plain_sentence_transformer_of_the_module_gets_the_checks(minilm_tokenizer):
-    """SentenceTransformer(modules=[GaussCSETransformer(...)]), as a folder loads: the module's on_model_ready hook
-    makes it a GaussCSESentenceTransformer, so the route options are checked and the route dimension reported."""
-    st = SentenceTransformer(modules=[GaussCSETransformer(spread_model(), minilm_tokenizer)], similarity_fn_name="dot")
-    assert type(st) is GaussCSESentenceTransformer
+def test_a_plain_sentence_transformer_of_the_module_stays_plain_and_is_told_what_checks(minilm_tokenizer, caplog):
+    """SentenceTransformer(modules=[GaussCSETransformer(...)]), as a folder loads: the same vectors as a
+    GaussCSESentenceTransformer, no class swapped in, and a warning (once) naming the class that refuses the route
+    options, which gausscse exports."""
+    import gausscse
+
+    model = spread_model()
+    transformers_logging.warning_once.cache_clear()  # once per process: forget earlier tests' warnings
+    transformers_logging.enable_propagation()
+    try:
+        with caplog.at_level("WARNING"):
+            plain = SentenceTransformer(
+                modules=[GaussCSETransformer(model, minilm_tokenizer)], similarity_fn_name="dot"
+            )
+            SentenceTransformer(modules=[GaussCSETransformer(model, minilm_tokenizer)], similarity_fn_name="dot")
+    finally:
+        transformers_logging.disable_propagation()
+    assert type(plain) is SentenceTransformer
+    assert caplog.text.count("does not refuse the encode_query/encode_document options") == 1
+    checked = gausscse.GaussCSESentenceTransformer(modules=[GaussCSETransformer(model, minilm_tokenizer)])
+    torch.testing.assert_close(
+        plain.encode_query(CLAIMS, convert_to_tensor=True), checked.encode_query(CLAIMS, convert_to_tensor=True)
+    )
     with pytest.raises(ValueError, match=r"^encode_query\(normalize_embeddings=True\) is refused"):
-        st.encode_query(CLAIMS, normalize_embeddings=True)
+        checked.encode_query(CLAIMS, normalize_embeddings=True)
+    assert checked.get_embedding_dimension(task="query") == 66
+
+
+def test_the_package_class_checks_a_folder_loaded_with_its_own_code(saved_folder):
+    """gausscse.GaussCSESentenceTransformer(folder, trust_remote_code=True): the module comes from the folder's code,
+    the model class from the package, and the checks still find the module."""
+    import gausscse
+
+    st = gausscse.GaussCSESentenceTransformer(str(saved_folder), trust_remote_code=True)
+    assert type(st[0]).__module__.startswith("transformers_modules")
+    with pytest.raises(ValueError, match=r"^encode_query\(truncate_dim=8\) is refused"):
+        st.encode_query(CLAIMS, truncate_dim=8)
     assert st.get_embedding_dimension(task="query") == 66
 
 
@@ -451,9 +495,7 @@ def test_model_card_data_states_what_the_models_card_does(saved_folder, tmp_path
     data = SentenceTransformer(str(folder), trust_remote_code=True).model_card_data
     assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
     assert data.language == ["en"] and data.license == "apache-2.0" and "gausscse" in data.tags
-    assert (
-        data.get_default_model_name() == "GaussCSESentenceTransformer based on sentence-transformers/all-MiniLM-L6-v2"
-    )
+    assert data.get_default_model_name() == "SentenceTransformer based on sentence-transformers/all-MiniLM-L6-v2"
     plain = SentenceTransformer(str(saved_folder), trust_remote_code=True).model_card_data
     assert plain.base_model is None and plain.license is None and "gausscse" not in plain.tags
 
