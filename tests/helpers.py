@@ -225,3 +225,16 @@ def run_together(scripts: list[list[str]], cwd, timeout: int = 600) -> None:
     for process in processes:
         _, errors = process.communicate(timeout=timeout)
         assert process.returncode == 0, errors[-3000:]
+
+
+def final_save(model, tokenizer, folder, card, results, **options) -> Path:
+    """[`save_model_folder`] as a run's end calls it: through a Trainer that holds ``model`` and ``tokenizer``."""
+    import tempfile
+
+    from transformers import Trainer, TrainingArguments
+
+    from gausscse.training.save import save_model_folder
+
+    scratch = tempfile.mkdtemp(prefix="trainer-")
+    trainer = Trainer(model=model, args=TrainingArguments(output_dir=scratch, report_to=[]), processing_class=tokenizer)
+    return save_model_folder(trainer, folder, card, results, **options)

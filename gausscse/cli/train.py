@@ -294,8 +294,7 @@ def train_and_save(
 
             title = f"{card['model_name']}: final evaluation on {evaluator.name} ({len(evaluator.pairs)} pairs)"
             figure = plot_dev_summary(evaluator.last_encoded, evaluator.pairs, title, Path(scratch) / "evaluation.png")
-        tokenizer, merge = trainer.processing_class, model_args.merge_lora
-        save_model_folder(trainer.model, tokenizer, model_dir, card, results, merge=merge, figure=figure)
+        save_model_folder(trainer, model_dir, card, results, merge=model_args.merge_lora, figure=figure)
     logger.info("Final model saved to %s", model_dir)
     if push:
         args = training_args

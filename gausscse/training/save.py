@@ -14,23 +14,22 @@ from huggingface_hub import HfApi, constants, get_token
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 from peft import PeftModel
+from transformers import Trainer
 
-from gausscse import GaussCSEModel
 from gausscse.hub.model_card import FIGURE_FILE, write_model_card
 from gausscse.io import first_line, move_in, remove_entry, resolved_target, staging_folder, write_atomic, write_json
 from gausscse.loading import is_hub_id
 from gausscse.model.adapters_gausscse import remove_other_layout
 from gausscse.model.onnx_gausscse import remove_stale_graphs
 
-from .lora import is_lora, merge_lora, save_adapter_folder
-from .trainer import check_finite_weights
+from .lora import is_lora, merge_lora
+from .trainer import add_adapter_extras, check_finite_weights
 
 FINAL_FILES_LIST = ".final-model-files.json"  # the files of the final model, for the next save and the Hub upload
 
 
 def save_model_folder(
-    model: GaussCSEModel,
-    tokenizer: Any,
+    trainer: Trainer,
     model_dir: str | Path,
     card: Mapping[str, Any],
     results: Mapping[str, Any],
@@ -39,23 +38,25 @@ def save_model_folder(
 ) -> Path:
     """Write the final model into ``model_dir``; its other entries (``checkpoint-N``, logs) stay.
 
-    Non-finite weights are refused first. The model is written completely into a staging folder of this save's own
-    beside ``model_dir`` (a save that fails there leaves ``model_dir`` as it was); its files are then moved in by
+    Non-finite weights are refused first. ``trainer.save_model`` (transformers' own: weights, config and code files,
+    tokenizer, ``training_args.bin``) writes the model completely into a staging folder of this save's own beside
+    ``model_dir`` (a save that fails there leaves ``model_dir`` as it was); its files are then moved in by
     ``os.replace`` (each appears whole), the list of the model's files (``FINAL_FILES_LIST``) last, and the earlier
-    model's files that the new one lacks are deleted. A LoRA model (``PeftModel``) is merged when ``merge``, else saved
-    as a PEFT adapter folder. ``card``: the arguments of [`gausscse.hub.model_card.render_model_card`]; ``results``:
-    ``train_results.json``; ``figure``: a PNG shown in the card."""
-    check_finite_weights(model, "the final model")
+    model's files that the new one lacks are deleted. A LoRA model (``PeftModel``) is merged when ``merge`` (the
+    trainer then holds the merged model), else saved as a PEFT adapter folder with what its readers need beside it.
+    ``card``: the arguments of [`gausscse.hub.model_card.render_model_card`]; ``results``: ``train_results.json``;
+    ``figure``: a PNG shown in the card."""
+    check_finite_weights(trainer.model, "the final model")
     model_dir = resolved_target(model_dir)  # a symbolic link stays; the folder it points to is written
     with staging_folder(model_dir, f".{model_dir.name}.saving.") as staging:  # gone on any error too
-        if merge and isinstance(model, PeftModel):
-            model = merge_lora(model)
+        if merge and isinstance(trainer.model, PeftModel):
+            trainer.model = merge_lora(trainer.model)
+        model = trainer.model
         adapter = is_lora(model)
-        model.get_tokenizer(tokenizer)  # save_pretrained writes it beside the weights
+        model.get_tokenizer(trainer.processing_class)  # the model's own save writes it beside the weights too
+        trainer.save_model(str(staging))
         if isinstance(model, PeftModel):  # the LoRA adapters stay unmerged: a PEFT adapter folder
-            save_adapter_folder(model, staging)
-        else:
-            model.save_pretrained(staging)
+            add_adapter_extras(staging, model)
         if figure is not None:
             shutil.copyfile(figure, staging / FIGURE_FILE)
         config = model.config

@@ -73,14 +73,20 @@ class CheckpointCallback(TrainerCallback):
         model = trainer.accelerator.unwrap_model(trainer.model)
         if args.should_save and folder.is_dir():
             if isinstance(model, PeftModel):
-                (folder / "README.md").unlink(missing_ok=True)
-                if self.base_record is None:
-                    self.base_record = base_record(model.peft_config["default"].base_model_name_or_path)
-                write_adapter_extras(folder, self.base_record)
+                self.base_record = add_adapter_extras(folder, model, self.base_record)
             if trainer.run_arguments is not None:
                 write_json(folder / RUN_ARGUMENTS_FILE, trainer.run_arguments)
             write_json(folder / CHECKPOINT_COMPLETE, {"global_step": state.global_step})
         return control
+
+
+def add_adapter_extras(folder: Path, model: PeftModel, record: dict | None = None) -> dict | None:
+    """What an adapter folder that Trainer saved lacks for the readers: the sentence-transformers files, the shipped
+    code and the base's record (``record``, else hashed here; returned); peft's placeholder card goes."""
+    (folder / "README.md").unlink(missing_ok=True)
+    record = record or base_record(model.peft_config["default"].base_model_name_or_path)
+    write_adapter_extras(folder, record)
+    return record
 
 
 class GaussCSETrainer(Trainer):

@@ -192,16 +192,16 @@ def test_a_save_without_any_onnx_reader_keeps_the_graphs(saved_model, make_tiny_
 def test_the_final_training_save_removes_the_earlier_models_graph(make_tiny_model, minilm_tokenizer, tmp_path):
     """``gausscse-train --overwrite_output_dir`` into a folder holding ``onnx/``: the final save keeps the folder's
     other entries, but not a graph of the earlier model."""
-    from gausscse.training.save import save_model_folder
+    from ..helpers import final_save
 
     card = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {},
             "data_stats": {}}  # fmt: skip
     folder = tmp_path / "out"
     earlier, trained = make_tiny_model(seed=0), make_tiny_model(seed=1)
-    save_model_folder(earlier, minilm_tokenizer, folder, card, {})
+    final_save(earlier, minilm_tokenizer, folder, card, {})
     export_onnx(earlier, folder)
     (folder / "notes.txt").write_text("the user's own file")
-    save_model_folder(trained, minilm_tokenizer, folder, card, {})
+    final_save(trained, minilm_tokenizer, folder, card, {})
     assert not (folder / ONNX_FILE).exists() and (folder / "notes.txt").is_file()
 
 

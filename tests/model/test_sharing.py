@@ -41,7 +41,7 @@ from gausscse.loading import ModelLoadError, load_model
 from gausscse.training.lora import apply_lora, save_adapter_folder, save_base
 from gausscse.training.save import HubPushError, check_hub_push
 
-from ..helpers import fresh_env, train_args
+from ..helpers import final_save, fresh_env, train_args
 
 SENTENCES = ["a man is playing a red guitar in a crowded park at noon", "a man is playing music"]
 
@@ -753,8 +753,6 @@ def test_a_training_save_over_the_other_layout_leaves_only_its_own(backbone, min
     saved there without the run's manifest: a full model over an adapter folder must not keep the adapter's files
     (transformers would load the adapter on top), and an adapter folder must not keep a config.json and full weights
     (transformers would take them for its base)."""
-    from gausscse.training.save import save_model_folder
-
     card = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {},
             "data_stats": {}}  # fmt: skip
     torch.manual_seed(2)
@@ -767,7 +765,7 @@ def test_a_training_save_over_the_other_layout_leaves_only_its_own(backbone, min
         else:
             earlier.save_pretrained(folder)
         (folder / "notes.txt").write_text("the user's own file")
-        save_model_folder(final, minilm_tokenizer, folder, card, {})
+        final_save(final, minilm_tokenizer, folder, card, {})
         assert not leftovers & set(os.listdir(folder)) and (folder / "notes.txt").is_file()
         loaded = load_model(folder).encode(SENTENCES)
         torch.testing.assert_close(loaded.mu, final.encode(SENTENCES).mu)

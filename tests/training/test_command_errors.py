@@ -20,9 +20,8 @@ from gausscse import GaussCSEModel
 from gausscse.cli.search import main as search_main
 from gausscse.data.sources import DataError
 from gausscse.demo.core import DemoError, check_sentence, direction
-from gausscse.training.save import save_model_folder
 
-from ..helpers import nli_rows, train_args, write_jsonl_gz
+from ..helpers import final_save, nli_rows, train_args, write_jsonl_gz
 
 CARD = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {}, "data_stats": {}}
 
@@ -43,14 +42,14 @@ def test_a_failed_final_save_leaves_the_old_model_and_no_staging_folder(backbone
     tokenizer = AutoTokenizer.from_pretrained(backbone)
     folder = tmp_path / "out"
     torch.manual_seed(0)
-    save_model_folder(GaussCSEModel.from_backbone(str(backbone), start="paper"), tokenizer, folder, CARD, {})
+    final_save(GaussCSEModel.from_backbone(str(backbone), start="paper"), tokenizer, folder, CARD, {})
     before = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
     disk_full = OSError(errno.ENOSPC, "No space left on device")
     with (
         mock.patch("gausscse.training.save.write_model_card", side_effect=disk_full),
         pytest.raises(OSError, match="No space left"),
     ):
-        save_model_folder(GaussCSEModel.from_backbone(str(backbone), start="paper"), tokenizer, folder, CARD, {})
+        final_save(GaussCSEModel.from_backbone(str(backbone), start="paper"), tokenizer, folder, CARD, {})
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]  # no .out.saving left behind
     assert {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()} == before
 
@@ -62,7 +61,7 @@ def test_the_final_model_saved_through_a_symlinked_output_dir_keeps_the_link(bac
     link = tmp_path / "out"
     link.symlink_to(target, target_is_directory=True)
     for _ in range(2):  # into the empty folder, then over the model saved there
-        save_model_folder(GaussCSEModel.from_backbone(str(backbone), start="paper"), tokenizer, link, CARD, {})
+        final_save(GaussCSEModel.from_backbone(str(backbone), start="paper"), tokenizer, link, CARD, {})
         assert link.is_symlink() and link.resolve() == target.resolve()
         assert (target / "config.json").is_file() and (target / "model.safetensors").is_file()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["disk", "out"]

@@ -28,7 +28,7 @@ from gausscse.training.run_lock import OutputDirLockedError, RunLock, lock_path
 from gausscse.training.save import save_model_folder
 from gausscse.training.trainer import GaussCSETrainer
 
-from ..helpers import fresh_env, train_args
+from ..helpers import final_save, fresh_env, train_args
 
 CARD = {"model_name": "m", "base_model": "b", "datasets": [], "metrics": {}, "training_arguments": {}, "data_stats": {}}
 QUICK = ("--max_steps", "2", "--save_steps", "2", "--eval_strategy", "no")
@@ -255,7 +255,7 @@ def test_each_final_save_stages_in_a_folder_of_its_own_and_leaves_other_runs_sta
     torch.manual_seed(0)
     model = GaussCSEModel.from_backbone(str(backbone), start="paper")
     for _ in range(2):
-        save_model_folder(model, tokenizer, folder, CARD, {})
+        final_save(model, tokenizer, folder, CARD, {})
     assert len(staged) == 2 and staged[0] != staged[1]
     assert all(path.parent == tmp_path and path.name.startswith(".out.saving.") for path in staged)
     for other in others:

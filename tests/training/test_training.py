@@ -33,10 +33,9 @@ from gausscse.training.arguments import parse_arguments
 from gausscse.training.batch import TripletCollator, split_batch_embeddings
 from gausscse.training.lora import apply_lora, merge_lora, save_adapter_folder, save_base
 from gausscse.training.losses import GaussCSELoss
-from gausscse.training.save import save_model_folder
 from gausscse.training.trainer import GaussCSETrainer, NonFiniteError, first_non_finite, is_head_parameter
 
-from ..helpers import nli_rows, train_args, write_jsonl_gz
+from ..helpers import final_save, nli_rows, train_args, write_jsonl_gz
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_FILE = "model.safetensors"
@@ -444,7 +443,7 @@ def test_a_final_save_that_fails_leaves_the_old_model_and_a_finished_one_the_new
             "data_stats": {}}  # fmt: skip
     torch.manual_seed(0)
     old = GaussCSEModel.from_backbone(str(backbone))
-    save_model_folder(old, tokenizer, folder, card, {"run": "old"})
+    final_save(old, tokenizer, folder, card, {"run": "old"})
     before = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
     torch.manual_seed(1)
     new = GaussCSEModel.from_backbone(str(backbone))
@@ -454,10 +453,10 @@ def test_a_final_save_that_fails_leaves_the_old_model_and_a_finished_one_the_new
 
     monkeypatch.setattr("gausscse.training.save.move_in", dies)
     with pytest.raises(KeyboardInterrupt):
-        save_model_folder(new, tokenizer, folder, card, {"run": "new"})
+        final_save(new, tokenizer, folder, card, {"run": "new"})
     assert {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()} == before  # the old, whole
     monkeypatch.undo()
-    save_model_folder(new, tokenizer, folder, card, {"run": "new"})
+    final_save(new, tokenizer, folder, card, {"run": "new"})
     loaded = GaussCSEModel.from_pretrained(folder)
     for name, value in new.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[name], value, msg=name)
