@@ -1,6 +1,7 @@
 """The memory of a process that queries a database-backed ``GaussianIndex``, at two sizes of the database (PostgreSQL
 runs in its own process through pgserver; Milvus Lite inside the calling process, its rows in that process's memory
-by the engine's design, not the index's): the query process opens the
+by the engine's design, not the index's, or with ``--milvus_server`` as its gRPC server in a process of its own): the
+query process opens the
 index and answers queries in both directions, with and without the search score. Reported per backend and size: the
 query process's peak resident set (``ru_maxrss``: imports included), the time per query, and whether its top 10 are
 the exact ``torch`` backend's (computed by the builder, which holds the Gaussians).
@@ -21,11 +22,12 @@ import resource
 import shutil
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 
-from bench.common import json_payload, run_worker
+from bench.common import json_payload, milvus_lite_server, run_worker
 from gausscse.io import write_json
 from gausscse.model.gaussian import GaussianEmbeddings
 from gausscse.search import GaussianIndex
@@ -45,13 +47,23 @@ def synthetic(count: int, dim: int, seed: int) -> GaussianEmbeddings:
     return GaussianEmbeddings(mu, (torch.randn(count, dim, generator=generator) - 1.0).clamp(-10, 10))
 
 
-def build(backend: str, size: int, dim: int, queries: int, folder: Path) -> dict:
+def table_uri(backend: str, folder: Path, score: str, server: str | None) -> str:
+    """The table of ``score`` in the database of ``folder``'s run: a local one in ``folder``, or on the Milvus
+    ``server`` (one collection name per run)."""
+    if backend == "milvus" and server:
+        return f"{server}#{score}_{folder.name.replace('-', '_')}"
+    return f"{folder / PLACES[backend]}#{score}"
+
+
+def build(backend: str, size: int, dim: int, queries: int, folder: Path, server: str | None = None) -> dict:
     """The builder: both tables of ``size`` Gaussians, and the exact torch top 10 of each query set."""
     items, asked = synthetic(size, dim, seed=1), synthetic(queries, dim, seed=2)
     expected, seconds = {}, {}
     for score, kl_weight in KL_WEIGHTS.items():
         started = time.perf_counter()
-        index = GaussianIndex(dim, "mean_kl", backend, uri=f"{folder / PLACES[backend]}#{score}", kl_weight=kl_weight)
+        index = GaussianIndex(
+            dim, "mean_kl", backend, uri=table_uri(backend, folder, score, server), kl_weight=kl_weight
+        )
         for start in range(0, size, BATCH):
             index.add(items[start : start + BATCH])
         seconds[score] = time.perf_counter() - started
@@ -61,12 +73,14 @@ def build(backend: str, size: int, dim: int, queries: int, folder: Path) -> dict
     return {"expected": expected, "build_seconds": seconds}
 
 
-def query(backend: str, size: int, dim: int, queries: int, folder: Path, expected: dict) -> dict:
+def query(
+    backend: str, size: int, dim: int, queries: int, folder: Path, expected: dict, server: str | None = None
+) -> dict:
     """The query process: opens each table, answers the queries in both directions."""
     asked = synthetic(queries, dim, seed=2)
     results = {}
     for score in KL_WEIGHTS:
-        index = GaussianIndex.open(backend, f"{folder / PLACES[backend]}#{score}")
+        index = GaussianIndex.open(backend, table_uri(backend, folder, score, server))
         assert len(index) == size and index.mu.shape[0] == 0
         for direction in DIRECTIONS:
             started = time.perf_counter()
@@ -132,6 +146,25 @@ def synthetic_hnsw_recall(size: int, dim: int, query_count: int, widths: list[in
     return [{"size": size, "add_seconds": add_seconds, "graph_seconds": build_seconds, **row} for row in rows]
 
 
+def measure_rows(args: argparse.Namespace, workdir: Path, server: str | None) -> list[dict]:
+    """Each (backend, size) built by a builder process, then queried by a fresh one; a row each."""
+    rows = []
+    for backend in args.backends:
+        for size in args.sizes:
+            folder = workdir / f"{backend}-{size}"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            common = ["--backend", backend, "--size", str(size), "--dim", str(args.dim)]
+            common += ["--queries", str(args.queries), "--folder", str(folder)]
+            common += ["--expected", str(folder / "top10.json")] + (["--milvus_uri", server] if server else [])
+            built = run_worker("bench.bench_client_memory", ["--worker", "build", *common])
+            answered = run_worker("bench.bench_client_memory", ["--worker", "query", *common])
+            rows.append({"backend": backend, "size": size, **built, **answered})
+            print(json.dumps(rows[-1]), flush=True)
+            shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
@@ -154,15 +187,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--size", type=int)
     parser.add_argument("--folder", type=Path)
     parser.add_argument("--expected", type=Path)
+    parser.add_argument(
+        "--milvus_server", action="store_true", help="milvus through Milvus Lite's gRPC server, in its own process"
+    )
+    parser.add_argument("--milvus_uri", help=argparse.SUPPRESS)  # the workers': the server's URL
     args = parser.parse_args(argv)
     if args.worker == "build":
-        result = build(args.backend, args.size, args.dim, args.queries, args.folder)
+        result = build(args.backend, args.size, args.dim, args.queries, args.folder, args.milvus_uri)
         write_json(args.expected, result["expected"])
         print(json.dumps({"build_seconds": result["build_seconds"]}))
         return result
     if args.worker == "query":
         expected = json.loads(args.expected.read_text())
-        result = query(args.backend, args.size, args.dim, args.queries, args.folder, expected)
+        result = query(args.backend, args.size, args.dim, args.queries, args.folder, expected, args.milvus_uri)
         print(json.dumps(result))
         return result
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="gausscse-client-memory-"))
@@ -183,25 +220,14 @@ def main(argv: list[str] | None = None) -> dict:
         payload.update(hnsw_sweep=sweep, hnsw_sweep_dim=args.dim)
         write_json(args.json, payload)
         return payload
-    rows = []
-    for backend in args.backends:
-        for size in args.sizes:
-            folder = workdir / f"{backend}-{size}"
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
-            common = ["--backend", backend, "--size", str(size), "--dim", str(args.dim)]
-            common += ["--queries", str(args.queries), "--folder", str(folder)]
-            common += ["--expected", str(folder / "top10.json")]
-            built = run_worker("bench.bench_client_memory", ["--worker", "build", *common])
-            answered = run_worker("bench.bench_client_memory", ["--worker", "query", *common])
-            rows.append({"backend": backend, "size": size, **built, **answered})
-            print(json.dumps(rows[-1]), flush=True)
-            shutil.rmtree(folder, ignore_errors=True)
+    with ExitStack() as stack:
+        server = stack.enter_context(milvus_lite_server(workdir / "milvus-server")) if args.milvus_server else None
+        rows = measure_rows(args, workdir, server)
     for row in rows:  # the peak against the same backend's smallest size
         smallest = min((other for other in rows if other["backend"] == row["backend"]), key=lambda other: other["size"])
         row["peak_rss_vs_smallest"] = row["peak_rss_bytes"] / smallest["peak_rss_bytes"]
     shown = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
-    worker_only = ("backend", "size", "folder", "expected")
+    worker_only = ("backend", "size", "folder", "expected", "milvus_uri")
     payload = json_payload(argparse.Namespace(**{k: v for k, v in shown.items() if k not in worker_only}), cpu_name())
     payload["rows"] = rows
     if args.real_model is not None:

@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -73,3 +76,24 @@ def json_payload(args: argparse.Namespace, device_name: str, **results) -> dict:
         "torch": torch.__version__,
         **results,
     }
+
+
+@contextmanager
+def milvus_lite_server(data_dir: Path) -> Iterator[str]:
+    """A Milvus Lite gRPC server (``milvus-lite server``, its own process) on a free local port, serving ``data_dir``;
+    yields its URL and stops it at the end."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir", str(data_dir)]
+    server = subprocess.Popen(
+        [*command, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        line = server.stdout.readline()
+        if "listening" not in line:
+            raise RuntimeError(f"milvus-lite server did not start: {line.strip()}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=60)

@@ -311,10 +311,17 @@ def client_memory_section(data: dict, path: str) -> tuple[str, str, list[str], l
     text = (
         f"Synthetic Gaussians, d = {data['dim']}, {data['queries']} queries; the index opened and queried by a fresh "
         "process in both directions, by the similarity and by the search score (λ = 0.1). PostgreSQL (pgserver's) runs "
-        "in its own process, so the peak is the client's alone; Milvus Lite runs inside the calling process, so its "
-        "peak holds the engine's own copy of the rows (a Milvus server, unavailable here, would not). Peak: that "
-        "process's `ru_maxrss` (imports included); exact: its top 10 are the `torch` backend's on every query. "
-        f"`python -m bench.bench_client_memory --json {path}`."
+        "in its own process, so the peak is the client's alone; "
+        + (
+            "Milvus runs as Milvus Lite's gRPC server (`milvus-lite server`) in its own process, so its peak is the "
+            "client's alone too. "
+            if data.get("milvus_server")
+            else "Milvus Lite runs inside the calling process, so its peak holds the engine's own copy of the rows "
+            "(`--milvus_server` runs it in a process of its own). "
+        )
+        + "Peak: that process's `ru_maxrss` (imports included); exact: its top 10 are the `torch` backend's on every "
+        f"query. `python -m bench.bench_client_memory {'--milvus_server ' if data.get('milvus_server') else ''}"
+        f"--json {path}`."
     )
     for recall in data.get("real_recall", []):
         text += (

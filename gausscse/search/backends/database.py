@@ -187,7 +187,10 @@ class DatabaseStore:
         """Record ``rows`` as the table's complete row count (an engine's hook: where an add is several requests)."""
 
     def hits(self, vectors: np.ndarray, count: int, direction: str, **request: Any) -> torch.Tensor:
-        """``(Q, count)`` ids [`search`] finds, ``QUERIES_PER_REQUEST`` rows of ``vectors`` at a time; −1: none."""
+        """``(Q, count)`` ids [`search`] finds, ``QUERIES_PER_REQUEST`` rows of ``vectors`` at a time; −1: none. An
+        engine's ``search(vectors, count, direction, first_id=0, ann=None, options=None, end_id=None)`` scans the rows
+        ``first_id <= id < end_id`` (``end_id``: the index's complete rows, so the rows of an add under way or of a
+        writer that died never fill a shortlist), or searches the ANN table ``ann``."""
         ids = torch.full((len(vectors), count), -1, dtype=torch.long)
         for start in range(0, len(vectors), QUERIES_PER_REQUEST):
             chunk = vectors[start : start + QUERIES_PER_REQUEST]
@@ -260,11 +263,17 @@ class DatabaseStore:
         parts = [self.hits(vectors, count, direction, ann=ann, options=options)]
         if size > ann.rows:
             vectors = query_vectors(queries, direction, self.kl_weight)
-            parts.append(self.hits(vectors, min(count, size - ann.rows), direction, first_id=ann.rows))
+            parts.append(self.hits(vectors, min(count, size - ann.rows), direction, first_id=ann.rows, end_id=size))
         if len(ann.transform["outliers"]):
             outliers = torch.from_numpy(ann.transform["outliers"])
             parts.append(outliers.expand(len(queries), len(outliers)))
         return torch.cat(parts, dim=1)
+
+
+def id_range(first_id: int, end_id: int | None) -> str:
+    """The filter of the rows ``first_id <= id < end_id`` in the engines' SQL-like syntax (``""``: every row)."""
+    bounds = ([f"id >= {first_id}"] if first_id else []) + ([f"id < {end_id}"] if end_id is not None else [])
+    return " and ".join(bounds)
 
 
 class CollectionStore(DatabaseStore):
@@ -562,7 +571,8 @@ class DatabaseBackend(SearchBackend):
         if count >= len(self.index) or (limit is not None and count > limit):
             return None  # every item, or more than the engine returns: the index scores them all
         if not self.approximate:  # a flat scan (the queries' maps scaled to unit length)
-            ids = self.table.hits(query_vectors(queries, direction, self.table.kl_weight), count, direction)
+            vectors = query_vectors(queries, direction, self.table.kl_weight)
+            ids = self.table.hits(vectors, count, direction, end_id=len(self.index))
         else:
             options = {"nprobes": self.nprobes, "ef_search": self.index.ef_search}
             ids = self.table.ann_candidates(queries, count, direction, self.rows, self.stored, **options)

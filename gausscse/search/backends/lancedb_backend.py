@@ -23,6 +23,7 @@ from gausscse.search.backends.database import (
     DatabaseStore,
     backend_classes,
     check_unused,
+    id_range,
     in_id_order,
 )
 
@@ -182,14 +183,16 @@ class LanceTable(DatabaseStore):
             )
         return table
 
-    def search(self, vectors: np.ndarray, count: int, direction: str, first_id=0, ann=None, options=None) -> list:
+    def search(
+        self, vectors: np.ndarray, count: int, direction: str, first_id=0, ann=None, options=None, end_id=None
+    ) -> list:
         """The rows nearest each of ``vectors`` under ``dot`` (a flat scan), or under ``l2`` through the IVF index of
         ``ann`` (``nprobes`` partitions); each query's ids in no particular order."""
         if ann is None:
             query = self.table.search(list(vectors), vector_column_name=MAP_FIELDS[direction]).distance_type("dot")
             query = query.bypass_vector_index()
-            if first_id:
-                query = query.where(f"id >= {first_id}", prefilter=True)
+            if first_id or end_id is not None:
+                query = query.where(id_range(first_id, end_id), prefilter=True)
         else:  # on the stored vectors' sphere (norm R): IVF picks partitions by L2 to centroids of unequal norms, and
             # a unit-length query would pick those of smallest norm instead of largest inner product
             vectors = (vectors * math.sqrt(ann.transform["radius2"][0])).astype(np.float32)

@@ -160,17 +160,20 @@ class MilvusStore(CollectionStore):
             filter=f"id >= {start} and id < {start + MAX_HITS}",
             output_fields=READ_FIELDS,
         )
-        return page, (start + MAX_HITS if page else None)
+        # a plain list: pymilvus's result materialises its rows lazily and breaks once pages are appended to it
+        return list(page), (start + MAX_HITS if page else None)
 
     def read_ids(self, ids: np.ndarray) -> list[dict[str, Any]]:
         """The rows ``ids``, ``ROWS_PER_REQUEST`` per query."""
         rows = []
         for start in range(0, len(ids), ROWS_PER_REQUEST):
             wanted = ids[start : start + ROWS_PER_REQUEST].tolist()
-            rows += self.client.query(self.name, filter=f"id in {wanted}", output_fields=READ_FIELDS)
+            rows += list(self.client.query(self.name, filter=f"id in {wanted}", output_fields=READ_FIELDS))
         return rows
 
-    def search(self, vectors: np.ndarray, count: int, direction: str, first_id=0, ann=None, options=None) -> list:
+    def search(
+        self, vectors: np.ndarray, count: int, direction: str, first_id=0, ann=None, options=None, end_id=None
+    ) -> list:
         """Largest ``IP`` (through the HNSW index of ``ann``, ``ef`` = ``ef_search``)."""
         params: dict[str, Any] = {"metric_type": "IP"}
         if ann is not None:
@@ -181,7 +184,7 @@ class MilvusStore(CollectionStore):
             anns_field=self.map_fields[direction] if ann is None else "vector",
             limit=count,
             output_fields=["id"],
-            filter=f"id >= {first_id}" if first_id else "",
+            filter=database.id_range(first_id, end_id),
             search_params=params,
         )
         return [[hit["id"] for hit in row] for row in found]

@@ -200,15 +200,18 @@ class PgStore(CollectionStore):
         rows = self.client.execute(query, (ids.tolist(),)).fetchall()
         return [as_row(row) for row in rows]
 
-    def search(self, vectors: np.ndarray, count: int, direction: str, first_id=0, ann=None, options=None) -> list:
+    def search(
+        self, vectors: np.ndarray, count: int, direction: str, first_id=0, ann=None, options=None, end_id=None
+    ) -> list:
         """Per query the ids of smallest ``<#>`` (largest raw inner product): a sequential scan of the map column, or
         the HNSW index of ``ann`` with ``hnsw.ef_search`` = max(``ef_search``, ``count``) (at most 1,000)."""
         sql = sql_module()
         if ann is None:
-            query = sql.SQL("SELECT id FROM {} WHERE id >= %s ORDER BY {} <#> %s LIMIT %s").format(
+            query = sql.SQL("SELECT id FROM {} WHERE id >= %s AND id < %s ORDER BY {} <#> %s LIMIT %s").format(
                 self.identifier(), sql.Identifier(self.map_fields[direction])
             )
-            arguments = [(first_id, row.astype(np.float32), count) for row in vectors]
+            end = np.iinfo(np.int64).max if end_id is None else end_id
+            arguments = [(first_id, end, row.astype(np.float32), count) for row in vectors]
         else:
             query = sql.SQL("SELECT id FROM {} ORDER BY vector <#> %s LIMIT %s").format(self.identifier(ann.table))
             arguments = [(row.astype(np.float32), count) for row in vectors]

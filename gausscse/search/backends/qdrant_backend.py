@@ -102,12 +102,13 @@ class QdrantStore(CollectionStore):
     def row_count(self, table: str) -> int:
         return self.client.count(table, exact=True).count
 
-    def id_filter(self, first_id: int):
-        """The points of id ``first_id`` on (``None``: all)."""
-        if not first_id:
+    def id_filter(self, first_id: int, end_id: int | None = None):
+        """The points of id ``first_id`` up to ``end_id`` (``None``: all)."""
+        if not first_id and end_id is None:
             return None
         models = qdrant_models()
-        return models.Filter(must=[models.FieldCondition(key="id", range=models.Range(gte=first_id))])
+        bounds = models.Range(gte=first_id or None, lt=end_id)
+        return models.Filter(must=[models.FieldCondition(key="id", range=bounds)])
 
     def insert(self, ids: np.ndarray, columns: dict[str, Any], table: str | None = None) -> None:
         """Points ``ids``, ``POINTS_PER_REQUEST`` per upsert: the named vectors of ``columns``, or an ANN
@@ -149,12 +150,14 @@ class QdrantStore(CollectionStore):
             rows += [{"id": point.id, **point.vector, "sentence": point.payload.get("sentence")} for point in points]
         return rows
 
-    def search(self, vectors: np.ndarray, count: int, direction: str, first_id=0, ann=None, options=None) -> list:
+    def search(
+        self, vectors: np.ndarray, count: int, direction: str, first_id=0, ann=None, options=None, end_id=None
+    ) -> list:
         """The ``DOT`` query of each row (the embedded mode always scans; a server searches the ANN graph with
         ``hnsw_ef`` = ``ef_search``)."""
         models = qdrant_models()
         if ann is None:
-            collection, request = self.name, {"using": direction, "filter": self.id_filter(first_id)}
+            collection, request = self.name, {"using": direction, "filter": self.id_filter(first_id, end_id)}
             params = models.SearchParams(exact=True)
         else:
             collection, request = ann.table, {}
