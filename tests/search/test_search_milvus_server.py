@@ -18,10 +18,8 @@ from bench.common import milvus_lite_server
 from gausscse import GaussianEmbeddings
 from gausscse.search import GaussianIndex
 
-from ..helpers import run_together
 from .test_search import check_against_brute_force, gaussians
-from .test_search_pgvector import WRITER, writer_rows
-from .test_search_servers import assert_same_as, random_gaussians
+from .test_search_pgvector import check_two_writers
 
 
 @pytest.fixture(scope="module")
@@ -38,27 +36,10 @@ def new_uri(milvus_server):
 
 
 def test_two_writer_processes_at_once_number_their_rows_apart(new_uri, tmp_path):
-    """Two processes adding 10,000 rows each, in batches, into one collection of the server at the same time: 20,000
-    rows of distinct ids 0..19,999, each writer's rows whole and in its order, and the top-10 of the union in both
-    directions as the torch backend's."""
-    uri = new_uri()
-    GaussianIndex(8, "sum", "milvus", uri=uri)
-    writer = WRITER.replace('GaussianIndex.open("pgvector", uri)', 'GaussianIndex.open("milvus", uri)')
-    assert writer != WRITER
-    run_together([[writer, str(seed), uri] for seed in (11, 12)], tmp_path)
-    index = GaussianIndex.open("milvus", uri)
-    assert len(index) == 20_000
-    stored = index.embeddings
-    sentences = index.engine.sentences(list(range(20_000)))
-    for seed in (11, 12):
-        rows = [row for row, sentence in enumerate(sentences) if sentence == str(seed)]
-        assert len(rows) == 10_000  # each writer's batches whole, its rows in its order
-        torch.testing.assert_close(stored.mu[rows], writer_rows(seed).mu, rtol=0, atol=0)
-    exact = GaussianIndex(8, "sum")
-    exact.add(stored)
-    assert_same_as(index, exact, random_gaussians(5, seed=13, dim=8), 10)
-    store = index.engine.table
-    assert store.read_holder(f"{store.name}_writer") is None  # the lock went with the last writer
+    """Two processes adding 10,000 rows each into one collection of the server at once (``check_two_writers``); the
+    lock collection gone with the last writer."""
+    store = check_two_writers("milvus", new_uri(), tmp_path).engine.table
+    assert store.read_holder(f"{store.name}_writer") is None
 
 
 def test_a_writer_killed_mid_add_leaves_nothing_served_and_the_next_add_goes_on(new_uri, tmp_path):
@@ -69,7 +50,6 @@ def test_a_writer_killed_mid_add_leaves_nothing_served_and_the_next_add_goes_on(
     GaussianIndex(12, "sum", "milvus", uri=uri).add(first)
     writer = f"""
 import torch
-from bench.common import milvus_lite_server
 from gausscse import GaussianEmbeddings
 from gausscse.search import GaussianIndex
 index = GaussianIndex.open("milvus", {uri!r})

@@ -133,9 +133,9 @@ WRITER = """
 import sys, torch
 from gausscse import GaussianEmbeddings
 from gausscse.search import GaussianIndex
-seed, uri = int(sys.argv[1]), sys.argv[2]
+seed, engine, uri = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 generator = torch.Generator().manual_seed(seed)
-index = GaussianIndex.open("pgvector", uri)
+index = GaussianIndex.open(engine, uri)
 print("ready", flush=True)
 sys.stdin.readline()  # both writers start together
 for _ in range(10):
@@ -153,24 +153,28 @@ def writer_rows(seed: int) -> GaussianEmbeddings:
     return GaussianEmbeddings(torch.cat([mu for mu, _ in parts]), torch.cat([logvar for _, logvar in parts]))
 
 
-def test_two_writer_processes_at_once_number_their_rows_apart(new_uri, tmp_path):
-    """Two processes adding 10,000 rows each, in batches, at the same time: 20,000 rows of distinct ids 0..19,999,
-    each writer's rows whole and in its order, and the top-10 of the union as the torch backend's."""
-    uri = new_uri()
-    GaussianIndex(8, "sum", "pgvector", uri=uri)
-    run_together([[WRITER, str(seed), uri] for seed in (11, 12)], tmp_path)
-    index = GaussianIndex.open("pgvector", uri)
+def check_two_writers(engine: str, uri: str, tmp_path) -> GaussianIndex:
+    """Two processes adding 10,000 rows each into one new index of ``engine`` at ``uri``, in batches, at the same
+    time: 20,000 rows of distinct ids 0..19,999, each writer's rows whole and in its order, and the top-10 of the
+    union in both directions as the torch backend's. The index, reopened."""
+    GaussianIndex(8, "sum", engine, uri=uri)
+    run_together([[WRITER, str(seed), engine, uri] for seed in (11, 12)], tmp_path)
+    index = GaussianIndex.open(engine, uri)
     assert len(index) == 20_000
     stored = index.embeddings
     sentences = index.engine.sentences(list(range(20_000)))
     for seed in (11, 12):
         rows = [row for row, sentence in enumerate(sentences) if sentence == str(seed)]
         assert len(rows) == 10_000  # each writer's batches whole, its rows in its order
-        expected = writer_rows(seed)
-        torch.testing.assert_close(stored.mu[rows], expected.mu, rtol=0, atol=0)
+        torch.testing.assert_close(stored.mu[rows], writer_rows(seed).mu, rtol=0, atol=0)
     exact = GaussianIndex(8, "sum")
     exact.add(stored)
     assert_same_as(index, exact, random_gaussians(5, seed=13, dim=8), 10)
+    return index
+
+
+def test_two_writer_processes_at_once_number_their_rows_apart(new_uri, tmp_path):
+    check_two_writers("pgvector", new_uri(), tmp_path)
 
 
 def test_a_writer_killed_mid_add_leaves_nothing_and_the_next_add_goes_on(new_uri, tmp_path):
