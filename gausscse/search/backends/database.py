@@ -226,6 +226,13 @@ class DatabaseStore:
         """How many rows the collection ``table`` holds (an engine's hook; ``None``: not counted)."""
         return None
 
+    def holds_unfinished(self, rows: int) -> bool:
+        """Whether the table holds more than the ``rows`` of complete adds (an add under way, or one whose writer
+        died): only then does a flat scan take the bound ``id < rows``, which some engines filter slowly (Qdrant's
+        embedded mode tests every point in Python)."""
+        count = self.row_count(self.name)
+        return count is not None and count > rows
+
     def ann_covers(self, size: int) -> bool:
         """Whether the ANN tables serve an index of ``size`` rows: built, and later rows no more than their own."""
         tables = self.ann_tables()
@@ -572,7 +579,8 @@ class DatabaseBackend(SearchBackend):
             return None  # every item, or more than the engine returns: the index scores them all
         if not self.approximate:  # a flat scan (the queries' maps scaled to unit length)
             vectors = query_vectors(queries, direction, self.table.kl_weight)
-            ids = self.table.hits(vectors, count, direction, end_id=len(self.index))
+            end_id = len(self.index) if self.table.holds_unfinished(len(self.index)) else None
+            ids = self.table.hits(vectors, count, direction, end_id=end_id)
         else:
             options = {"nprobes": self.nprobes, "ef_search": self.index.ef_search}
             ids = self.table.ann_candidates(queries, count, direction, self.rows, self.stored, **options)

@@ -169,6 +169,9 @@ class PgStore(CollectionStore):
     def discard_from(self, first_id: int) -> None:
         """Nothing: an add is one transaction, so no row of an unfinished one was ever committed."""
 
+    def holds_unfinished(self, rows: int) -> bool:
+        return False  # an add is one transaction
+
     def row_count(self, table: str) -> int:
         return self.client.execute(
             sql_module().SQL("SELECT count(*) FROM {}").format(self.identifier(table))
