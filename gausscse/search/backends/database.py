@@ -229,9 +229,8 @@ class DatabaseStore:
     def holds_unfinished(self, rows: int) -> bool:
         """Whether the table holds more than the ``rows`` of complete adds (an add under way, or one whose writer
         died): only then does a flat scan take the bound ``id < rows``, which some engines filter slowly (Qdrant's
-        embedded mode tests every point in Python)."""
-        count = self.row_count(self.name)
-        return count is not None and count > rows
+        embedded mode tests every point in Python). Never, where an add is one commit (LanceDB's)."""
+        return False
 
     def ann_covers(self, size: int) -> bool:
         """Whether the ANN tables serve an index of ``size`` rows: built, and later rows no more than their own."""
@@ -478,6 +477,9 @@ class CollectionStore(DatabaseStore):
     def discard_from(self, first_id: int) -> None:
         if self.row_count(self.name) > first_id:
             self.delete_from(first_id)
+
+    def holds_unfinished(self, rows: int) -> bool:
+        return self.row_count(self.name) > rows  # an add goes in several requests
 
     def read(self, first_id: int = 0) -> tuple[GaussianEmbeddings, list[str | None]]:
         complete = self.committed_rows()
