@@ -23,6 +23,7 @@ The YAML's ``sections`` are written in order, each one of:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -295,13 +296,18 @@ class Report:
 
     def filled(self, text: str) -> str:
         """``text`` with its fields (see the module docstring) filled in."""
+        return text.format_map(self.fields)
+
+    @functools.cached_property
+    def fields(self) -> dict[str, Any]:
+        """The fields a text may name, read once per report."""
         study = self.study
         runs = study.runs
         first_run = next(iter(next(iter(runs.values()))), "") if runs else ""
         evaluation = {}
         if study.evaluation_files() and not (study.results / "eval").is_dir():
             evaluation = json.loads(study.evaluation_files()[0].read_text(encoding="utf-8"))["meta"]
-        fields = {
+        return {
             "meta": {"hardware": "?", "precision": "?", **study.meta},
             "evaluation": evaluation,
             "train": study.train_results(first_run) if first_run else {},
@@ -314,7 +320,6 @@ class Report:
             },
             "backbone": Terms(lambda path: value(study.backbone, path)),
         }
-        return text.format_map(fields)
 
     def yaml_path(self) -> str:
         return shown(self.study.file)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 
@@ -19,7 +17,7 @@ from gausscse import GaussianEmbeddings
 from gausscse.search import GaussianIndex
 
 from .test_search import check_against_brute_force, gaussians
-from .test_search_pgvector import check_two_writers
+from .test_search_pgvector import check_two_writers, start_large_add
 
 
 @pytest.fixture(scope="module")
@@ -48,17 +46,7 @@ def test_a_writer_killed_mid_add_leaves_nothing_served_and_the_next_add_goes_on(
     uri = new_uri()
     first = gaussians(10, seed=14)
     GaussianIndex(12, "sum", "milvus", uri=uri).add(first)
-    writer = f"""
-import torch
-from gausscse import GaussianEmbeddings
-from gausscse.search import GaussianIndex
-index = GaussianIndex.open("milvus", {uri!r})
-print("adding", flush=True)
-index.add(GaussianEmbeddings(torch.randn(200_000, 12), torch.randn(200_000, 12)))
-print("finished", flush=True)
-"""
-    process = subprocess.Popen([sys.executable, "-c", writer], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
-    assert process.stdout.readline().strip() == "adding"
+    process = start_large_add("milvus", uri, 200_000, tmp_path)
     store = GaussianIndex.open("milvus", uri).engine.table
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and store.row_count(store.name) <= 10:  # killed once its rows go in

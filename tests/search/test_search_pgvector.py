@@ -177,21 +177,27 @@ def test_two_writer_processes_at_once_number_their_rows_apart(new_uri, tmp_path)
     check_two_writers("pgvector", new_uri(), tmp_path)
 
 
-def test_a_writer_killed_mid_add_leaves_nothing_and_the_next_add_goes_on(new_uri, tmp_path):
-    uri = new_uri()
-    first = gaussians(10, seed=14)
-    GaussianIndex(12, "sum", "pgvector", uri=uri).add(first)
+def start_large_add(engine: str, uri: str, rows: int, cwd) -> subprocess.Popen:
+    """A process adding ``rows`` random Gaussians (d = 12) to the index at ``uri``, returned once its add begins."""
     writer = f"""
 import torch
 from gausscse import GaussianEmbeddings
 from gausscse.search import GaussianIndex
-index = GaussianIndex.open("pgvector", {uri!r})
+index = GaussianIndex.open({engine!r}, {uri!r})
 print("adding", flush=True)
-index.add(GaussianEmbeddings(torch.randn(400_000, 12), torch.randn(400_000, 12)))
+index.add(GaussianEmbeddings(torch.randn({rows}, 12), torch.randn({rows}, 12)))
 print("finished", flush=True)
 """
-    process = subprocess.Popen([sys.executable, "-c", writer], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-c", writer], cwd=cwd, stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "adding"
+    return process
+
+
+def test_a_writer_killed_mid_add_leaves_nothing_and_the_next_add_goes_on(new_uri, tmp_path):
+    uri = new_uri()
+    first = gaussians(10, seed=14)
+    GaussianIndex(12, "sum", "pgvector", uri=uri).add(first)
+    process = start_large_add("pgvector", uri, 400_000, tmp_path)
     client = GaussianIndex.open("pgvector", uri).engine.table.client
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # killed while its COPY is under way
