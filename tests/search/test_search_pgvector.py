@@ -7,6 +7,7 @@ overwritten; named errors; the command line."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -106,6 +107,21 @@ def test_hnsw_recall_at_10_and_the_exact_rescore(new_uri):
         torch.testing.assert_close(scores, expected.float(), rtol=1e-6, atol=1e-6)
     index.add(random_gaussians(50, seed=7, dim=32))  # rows after the HNSW build: scanned flat until it is rebuilt
     assert len(GaussianIndex.open("pgvector-hnsw", index.engine.uri)) == 4050
+
+
+def test_the_servers_advice_reaches_the_log(new_uri, caplog):
+    """pgvector's notice that an HNSW graph outgrew ``maintenance_work_mem`` (a build many times slower) is logged as a
+    warning; PostgreSQL's routine notices ("already exists, skipping") stay at debug level."""
+    index = GaussianIndex(8, "sum", "pgvector-hnsw", uri=new_uri())
+    index.add(random_gaussians(3000, seed=10, dim=8))
+    index.engine.table.client.execute("SET maintenance_work_mem = '1MB'")  # this session's graph builds
+    with caplog.at_level(logging.DEBUG, logger="gausscse.search.backends.pgvector_backend"):
+        index.entailing(random_gaussians(2, seed=11, dim=8), 3)  # the first search builds the graphs
+        GaussianIndex.open("pgvector", index.engine.uri)  # a new connection: CREATE ... IF NOT EXISTS notices
+    warned = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert warned and all("maintenance_work_mem" in message for message in warned), warned
+    assert "Increase maintenance_work_mem" in warned[0]
+    assert any("skipping" in record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG)
 
 
 def test_the_table_holds_the_raw_maps_under_a_raw_inner_product(new_uri):

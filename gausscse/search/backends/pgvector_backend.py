@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import re
 import zlib
 from collections.abc import Iterator
@@ -33,9 +34,20 @@ MAX_EF_SEARCH = 1000  # pgvector's largest hnsw.ef_search: an HNSW scan returns 
 ROWS_PER_READ = 4096
 INSTALL = "'gausscse[pgvector]'"
 
+logger = logging.getLogger(__name__)
+
 
 def sql_module():
     return engine_module("psycopg.sql", INSTALL)
+
+
+def log_notice(notice) -> None:
+    """A server's NOTICE or WARNING to this module's logger: as a warning where the server gives advice (a hint, such
+    as pgvector's "hnsw graph no longer fits into maintenance_work_mem … Increase maintenance_work_mem to speed up
+    builds") or warns, else at debug level ("relation … already exists, skipping")."""
+    text = " ".join(part for part in (notice.message_primary, notice.message_detail, notice.message_hint) if part)
+    advice = notice.message_hint or notice.severity_nonlocalized == "WARNING"
+    logger.log(logging.WARNING if advice else logging.DEBUG, "PostgreSQL %s: %s", notice.severity_nonlocalized, text)
 
 
 @functools.cache
@@ -69,6 +81,7 @@ class PgStore(CollectionStore):
         register_vector = engine_module("pgvector.psycopg", INSTALL).register_vector
         conninfo = place if database.is_server(place) else local_server(place).get_uri()
         connection = psycopg.connect(conninfo, autocommit=True)
+        connection.add_notice_handler(log_notice)
         if connection.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
             try:
                 connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
