@@ -9,10 +9,15 @@ the exact ``torch`` backend's (computed by the builder, which holds the Gaussian
     python -m bench.bench_client_memory --sizes 100000 1000000 --dim 64 --json results/bench_client_memory_cpu.json
 
 Each (backend, size) is built once by a builder process into a folder under ``--workdir`` (two tables: similarity
-and search score λ = 0.1), then queried by a fresh process. ``--hnsw_sweep_size N`` adds, to the ``--json`` of an
-earlier run, ``pgvector-hnsw``'s recall@10 at each ``--ef_search`` on N synthetic Gaussians against exact ``torch``:
+and search score λ = 0.1), then queried by a fresh process. ``--hnsw_sweep_size N [N ...]`` adds, to the ``--json``
+of an earlier run (replacing that backend's earlier sweep), the recall@10 of ``--hnsw_backend`` (``pgvector-hnsw``,
+or ``milvus-hnsw``: with ``--milvus_server`` through Milvus Lite's server) at each ``--ef_search`` on N synthetic
+Gaussians against exact ``torch``; PostgreSQL's ``maintenance_work_mem`` is set to ``--maintenance_work_mem`` for the
+graph builds (pgvector's advice: a graph that outgrows it builds many times slower):
 
-    python -m bench.bench_client_memory --hnsw_sweep_size 1000000 --json results/bench_client_memory_cpu.json"""
+    python -m bench.bench_client_memory --hnsw_sweep_size 100000 1000000 --json results/bench_client_memory_cpu.json
+    python -m bench.bench_client_memory --hnsw_sweep_size 1000000 --hnsw_backend milvus-hnsw --milvus_server \
+        --ef_search 128 256 512 1024 2048 4096 --json results/bench_client_memory_cpu.json"""
 
 from __future__ import annotations
 
@@ -31,9 +36,11 @@ from bench.common import json_payload, milvus_lite_server, run_worker
 from gausscse.io import write_json
 from gausscse.model.gaussian import GaussianEmbeddings
 from gausscse.search import GaussianIndex
+from gausscse.search.backends.pgvector_backend import local_server
 from gausscse.training.precision import cpu_name
 
 BACKENDS = ("pgvector", "milvus")
+SWEPT = ("pgvector-hnsw", "milvus-hnsw")  # the HNSW backends --hnsw_sweep_size measures
 PLACES = {"pgvector": "pgdata", "milvus": "gaussians.db"}  # the local database of each engine, in its folder
 KL_WEIGHTS = {"similarity": None, "search": 0.1}
 DIRECTIONS = ("entailing", "entailed_by")
@@ -115,9 +122,35 @@ def real_hnsw_recall(model_path: str, item_count: int, folder: Path) -> list[dic
     return rows
 
 
-def synthetic_hnsw_recall(size: int, dim: int, query_count: int, widths: list[int], folder: Path) -> list[dict]:
-    """Recall@10 of ``pgvector-hnsw`` (similarity, ``mean_kl``) at each ``ef_search`` in ``widths`` against exact
-    ``torch`` on ``size`` synthetic Gaussians, both directions; the graph is built by the first query (timed)."""
+def sweep_uri(backend: str, size: int, folder: Path, work_mem: str, server: str | None) -> str:
+    """The sweep's table: in a local PostgreSQL database of its own (its server's ``maintenance_work_mem`` set to
+    ``work_mem``), or a Milvus collection (on ``server``, else in a Milvus Lite file)."""
+    if backend == "pgvector-hnsw":
+        place = folder / f"{PLACES['pgvector']}-{size}"
+        local_server(str(place)).psql(
+            f"ALTER SYSTEM SET maintenance_work_mem = '{work_mem}';\nSELECT pg_reload_conf();\n"
+        )
+        return f"{place}#sweep"
+    return f"{server or folder / PLACES['milvus']}#sweep_{size}"
+
+
+def wait_for_milvus_graphs(index: GaussianIndex, poll_seconds: float = 2.0) -> None:
+    """Until Milvus reports every row of both ANN collections indexed (it builds the graphs in the background)."""
+    store = index.engine.table
+    for ann in store.ann_tables().values():
+        while True:
+            state = store.client.describe_index(ann.table, "vector")
+            if state["pending_index_rows"] == 0 and state["indexed_rows"] == state["total_rows"]:
+                break
+            time.sleep(poll_seconds)
+
+
+def synthetic_hnsw_recall(
+    backend: str, size: int, dim: int, query_count: int, widths: list[int], uri: str
+) -> list[dict]:
+    """Recall@10 of ``backend`` (``pgvector-hnsw`` or ``milvus-hnsw``; the similarity, ``mean_kl``) at each
+    ``ef_search`` in ``widths`` against exact ``torch`` on ``size`` synthetic Gaussians in the table at ``uri``, both
+    directions; the graphs are built by the first query (timed; Milvus's until its background builds are done)."""
     from bench.bench_search import recall_at_k
 
     items, asked = synthetic(size, dim, seed=1), synthetic(query_count, dim, seed=2)
@@ -126,11 +159,13 @@ def synthetic_hnsw_recall(size: int, dim: int, query_count: int, widths: list[in
     truth = {direction: getattr(exact, direction)(asked, 10)[1].numpy() for direction in DIRECTIONS}
     del exact
     started = time.perf_counter()
-    index = GaussianIndex(dim, "mean_kl", "pgvector-hnsw", uri=f"{folder / PLACES['pgvector']}#sweep")
+    index = GaussianIndex(dim, "mean_kl", backend, uri=uri)
     for start in range(0, size, BATCH):
         index.add(items[start : start + BATCH])
     add_seconds, started = time.perf_counter() - started, time.perf_counter()
     index.entailing(asked[:1], 10)  # builds the HNSW graphs of both directions
+    if backend == "milvus-hnsw":
+        wait_for_milvus_graphs(index)
     build_seconds, rows = time.perf_counter() - started, []
     for width in widths:
         index.ef_search = width
@@ -143,7 +178,8 @@ def synthetic_hnsw_recall(size: int, dim: int, query_count: int, widths: list[in
                 {"ef_search": width, "direction": direction, "recall_at_10": recall, "seconds_per_query": seconds}
             )
             print(json.dumps(rows[-1]), flush=True)
-    return [{"size": size, "add_seconds": add_seconds, "graph_seconds": build_seconds, **row} for row in rows]
+    built = {"backend": backend, "size": size, "add_seconds": add_seconds, "graph_seconds": build_seconds}
+    return [{**built, **row} for row in rows]
 
 
 def measure_rows(args: argparse.Namespace, workdir: Path, server: str | None) -> list[dict]:
@@ -177,7 +213,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--real_items", type=int, default=20_000, help="SNLI-train sentences stored (--real_model)")
     parser.add_argument("--real_only", action="store_true", help="measure only --real_model's recall, into --json")
     parser.add_argument(
-        "--hnsw_sweep_size", type=int, help="measure only pgvector-hnsw's recall by ef_search, into --json"
+        "--hnsw_sweep_size", type=int, nargs="+", help="measure only an HNSW backend's recall by ef_search, into --json"
+    )
+    parser.add_argument("--hnsw_backend", choices=SWEPT, default=SWEPT[0], help="(--hnsw_sweep_size)")
+    parser.add_argument(
+        "--maintenance_work_mem", default="4GB", help="the server's memory for graph builds (--hnsw_sweep_size)"
     )
     parser.add_argument(
         "--ef_search", type=int, nargs="+", default=[40, 128, 256, 512, 1000], help="(--hnsw_sweep_size)"
@@ -216,8 +256,18 @@ def main(argv: list[str] | None = None) -> dict:
         if args.json is None or not args.json.is_file():
             parser.error("--hnsw_sweep_size needs the --json file of an earlier run")
         payload = json.loads(args.json.read_text())
-        sweep = synthetic_hnsw_recall(args.hnsw_sweep_size, args.dim, 100, args.ef_search, workdir)
-        payload.update(hnsw_sweep=sweep, hnsw_sweep_dim=args.dim)
+        sweep = [row for row in payload.get("hnsw_sweep", []) if row.get("backend") in set(SWEPT) - {args.hnsw_backend}]
+        with ExitStack() as stack:
+            server = stack.enter_context(milvus_lite_server(workdir / "milvus-server")) if args.milvus_server else None
+            for size in args.hnsw_sweep_size:
+                uri = sweep_uri(args.hnsw_backend, size, workdir, args.maintenance_work_mem, server)
+                sweep += synthetic_hnsw_recall(args.hnsw_backend, size, args.dim, 100, args.ef_search, uri)
+        settings = payload.get("hnsw_sweep_settings", {})
+        settings[args.hnsw_backend] = {"dim": args.dim, "milvus_server": args.milvus_server}
+        if args.hnsw_backend == "pgvector-hnsw":
+            settings[args.hnsw_backend]["maintenance_work_mem"] = args.maintenance_work_mem
+        payload.update(hnsw_sweep=sweep, hnsw_sweep_settings=settings)
+        payload.pop("hnsw_sweep_dim", None)
         write_json(args.json, payload)
         return payload
     with ExitStack() as stack:
