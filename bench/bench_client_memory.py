@@ -1,12 +1,15 @@
 """The memory of a process that queries a database-backed ``GaussianIndex``, at two sizes of the database (PostgreSQL
 runs in its own process through pgserver; Milvus Lite inside the calling process, its rows in that process's memory
 by the engine's design, not the index's, or with ``--milvus_server`` as its gRPC server in a process of its own): the
-query process opens the
-index and answers queries in both directions, with and without the search score. Reported per backend and size: the
-query process's peak resident set (``ru_maxrss``: imports included), the time per query, and whether its top 10 are
-the exact ``torch`` backend's (computed by the builder, which holds the Gaussians).
+query process opens the index and answers queries in both directions, with and without the search score. Reported
+per backend and size: the query process's peak resident set (``ru_maxrss``: imports included), the time per query,
+and whether its top 10 are the exact ``torch`` backend's (computed by the builder, which holds the Gaussians).
 
     python -m bench.bench_client_memory --sizes 100000 1000000 --dim 64 --json results/bench_client_memory_cpu.json
+
+``--backends qdrant`` measures Qdrant's embedded folder (its points in the calling process by design; about 85 s per
+10,000 points written, so smaller ``--sizes``) beside a process that runs the same queries through Qdrant's own
+client alone: the index's peak over the engine's is what the index adds.
 
 Each (backend, size) is built once by a builder process into a folder under ``--workdir`` (two tables: similarity
 and search score λ = 0.1), then queried by a fresh process. ``--hnsw_sweep_size N [N ...]`` adds, to the ``--json``
@@ -34,14 +37,18 @@ import torch
 
 from bench.common import json_payload, milvus_lite_server, run_worker
 from gausscse.io import write_json
-from gausscse.model.gaussian import GaussianEmbeddings
+from gausscse.model.gaussian import GaussianEmbeddings, query_map
 from gausscse.search import GaussianIndex
 from gausscse.search.backends.pgvector_backend import local_server
 from gausscse.training.precision import cpu_name
 
-BACKENDS = ("pgvector", "milvus")
+BACKENDS = ("pgvector", "milvus", "qdrant")  # qdrant: its embedded folder, measured beside the engine alone
 SWEPT = ("pgvector-hnsw", "milvus-hnsw")  # the HNSW backends --hnsw_sweep_size measures
-PLACES = {"pgvector": "pgdata", "milvus": "gaussians.db"}  # the local database of each engine, in its folder
+PLACES = {
+    "pgvector": "pgdata",
+    "milvus": "gaussians.db",
+    "qdrant": "gaussians.qdrant",
+}  # the local database of each engine, in its folder
 KL_WEIGHTS = {"similarity": None, "search": 0.1}
 DIRECTIONS = ("entailing", "entailed_by")
 BATCH = 50_000
@@ -96,8 +103,29 @@ def query(
                 "seconds_per_query": (time.perf_counter() - started) / queries,
                 "same_top10_as_torch": ids == expected[score][direction],
             }
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    return {"peak_rss_bytes": peak, "queries": results}
+    return {"peak_rss_bytes": peak_rss(), "queries": results}
+
+
+def engine_alone(size: int, dim: int, queries: int, folder: Path) -> dict:
+    """The baseline of an embedded engine that keeps its points in the calling process (Qdrant's folder): a process
+    that opens the folder with the engine's own client (every collection loaded) and runs the same exact top-10
+    queries through it, no ``GaussianIndex``; the index's process should hold no more (no second copy)."""
+    from qdrant_client import QdrantClient, models
+
+    client = QdrantClient(path=str(folder / PLACES["qdrant"]))
+    asked = synthetic(queries, dim, seed=2)
+    for score, kl_weight in KL_WEIGHTS.items():
+        assert client.count(score).count == size
+        for direction in DIRECTIONS:
+            vectors = query_map(asked.mu, asked.logvar, direction, kl_weight).float().numpy()
+            requests = [models.QueryRequest(query=row, limit=10, using=direction) for row in vectors]
+            client.query_batch_points(score, requests)
+    return {"engine_peak_rss_bytes": peak_rss()}
+
+
+def peak_rss() -> int:
+    """This process's peak resident set in bytes (``ru_maxrss``: KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def real_hnsw_recall(model_path: str, item_count: int, folder: Path) -> list[dict]:
@@ -195,6 +223,8 @@ def measure_rows(args: argparse.Namespace, workdir: Path, server: str | None) ->
             common += ["--expected", str(folder / "top10.json")] + (["--milvus_uri", server] if server else [])
             built = run_worker("bench.bench_client_memory", ["--worker", "build", *common])
             answered = run_worker("bench.bench_client_memory", ["--worker", "query", *common])
+            if backend == "qdrant":  # the same queries through Qdrant's own client, in a fresh process
+                answered |= run_worker("bench.bench_client_memory", ["--worker", "engine", *common])
             rows.append({"backend": backend, "size": size, **built, **answered})
             print(json.dumps(rows[-1]), flush=True)
             shutil.rmtree(folder, ignore_errors=True)
@@ -203,7 +233,7 @@ def measure_rows(args: argparse.Namespace, workdir: Path, server: str | None) ->
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=["pgvector", "milvus"])
     parser.add_argument("--sizes", nargs="+", type=int, default=[100_000, 1_000_000])
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--queries", type=int, default=16)
@@ -222,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--ef_search", type=int, nargs="+", default=[40, 128, 256, 512, 1000], help="(--hnsw_sweep_size)"
     )
-    parser.add_argument("--worker", choices=("build", "query"))
+    parser.add_argument("--worker", choices=("build", "query", "engine"))
     parser.add_argument("--backend", choices=BACKENDS)
     parser.add_argument("--size", type=int)
     parser.add_argument("--folder", type=Path)
@@ -236,6 +266,10 @@ def main(argv: list[str] | None = None) -> dict:
         result = build(args.backend, args.size, args.dim, args.queries, args.folder, args.milvus_uri)
         write_json(args.expected, result["expected"])
         print(json.dumps({"build_seconds": result["build_seconds"]}))
+        return result
+    if args.worker == "engine":
+        result = engine_alone(args.size, args.dim, args.queries, args.folder)
+        print(json.dumps(result))
         return result
     if args.worker == "query":
         expected = json.loads(args.expected.read_text())
