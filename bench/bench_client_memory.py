@@ -7,9 +7,12 @@ and whether its top 10 are the exact ``torch`` backend's (computed by the builde
 
     python -m bench.bench_client_memory --sizes 100000 1000000 --dim 64 --json results/bench_client_memory_cpu.json
 
-``--backends qdrant`` measures Qdrant's embedded folder (its points in the calling process by design; about 85 s per
-10,000 points written, so smaller ``--sizes``) beside a process that runs the same queries through Qdrant's own
+``--backends qdrant`` measures Qdrant's embedded folder (its points in the calling process by design, so smaller
+``--sizes``: 40,000 points at d = 256 took 5.5 GiB) beside a process that runs the same queries through Qdrant's own
 client alone: the index's peak over the engine's is what the index adds.
+
+    python -m bench.bench_client_memory --backends qdrant --sizes 10000 40000 --dim 256 \
+        --json results/bench_client_memory_qdrant_cpu.json
 
 Each (backend, size) is built once by a builder process into a folder under ``--workdir`` (two tables: similarity
 and search score λ = 0.1), then queried by a fresh process. ``--hnsw_sweep_size N [N ...]`` adds, to the ``--json``
@@ -44,11 +47,8 @@ from gausscse.training.precision import cpu_name
 
 BACKENDS = ("pgvector", "milvus", "qdrant")  # qdrant: its embedded folder, measured beside the engine alone
 SWEPT = ("pgvector-hnsw", "milvus-hnsw")  # the HNSW backends --hnsw_sweep_size measures
-PLACES = {
-    "pgvector": "pgdata",
-    "milvus": "gaussians.db",
-    "qdrant": "gaussians.qdrant",
-}  # the local database of each engine, in its folder
+# the local database of each engine, in its folder
+PLACES = {"pgvector": "pgdata", "milvus": "gaussians.db", "qdrant": "gaussians.qdrant"}
 KL_WEIGHTS = {"similarity": None, "search": 0.1}
 DIRECTIONS = ("entailing", "entailed_by")
 BATCH = 50_000
