@@ -107,6 +107,9 @@ def test_hnsw_recall_at_10_and_the_exact_rescore(new_uri):
         torch.testing.assert_close(scores, expected.float(), rtol=1e-6, atol=1e-6)
     index.add(random_gaussians(50, seed=7, dim=32))  # rows after the HNSW build: scanned flat until it is rebuilt
     assert len(GaussianIndex.open("pgvector-hnsw", index.engine.uri)) == 4050
+    index.ef_search = 1001  # beyond pgvector's hnsw.ef_search: refused, never clipped silently
+    with pytest.raises(ValueError, match=r"ef_search=1001: pgvector's hnsw\.ef_search is at most 1,000"):
+        index.entailing(queries, 10)
 
 
 def test_the_servers_advice_reaches_the_log(new_uri, caplog):
