@@ -108,8 +108,13 @@ def test_hnsw_recall_at_10_and_the_exact_rescore(new_uri):
     index.add(random_gaussians(50, seed=7, dim=32))  # rows after the HNSW build: scanned flat until it is rebuilt
     assert len(GaussianIndex.open("pgvector-hnsw", index.engine.uri)) == 4050
     index.ef_search = 1001  # beyond pgvector's hnsw.ef_search: refused, never clipped silently
-    with pytest.raises(ValueError, match=r"ef_search=1001: pgvector's hnsw\.ef_search is at most 1,000"):
+    with pytest.raises(ValueError, match=r"ef_search=1001: the PostgreSQL table's HNSW search is at most 1,000 wide"):
         index.entailing(queries, 10)
+    wide = GaussianIndex(32, "sum", "pgvector-hnsw", uri=new_uri(), ef_search=1001)
+    wide.add(items[:2000])
+    with pytest.raises(ValueError, match="search exactly \\(backend='pgvector'\\)"):
+        wide.entailing(queries, 10)
+    assert wide.engine.table.ann_tables() == {}  # refused before its graphs were built
 
 
 def test_the_servers_advice_reaches_the_log(new_uri, caplog):

@@ -101,6 +101,7 @@ class DatabaseStore:
     default_suffix: ClassVar[str]  # the default uri of the command line: INDEX + this suffix
     place: ClassVar[str]  # what the uri is, for messages
     max_shortlist: ClassVar[int | None] = None  # the most hits the engine returns per query
+    max_ef_search: ClassVar[int | None] = None  # the widest HNSW search the engine allows
     max_sentence_bytes: ClassVar[int | None] = None  # the longest sentence the engine keeps
     map_fields: ClassVar[dict[str, str]] = MAP_FIELDS  # the stored map of each direction: its column
     local_shared: ClassVar[bool] = False  # whether other processes may write into a local database while it is open
@@ -584,6 +585,12 @@ class DatabaseBackend(SearchBackend):
             end_id = len(self.index) if self.table.holds_unfinished(len(self.index)) else None
             ids = self.table.hits(vectors, count, direction, end_id=end_id)
         else:
+            widest = self.store_class.max_ef_search
+            if widest is not None and self.index.ef_search > widest:  # refused before any graph is built
+                raise ValueError(
+                    f"ef_search={self.index.ef_search}: the {self.store_class.kind}'s HNSW search is at most "
+                    f"{widest:,} wide; for more recall, search exactly (backend={self.name.removesuffix('-hnsw')!r})"
+                )
             options = {"nprobes": self.nprobes, "ef_search": self.index.ef_search}
             ids = self.table.ann_candidates(queries, count, direction, self.rows, self.stored, **options)
         return ids.masked_fill(ids >= len(self.index), -1)  # rows of an add still under way: not served yet

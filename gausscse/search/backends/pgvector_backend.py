@@ -69,6 +69,7 @@ class PgStore(CollectionStore):
     default_suffix = ".pgdata"
     place = "a postgresql:// server URL or a local PostgreSQL database folder, with an optional #table"
     max_shortlist = MAX_EF_SEARCH
+    max_ef_search = MAX_EF_SEARCH
     lock_collection = False  # writers lock through the server's advisory lock (``writing``)
     local_shared = True  # a local folder is still a PostgreSQL server: any process on the machine writes into it
     new_place = "a local PostgreSQL database needs a new or empty folder, or a PostgreSQL one"
@@ -229,17 +230,14 @@ class PgStore(CollectionStore):
             end = np.iinfo(np.int64).max if end_id is None else end_id
             arguments = [(first_id, end, row.astype(np.float32), count) for row in vectors]
         else:
-            if options["ef_search"] > MAX_EF_SEARCH:
-                raise ValueError(
-                    f"ef_search={options['ef_search']}: pgvector's hnsw.ef_search is at most {MAX_EF_SEARCH:,}; for "
-                    "more recall, search exactly (backend='pgvector')"
-                )
             query = sql.SQL("SELECT id FROM {} ORDER BY vector <#> %s LIMIT %s").format(self.identifier(ann.table))
             arguments = [(row.astype(np.float32), count) for row in vectors]
         found = []
         with self.client.transaction():  # the ef_search setting lives as long as this transaction
             if ann is not None:
-                ef_search = max(options["ef_search"], count)  # count: at most max_shortlist
+                ef_search = max(
+                    options["ef_search"], count
+                )  # both at most MAX_EF_SEARCH (max_ef_search, max_shortlist)
                 self.client.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
             for argument in arguments:
                 found.append([row[0] for row in self.client.execute(query, argument).fetchall()])
