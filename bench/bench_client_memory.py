@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import tempfile
 import time
@@ -38,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import json_payload, milvus_lite_server, run_worker
+from bench.common import json_payload, milvus_lite_server, peak_resident_bytes, run_worker
 from gausscse.io import write_json
 from gausscse.model.gaussian import GaussianEmbeddings, query_map
 from gausscse.search import GaussianIndex
@@ -103,7 +102,7 @@ def query(
                 "seconds_per_query": (time.perf_counter() - started) / queries,
                 "same_top10_as_torch": ids == expected[score][direction],
             }
-    return {"peak_rss_bytes": peak_rss(), "queries": results}
+    return {"peak_rss_bytes": peak_resident_bytes(), "queries": results}
 
 
 def engine_alone(size: int, dim: int, queries: int, folder: Path) -> dict:
@@ -120,12 +119,7 @@ def engine_alone(size: int, dim: int, queries: int, folder: Path) -> dict:
             vectors = query_map(asked.mu, asked.logvar, direction, kl_weight).float().numpy()
             requests = [models.QueryRequest(query=row, limit=10, using=direction) for row in vectors]
             client.query_batch_points(score, requests)
-    return {"engine_peak_rss_bytes": peak_rss()}
-
-
-def peak_rss() -> int:
-    """This process's peak resident set in bytes (``ru_maxrss``: KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"engine_peak_rss_bytes": peak_resident_bytes()}
 
 
 def real_hnsw_recall(model_path: str, item_count: int, folder: Path) -> list[dict]:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import json_payload, run_worker
+from bench.common import json_payload, peak_resident_bytes, run_worker
 from gausscse.io import write_json
 from gausscse.training.precision import cpu_name
 
@@ -46,8 +45,7 @@ def ray_build(model: str, size: int, ray_workers: int, folder: Path) -> dict:
     search_main([*arguments, "--backend", "pgvector", "--ray", "--ray_workers", str(ray_workers)])
     seconds = time.perf_counter() - started
     stored = json.loads((folder / "index" / "index_config.json").read_text())["size"]
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    return {"size": size, "stored": stored, "driver_peak_rss_bytes": peak, "seconds": seconds}
+    return {"size": size, "stored": stored, "driver_peak_rss_bytes": peak_resident_bytes(), "seconds": seconds}
 
 
 def main(argv: list[str] | None = None) -> dict:

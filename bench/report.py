@@ -324,7 +324,9 @@ def client_memory_section(data: dict, path: str) -> tuple[str, str, list[str], l
         "(`--milvus_server` runs it in a process of its own). ",
         "qdrant": "Qdrant's embedded folder keeps its points in the calling process by design; *engine alone* is the "
         "peak of a fresh process that runs the same exact top-10 queries through Qdrant's own client, without "
-        "`GaussianIndex`: the difference is what the index adds. ",
+        "`GaussianIndex`: the difference is what the index adds (a copy of every μ and log σ² would add "
+        + ", ".join(f"{_mib(8 * data['dim'] * size)} at {size:,}" for size in data["sizes"])
+        + "). ",
     }
     flags = (
         f"--backends {' '.join(engines)} --sizes {' '.join(str(size) for size in data['sizes'])} --dim {data['dim']}"
