@@ -149,8 +149,9 @@ class BackboneMixin:
         encoder_config = AutoConfig.from_pretrained(name_or_path, **encoder_kwargs)
         encoder = AutoModel.from_pretrained(name_or_path, **encoder_init_kwargs(encoder_config), **encoder_kwargs)
         started = start_fields(name_or_path, start, encoder_kwargs)
-        if config_kwargs.get("frozen_mean") is False and "variance_layers" not in config_kwargs:
-            started.pop("variance_layers", None)  # one trunk is a frozen-μ design: a trained μ takes the whole encoder
+        one_trunk = {"variance_layers", "mean_layers"} & config_kwargs.keys()
+        if config_kwargs.get("frozen_mean") is False and not one_trunk:
+            started.pop("variance_layers", None)  # a trained μ without one trunk's flags: the whole encoder, one path
         config_kwargs = {**started, **config_kwargs}
         # The config would otherwise reset the encoder's attention implementation (sdpa, ...) to unset.
         config_kwargs.setdefault("attn_implementation", encoder.config._attn_implementation)

@@ -45,6 +45,23 @@ def check_number(name: str, value: Any, maximum: float) -> None:
         raise ValueError(f"{name} (the model's config.json) must be a number in [0, {maximum:g}], got {value!r}")
 
 
+def check_trunk_layers(config: GaussCSEConfig) -> None:
+    """``ValueError`` unless ``variance_layers`` and ``mean_layers`` are each 0/``None`` or whole numbers in
+    [1, the encoder's layers], ``mean_layers`` only on one trunk (``variance_layers``) whose μ learns."""
+    layers = getattr(config.encoder_config, "num_hidden_layers", None)
+    for name in ("variance_layers", "mean_layers"):
+        value = getattr(config, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
+        if value and not (layers and value <= layers):
+            raise ValueError(f"{name} must be at most the encoder's layers ({layers}), got {name}={value}")
+    if config.mean_layers and not (config.variance_layers and not config.frozen_mean):
+        raise ValueError(
+            f"mean_layers (the encoder's top layers μ learns through) needs variance_layers >= 1 (one trunk) and "
+            f"frozen_mean=False, got variance_layers={config.variance_layers}, frozen_mean={config.frozen_mean}"
+        )
+
+
 class GaussCSEConfig(PreTrainedConfig):
     r"""Configuration of [`GaussCSEModel`]: a pre-trained encoder plus a mean head and a log-variance head.
 
@@ -53,7 +70,10 @@ class GaussCSEConfig(PreTrainedConfig):
         mean_activation, normalize_mean: `"tanh"` (released code) or `"none"` on the mean head; L2-normalise μ after it.
         head_init: fresh heads `"random"` (N(0, 0.02²), as the paper) or `"identity"` (identity μ head, σ² = 1/d).
         frozen_mean: μ from `mean_encoder`, a frozen copy of the starting encoder (and μ head); `encoder` gives log σ².
-        variance_layers: with `frozen_mean`, k > 0: the encoder gives μ, a trained copy of its top k layers log σ².
+        variance_layers: k > 0: one trunk, the encoder gives μ and a trained copy of its top k layers log σ²; with
+            `frozen_mean` μ is the encoder's own (frozen), else μ learns through the encoder's top `mean_layers` layers.
+        mean_layers: one trunk without `frozen_mean`: how many of the encoder's top layers learn (μ learns NLI too);
+            the layers below and the embeddings stay frozen; `None`: the whole encoder learns.
         embedding_size, similarity_reduction: d (default: hidden size); `"mean_kl"` (default), `"sum"` or `"mean_dim"`.
         search_kl_weight: λ of the search score cos(μ_q, μ_x) − λ · KL(q‖x) / d; `None`: no search score stated.
         entailment_cosine_weight: α of the entailment score 1 / (1/sim(hyp‖pre) + α·(1 − cos(μ_hyp, μ_pre))) that
@@ -72,6 +92,7 @@ class GaussCSEConfig(PreTrainedConfig):
     head_init: str = "random"
     frozen_mean: bool = False
     variance_layers: int = 0
+    mean_layers: int | None = None
     embedding_size: int | None = None
     similarity_reduction: str = "mean_kl"
     search_kl_weight: float | None = None
@@ -94,12 +115,7 @@ class GaussCSEConfig(PreTrainedConfig):
         if not -LOGVAR_BOUND <= self.logvar_min < self.logvar_max <= LOGVAR_BOUND:
             bounds = f"-{LOGVAR_BOUND:g} <= logvar_min < logvar_max <= {LOGVAR_BOUND:g}"
             raise ValueError(f"need {bounds}, got logvar_min={self.logvar_min}, logvar_max={self.logvar_max}")
-        layers = getattr(self.encoder_config, "num_hidden_layers", None)
-        if self.variance_layers and not (self.frozen_mean and layers and 0 < self.variance_layers <= layers):
-            raise ValueError(
-                f"variance_layers (copied top layers) needs frozen_mean=True and 1 <= variance_layers <= layers "
-                f"({layers}), got variance_layers={self.variance_layers}, frozen_mean={self.frozen_mean}"
-            )
+        check_trunk_layers(self)
         for name, maximum in (("search_kl_weight", MAX_SCORE_WEIGHT), ("entailment_cosine_weight", MAX_SCORE_WEIGHT),
                               ("entailment_threshold", 1.0)):  # fmt: skip
             check_number(name, getattr(self, name), maximum)

@@ -6,6 +6,7 @@ import copy
 import importlib
 import math
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -122,11 +123,26 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
         self.post_init()
         self.freeze_mean_path()
 
+    def frozen_modules(self) -> list[nn.Module]:
+        """What takes no gradient and stays in eval mode: with ``frozen_mean`` the μ path (encoder and head); on one
+        trunk whose μ learns, an identity μ head (μ stays the pooled vector) and, with ``mean_layers`` = k, the
+        encoder's embeddings and layers below its top k; else nothing."""
+        config = self.config
+        if config.frozen_mean:  # μ from mean_encoder (two paths), else from the encoder itself
+            return [self.mean_head, self.mean_encoder if self.mean_encoder is not None else self.encoder]
+        if self.variance_layers is None:
+            return []
+        frozen = [self.mean_head] if config.head_init == "identity" else []
+        if config.mean_layers:
+            layers = self.encoder.get_submodule(self._layers_path)
+            outside = [child for child in self.encoder.children() if all(m is not layers for m in child.modules())]
+            frozen += [*layers[: len(layers) - config.mean_layers], *outside]  # the embeddings, the layers below
+        return frozen
+
     def freeze_mean_path(self) -> None:
-        """With ``frozen_mean``: the μ path (encoder and head) takes no gradient and stays in eval mode."""
-        if self.config.frozen_mean:  # μ from mean_encoder (two paths), else from the encoder itself
-            self.mean_head.requires_grad_(False)
-            (self.mean_encoder if self.mean_encoder is not None else self.encoder).requires_grad_(False).eval()
+        """[`frozen_modules`] take no gradient and stay in eval mode (no dropout)."""
+        for module in self.frozen_modules():
+            module.requires_grad_(False).eval()
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -168,10 +184,10 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
             self.push_to_hub(hub_arguments.pop("repo_id", folder.name), **hub_arguments)
 
     def train(self, mode: bool = True) -> GaussCSEModel:
-        """As ``nn.Module.train``; the frozen μ path stays in eval mode (no dropout)."""
+        """As ``nn.Module.train``; the frozen modules ([`frozen_modules`]) stay in eval mode (no dropout)."""
         super().train(mode)
-        if self.config.frozen_mean:
-            (self.mean_encoder if self.mean_encoder is not None else self.encoder).eval()
+        for module in self.frozen_modules():
+            module.eval()
         return self
 
     def pool(
@@ -231,8 +247,8 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
                 caught.update(args=args, kwargs=layer_kwargs)
 
             hook = layers[len(layers) - len(self.variance_layers)].register_forward_pre_hook(catch, with_kwargs=True)
-            try:
-                with torch.no_grad():  # the frozen μ path: never part of the graph
+            try:  # a frozen μ path is never part of the graph; a learning one from its lowest trained layer on
+                with torch.no_grad() if self.config.frozen_mean else nullcontext():
                     encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
             finally:
                 hook.remove()

@@ -64,7 +64,12 @@ class ModelArguments:
     normalize_mean: bool | None = arg(None, "L2-normalise μ (see GaussCSEConfig).")
     head_init: str | None = arg(None, f"Fresh heads, one of {HEAD_INITS} (see GaussCSEConfig).")
     frozen_mean: bool | None = arg(None, "μ from a frozen copy of the backbone, log σ² from the trained one.")
-    variance_layers: int | None = arg(None, "With --frozen_mean: log σ² from a trained copy of the top k layers.")
+    variance_layers: int | None = arg(None, "One trunk: log σ² from a trained copy of the encoder's top k layers.")
+    mean_layers: int | None = arg(
+        None,
+        "One trunk with --frozen_mean false: μ learns through the encoder's top k layers, the rest stays frozen "
+        "(unset: the whole encoder learns).",
+    )
     similarity_reduction: str | None = arg(None, f"The similarity, one of {REDUCTIONS} (default: GaussCSEConfig's).")
     freeze_backbone: bool = arg(False, "Train only the μ/σ² heads.", fixes_run=True)
     lora_r: int = arg(0, "LoRA rank on the trained encoder (peft); 0 trains the backbone fully.", fixes_run=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 import torch.nn.functional as F
@@ -133,6 +133,23 @@ def denominator_masks(
 
 
 Columns = tuple[NLIBatchEmbeddings, int, DenominatorMasks]
+
+
+def scale_gradient(tensor: torch.Tensor, scale: float) -> torch.Tensor:
+    """``tensor`` in the forward pass; its gradient times ``scale`` in the backward pass (0: detached)."""
+    if scale == 1:
+        return tensor
+    detached = tensor.detach()
+    return detached if scale == 0 else detached + scale * (tensor - detached)
+
+
+def scale_mean_gradient(batch: NLIBatchEmbeddings, scale: float) -> NLIBatchEmbeddings:
+    """``batch`` whose μ pass ``scale`` times their gradient back ([`scale_gradient`]); log σ² untouched."""
+    sides = [
+        GaussianEmbeddings(scale_gradient(side.mu, scale), side.logvar)
+        for side in (batch.premise, batch.entailment, batch.contradiction)
+    ]
+    return replace(batch, premise=sides[0], entailment=sides[1], contradiction=sides[2])
 
 
 def batch_columns(batch: NLIBatchEmbeddings, gather: bool) -> Columns:
@@ -301,6 +318,13 @@ class LossTermArguments:
             "help": "Weight of the keep term: μ's in-batch cosines distilled from the starting encoder (0 = off)."
         },
     )
+    kl_mean_gradient: float = field(
+        default=1.0,
+        metadata={
+            "help": "Scale of the GaussCSE term's gradient into μ (0 = stopped: μ learns from the other terms only, "
+            "log σ² from all); for a model whose μ learns."
+        },
+    )
 
 
 def check_terms(terms: LossTermArguments, prefix: str = "") -> None:
@@ -317,8 +341,9 @@ class GaussCSELoss(nn.Module):
         L = L_GaussCSE + w_ret·L_ret + w_simcse·L_simcse + w_keep·L_keep
 
     The weights are the keywords of [`LossTermArguments`]; an unset weight is 0, except ``retrieval_weight`` of a
-    ``frozen_mean`` model (its μ path frozen: results/KEEP.md), which is 1. The batch's columns and masks are computed
-    once and shared by every term.
+    ``frozen_mean`` model (its μ path frozen: results/KEEP.md), which is 1. ``kl_mean_gradient`` scales the gradient
+    L_GaussCSE sends into μ (0: μ learns from the other terms only). The batch's columns and masks are computed once
+    and shared by every term.
 
     Example::
 
@@ -338,9 +363,12 @@ class GaussCSELoss(nn.Module):
         retrieval_kl_weight: float | None = None,
         simcse_weight: float = 0.0,
         keep_weight: float = 0.0,
+        kl_mean_gradient: float = 1.0,
     ):
         super().__init__()
-        check_terms(LossTermArguments(retrieval_weight, retrieval_kl_weight, simcse_weight, keep_weight))
+        terms = LossTermArguments(retrieval_weight, retrieval_kl_weight, simcse_weight, keep_weight, kl_mean_gradient)
+        check_terms(terms)
+        self.kl_mean_gradient = kl_mean_gradient
         self.contrastive = GaussCSEContrastiveLoss(variant, temperature, reduction, gather=gather)
         self.terms = nn.ModuleDict(
             {
@@ -363,7 +391,8 @@ class GaussCSELoss(nn.Module):
 
     def forward(self, batch: NLIBatchEmbeddings) -> torch.Tensor:
         columns = batch_columns(batch, self.gather)
-        loss = self.contrastive(batch, columns)
+        gathered, offset, masks = columns
+        loss = self.contrastive(batch, (scale_mean_gradient(gathered, self.kl_mean_gradient), offset, masks))
         for name, weight in self.weights.items():
             if weight:
                 loss = loss + weight * self.terms[name](batch, columns)
@@ -390,7 +419,12 @@ def build_loss(
     variant with the ``terms`` (``LossTermArguments`` keywords; ``frozen_mean``: the model's, for the retrieval
     default), or ``simcse``: [`SupervisedSimCSELoss`] (the keep term only)."""
     if check_loss_name(name) == "simcse":
-        ignored = [f"--{term} {value}" for term, value in terms.items() if value and term != "keep_weight"]
+        defaults = {item.name: item.default for item in fields(LossTermArguments)}
+        ignored = [
+            f"--{term} {value}"
+            for term, value in terms.items()
+            if value and value != defaults.get(term) and term != "keep_weight"
+        ]
         if ignored:  # e.g. a config shared with the GaussCSE runs
             logger.warning("--loss simcse takes --keep_weight only of the loss terms; ignored: %s", ", ".join(ignored))
         return SupervisedSimCSELoss(temperature, keep_weight=terms.get("keep_weight") or 0.0)

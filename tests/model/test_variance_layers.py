@@ -151,12 +151,9 @@ print(model.config.variance_layers, model.mean_encoder is None, model.train().en
 
 def test_bad_settings_are_named(backbone, tmp_path):
     config = tiny_encoder_config()
-    needs = r"variance_layers .* needs frozen_mean=True and 1 <= variance_layers <= .* \(2\), got variance_layers=1, "
-    with pytest.raises(ValueError, match=needs + "frozen_mean=False"):
-        GaussCSEConfig(encoder_config=config, variance_layers=1)
-    with pytest.raises(ValueError, match=r"got variance_layers=3, frozen_mean=True"):
+    with pytest.raises(ValueError, match=r"variance_layers must be at most the encoder's layers \(2\), got "):
         GaussCSEConfig(encoder_config=config, frozen_mean=True, variance_layers=3)
-    with pytest.raises(ValueError, match=r"got variance_layers=-1"):
+    with pytest.raises(ValueError, match=r"variance_layers must be a whole number >= 0, got -1"):
         GaussCSEConfig(encoder_config=config, frozen_mean=True, variance_layers=-1)
     model_args, _, _ = parse_arguments(
         [

@@ -243,6 +243,36 @@ def test_auxiliary_simcse_term_is_added_with_its_weight():
     torch.testing.assert_close(with_aux, plain + 0.5 * SupervisedSimCSELoss(TAU)(batch))
 
 
+def grads(loss: torch.Tensor, batch: NLIBatchEmbeddings) -> dict[str, torch.Tensor]:
+    """d loss / d μ and d loss / d log σ² of the three sides, by autograd."""
+    sides = {"premise": batch.premise, "entailment": batch.entailment, "contradiction": batch.contradiction}
+    tensors = {f"{name}.{part}": getattr(side, part) for name, side in sides.items() for part in ("mu", "logvar")}
+    values = torch.autograd.grad(loss, list(tensors.values()), allow_unused=True, materialize_grads=True)
+    return dict(zip(tensors, values, strict=True))
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.3])
+def test_kl_mean_gradient_scales_only_what_the_gaussian_term_sends_into_mu(scale):
+    """Same loss value; the gradient into μ = scale × the GaussCSE term's + the other terms' in full, into log σ²
+    unchanged (each part by autograd of the separate modules)."""
+    batch = random_batch(5, seed=31, missing=(2,))
+    terms = {"retrieval_weight": 0.5, "retrieval_kl_weight": 0.1, "simcse_weight": 0.7}
+    scaled = GaussCSELoss("ent+con+rev", TAU, "mean_kl", kl_mean_gradient=scale, **terms)(batch)
+    full = GaussCSELoss("ent+con+rev", TAU, "mean_kl", **terms)(batch)
+    torch.testing.assert_close(scaled, full, rtol=0, atol=0)
+    gaussian = grads(GaussCSEContrastiveLoss("ent+con+rev", TAU, "mean_kl")(batch), batch)
+    others = grads(
+        0.5 * RetrievalTerm(TAU, "mean_kl", kl_weight=0.1)(batch) + 0.7 * SupervisedSimCSELoss(TAU)(batch), batch
+    )
+    got = grads(scaled, batch)
+    for name, value in got.items():
+        weight = scale if name.endswith(".mu") else 1.0
+        torch.testing.assert_close(value, weight * gaussian[name] + others[name], rtol=1e-9, atol=1e-12)
+    assert got["premise.mu"].abs().sum() > 0  # the other terms still reach μ
+    with pytest.raises(ValueError, match=r"kl_mean_gradient must be a finite number >= 0, got -0\.5"):
+        GaussCSELoss("ent", TAU, "mean_kl", kl_mean_gradient=-0.5)
+
+
 def test_loss_is_fp32_and_finite_under_bf16_autocast():
     batch = random_batch(6, seed=19, dtype=torch.bfloat16, missing=(4,))
     with torch.autocast("cpu", dtype=torch.bfloat16):
