@@ -68,6 +68,29 @@ def train_step_section(data: dict, path: str) -> tuple[str, str, list[str], list
     return title, text, ["method", "s / step", "peak extra memory", "throughput vs. released"], rows
 
 
+def train_recipe_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """Whole training runs of recipes, against the first one."""
+    names = list(data["recipes"])
+    first = data["results"][names[0]]
+    rows = [
+        [
+            f"`{name}`: {data['recipes'][name]}",
+            f"{data['results'][name]['train_runtime']:.0f}",
+            f"{data['results'][name]['train_runtime'] / first['train_runtime']:.2f}×",
+            f"{data['results'][name]['wall_seconds']:.0f}",
+            f"{data['results'][name]['wall_seconds'] / first['wall_seconds']:.2f}×",
+        ]
+        for name in names
+    ]
+    title = f"## Training runs of whole recipes ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"`configs/quickstart.yaml`, {data['steps']} steps, {'bf16 autocast' if data['bf16'] else 'fp32'}, no "
+        f"evaluation, one recipe after the other. `python -m bench.bench_train_recipe --steps {data['steps']} "
+        f"--recipes {' '.join(names)} --json {path}`."
+    )
+    return title, text, ["recipe", "training s", "vs. first", "process s", "vs. first"], rows
+
+
 def encode_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
     """``encode`` against sentence-transformers."""
     rows = [
@@ -439,6 +462,7 @@ def serving_section(data: dict, path: str) -> tuple[str, str, list[str], list[li
 BENCH_SECTIONS = (
     ("bench_similarity_*.json", similarity_section),
     ("bench_train_step_*.json", train_step_section),
+    ("bench_train_recipe_*.json", train_recipe_section),
     ("bench_encode_*.json", encode_section),
     ("bench_cpu_bf16*.json", bf16_section),
     ("bench_data_scale_*.json", data_scale_section),

@@ -96,6 +96,31 @@ def test_the_release_rule_drops_retrieval_losers_then_ranks_by_direction_plus_au
     assert study.rank({"forgets": runs["forgets"]}) == []
 
 
+def mean_run(stsb: float, search: float, auprc: tuple[float, float], direction: tuple[float, float]) -> dict:
+    return {
+        "sts_dev": {"stsb_dev": {"cosine": stsb}},
+        "retrieval": {"snli_dev": {"search": {"ndcg@10": search}}},
+        "snli_dev": {"auprc": auprc[0], "direction_accuracy": direction[0]},
+        "lingnli_dev": {"auprc": auprc[1], "direction_accuracy": direction[1]},
+    }
+
+
+def test_the_mean_rule_keeps_sts_and_search_then_ranks_by_auprc_plus_direction_then_lingnli_auprc():
+    backbone = {
+        "sts_dev": {"stsb_dev": {"cosine": 87.0}},  # eligible from 86.5 on
+        "retrieval": {"snli_dev": {"cosine": {"ndcg@10": 68.5}}},  # eligible from 68.5 on
+    }
+    runs = {  # the candidates' names (eligibility reads their designs); the figures made up
+        "mu1": {"mu1_seed42": mean_run(86.4, 70.0, (80.0, 80.0), (97.0, 90.0))},  # forgets STS: out
+        "mu2": {"mu2_seed42": mean_run(88.0, 68.4, (80.0, 80.0), (97.0, 90.0))},  # forgets search: out
+        "frozen": {"frozen_seed42": mean_run(87.0, 69.6, (67.0, 70.0), (96.6, 88.0))},  # 68.5 + 92.3 = 160.8
+        "mu1_stop": {"mu1_stop_seed42": mean_run(87.5, 69.0, (70.0, 74.0), (96.0, 88.0))},  # 72.0 + 92.0 = 164.0
+        "mu1_gauss": {"mu1_gauss_seed42": mean_run(87.5, 69.0, (69.0, 74.6), (96.0, 88.0))},  # 163.8, better LingNLI
+    }
+    study = with_runs("mean", runs, backbone)
+    assert study.rank(study.runs) == ["mu1_gauss", "mu1_stop", "frozen"]
+
+
 def reductions(**scores: tuple[float, float]) -> Study:
     runs = {
         name: {f"{name}_seed42": {"snli_dev": {"direction_accuracy": direction, "auprc": auprc}}}

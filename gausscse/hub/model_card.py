@@ -238,6 +238,8 @@ def training_setup(arguments: Mapping[str, Any], reduction: str) -> dict[str, st
         "start": get("start"),
         "pooling": get("pooling"),
         "frozen μ path": get("frozen_mean"),
+        "μ learns in the encoder's top layers": get("mean_layers") or None,
+        "GaussCSE term's gradient into μ": get("kl_mean_gradient") if get("kl_mean_gradient", 1.0) != 1.0 else None,
         "frozen encoder (heads only)": get("freeze_backbone") or None,
         "LoRA": lora if get("lora_r", 0) > 0 else None,
         "max steps": steps if steps > 0 else None,

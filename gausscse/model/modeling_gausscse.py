@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import ModelOutput
 
 from .adapters_gausscse import (
@@ -213,6 +215,57 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
         mu = self.gaussian_mean(pooled) if mu is None else mu
         return mu, self.logvar_head(pooled).clamp(self.config.logvar_min, self.config.logvar_max)
 
+    def cached_from(self) -> int | None:
+        """The encoder layer where a training step's work begins: what lies below it (and, for a frozen μ, μ itself)
+        no step can change, so [`frozen_part`] computes it once per sentence; ``None`` where nothing is frozen
+        below a trained layer (two paths, one encoder, a trunk whose whole encoder learns)."""
+        config, layers = self.config, self.config.encoder_config.num_hidden_layers
+        if self.variance_layers is None or not (config.frozen_mean or config.mean_layers):
+            return None
+        return layers - max(config.variance_layers, 0 if config.frozen_mean else config.mean_layers)
+
+    @torch.no_grad()
+    def frozen_part(self, **inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What no training step changes, for a batch of encoder inputs (padded or packed, no ``sentence_index``):
+        the hidden states entering layer [`cached_from`] ``(R, L, h)`` and, for a frozen μ, μ of each sentence
+        (pooled with ``sentence_index`` where given). [`forward`] takes both back as ``frozen_states`` /
+        ``frozen_mu``."""
+        start = self.cached_from()
+        if start is None:
+            raise ValueError("this model has no frozen part below a trained layer (see GaussCSEModel.cached_from)")
+        sentence_index = inputs.pop("sentence_index", None)
+        layers = self.encoder.get_submodule(self._layers_path)
+        caught: dict = {}
+
+        def catch(module, args, layer_kwargs):
+            caught["hidden"] = args[0]
+
+        hook = layers[start].register_forward_pre_hook(catch, with_kwargs=True)
+        training = self.training
+        self.encoder.eval()  # a learning μ's top layers run here too (unused): no dropout, no random numbers drawn
+        try:  # the whole encoder, as in forward
+            last_hidden_state = self.encoder(**inputs, return_dict=True).last_hidden_state
+        finally:
+            hook.remove()
+            self.train(training)
+        if not self.config.frozen_mean:
+            return caught["hidden"], None
+        return caught["hidden"], self.gaussian_mean(
+            self.pool(last_hidden_state, inputs.get("attention_mask"), sentence_index)
+        )
+
+    def run_layers(
+        self, layers, hidden: torch.Tensor, trunk_inputs: dict, caught: dict | None = None, branch: int | None = None
+    ) -> torch.Tensor:
+        """``hidden`` through ``layers`` with the prepared layer inputs of ``trunk_inputs`` (``args``, ``kwargs``);
+        the input of layer ``branch`` into ``caught["hidden"]``."""
+        for index, layer in enumerate(layers):
+            if index == branch:
+                caught["hidden"] = hidden
+            hidden = layer(hidden, *trunk_inputs["args"], **trunk_inputs["kwargs"])
+            hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+        return hidden
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -224,10 +277,14 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
         output_hidden_states: bool | None = None,
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
+        frozen_states: torch.Tensor | None = None,
+        frozen_mu: torch.Tensor | None = None,
         **kwargs,
     ) -> GaussCSEOutput | tuple:
         """Encode a batch: padded, or packed (block-diagonal ``(R, 1, L, L)`` mask, restarting ``position_ids`` and
-        ``sentence_index`` ``(R, L)``, −1 for padding: one ``mu``/``logvar`` row per sentence, in index order)."""
+        ``sentence_index`` ``(R, L)``, −1 for padding: one ``mu``/``logvar`` row per sentence, in index order).
+        ``frozen_states`` (and ``frozen_mu``): [`frozen_part`] of this batch, computed earlier: only the layers from
+        [`cached_from`] on run (the same Gaussians, to float32 rounding)."""
         encoder_inputs = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
@@ -241,23 +298,34 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
         pool = partial(self.pool, attention_mask=attention_mask, sentence_index=sentence_index)
         if self.variance_layers is not None:
             layers = self.encoder.get_submodule(self._layers_path)
-            caught: dict = {}  # the inputs (hidden states, prepared mask, ...) of the encoder's layer L − k
+            branch = len(layers) - len(self.variance_layers)
+            caught: dict = {}  # the input of the encoder's layer L − k, where the copies branch off
+            if frozen_states is not None:
+                start = self.cached_from()
+                trunk_inputs = {"args": (self.layer_mask(frozen_states, attention_mask),), "kwargs": {}}
+                caught["hidden"] = frozen_states
+                if frozen_mu is None:  # μ learns: the encoder's layers from `start` on
+                    last_hidden_state = self.run_layers(
+                        layers[start:], frozen_states, trunk_inputs, caught, branch - start
+                    )
+                    mu = self.gaussian_mean(pool(last_hidden_state))
+                else:
+                    last_hidden_state, mu = None, frozen_mu
+                encoder_output = BaseModelOutput(last_hidden_state=last_hidden_state)
+            else:
 
-            def catch(module, args, layer_kwargs):
-                caught.update(args=args, kwargs=layer_kwargs)
+                def catch(module, args, layer_kwargs):
+                    caught.update(hidden=args[0], args=args[1:], kwargs=layer_kwargs)
 
-            hook = layers[len(layers) - len(self.variance_layers)].register_forward_pre_hook(catch, with_kwargs=True)
-            try:  # a frozen μ path is never part of the graph; a learning one from its lowest trained layer on
-                with torch.no_grad() if self.config.frozen_mean else nullcontext():
-                    encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
-            finally:
-                hook.remove()
-            mu = self.gaussian_mean(pool(encoder_output.last_hidden_state))
-            hidden, *layer_args = caught["args"]
-            for layer in self.variance_layers:
-                hidden = layer(hidden, *layer_args, **caught["kwargs"])
-                hidden = hidden[0] if isinstance(hidden, tuple) else hidden
-            pooled = pool(hidden)
+                hook = layers[branch].register_forward_pre_hook(catch, with_kwargs=True)
+                try:  # a frozen μ path is never part of the graph; a learning one from its lowest trained layer on
+                    with torch.no_grad() if self.config.frozen_mean else nullcontext():
+                        encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
+                finally:
+                    hook.remove()
+                mu = self.gaussian_mean(pool(encoder_output.last_hidden_state))
+                trunk_inputs = caught
+            pooled = pool(self.run_layers(self.variance_layers, caught["hidden"], trunk_inputs))
         else:
             encoder_output = self.encoder(**encoder_inputs, **kwargs, return_dict=True)
             pooled, mu = pool(encoder_output.last_hidden_state), None
@@ -276,6 +344,13 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
             attentions=encoder_output.get("attentions"),
         )
         return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
+
+    def layer_mask(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None):
+        """The attention mask as the encoder prepares it for its layers (transformers' ``create_bidirectional_mask``),
+        for the layers run on [`frozen_part`]'s states."""
+        return create_bidirectional_mask(
+            config=self.encoder.config, inputs_embeds=hidden, attention_mask=attention_mask
+        )
 
     # the user API beside the mixins' (EncodeMixin: tokenizer, encode, pools; OnnxMixin: sessions): similarities
     def _pair(self, a: Sentences, b: Sentences, names=("a", "b"), rows: str | None = None) -> tuple:

@@ -188,6 +188,11 @@ class GaussCSETrainingArguments(LossTermArguments, TrainingArguments):
     logging_steps: float = arg(10, "Log the loss every N steps.")
     remove_unused_columns: bool = arg(False, "Keep the triplet columns.")
     label_names: list[str] | None = field(default_factory=list, metadata={"help": "No labels: contrastive loss."})
+    frozen_cache_gb: float | None = arg(
+        None,
+        "GiB of memory that keep the frozen layers' states (and a frozen μ) of each training sentence, so a sentence "
+        "that comes back runs only the trained layers (unset: a quarter of the memory, at most 8; 0: off).",
+    )
 
     def __post_init__(self) -> None:
         check_loss_name(self.loss)
@@ -216,6 +221,7 @@ class GaussCSETrainingArguments(LossTermArguments, TrainingArguments):
 
 # flag -> (smallest allowed value, whether the smallest is allowed itself); each must be finite (the terms: check_terms)
 NUMERIC_FLAGS: dict[str, tuple[float, bool]] = {
+    "frozen_cache_gb": (0.0, True),
     "learning_rate": (0.0, False),
     "head_learning_rate": (0.0, True),
     "temperature": (0.0, False),

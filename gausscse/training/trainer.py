@@ -4,6 +4,7 @@ rate, the dev evaluator's metrics, ``elapsed_seconds`` in every log entry and no
 from __future__ import annotations
 
 import copy
+import logging
 import re
 import time
 from dataclasses import fields
@@ -22,8 +23,10 @@ from gausscse.loading import CHECKPOINT_COMPLETE
 from gausscse.model.adapters_gausscse import base_record, write_adapter_extras
 
 from .batch import split_batch_embeddings
+from .frozen_cache import GIB, FrozenStateCache, default_cache_bytes
 from .losses import LossTermArguments, build_loss
 
+logger = logging.getLogger(__name__)
 RUN_ARGUMENTS_FILE = "run_arguments.json"  # what fixed the run a checkpoint belongs to (a resume must match)
 
 
@@ -44,6 +47,15 @@ def check_finite_weights(model: nn.Module, what: str) -> None:
     name = first_non_finite(model.named_parameters())
     if name is not None:
         raise NonFiniteError(f"{what}: parameter {name} holds NaN or inf values; nothing was saved")
+
+
+def frozen_state_cache(model: nn.Module, gib: float | None) -> FrozenStateCache | None:
+    """The cache of ``model``'s frozen part (``--frozen_cache_gb``; ``None``: [`default_cache_bytes`]), or ``None``
+    where it has none below a trained layer (``GaussCSEModel.cached_from``) or the flag is 0."""
+    cached_from = getattr(model, "cached_from", None)  # a PeftModel has none: its adapters sit in every layer
+    if gib == 0 or cached_from is None or cached_from() is None:
+        return None
+    return FrozenStateCache(default_cache_bytes() if gib is None else int(gib * GIB))
 
 
 def is_head_parameter(name: str) -> bool:
@@ -108,6 +120,7 @@ class GaussCSETrainer(Trainer):
         reduction, frozen_mean = config.similarity_reduction, config.frozen_mean
         self.loss_fn = build_loss(self.args.loss, self.args.temperature, reduction, frozen_mean=frozen_mean, **terms)
         self.model_accepts_loss_kwargs = False  # a per-batch mean: Trainer divides it by the accumulation steps
+        self.frozen_cache = frozen_state_cache(unwrapped, self.args.frozen_cache_gb)
         self.keep_teacher = None
         if self.args.keep_weight > 0:  # a frozen copy of the starting encoder gives the keep term its targets
             if config.frozen_mean:
@@ -123,7 +136,10 @@ class GaussCSETrainer(Trainer):
     ) -> torch.Tensor | tuple[torch.Tensor, Any]:
         inputs = dict(inputs)
         contradiction_index, text_ids = inputs.pop("contradiction_index"), inputs.pop("text_ids", None)
-        outputs = model(**inputs)
+        frozen = {}
+        if self.frozen_cache is not None and model.training:  # the frozen layers' states of sentences seen before
+            frozen = self.frozen_cache.inputs_for(self.accelerator.unwrap_model(model), inputs)
+        outputs = model(**inputs, **frozen)
         batch = split_batch_embeddings(outputs.mu, outputs.logvar, contradiction_index, text_ids)
         if self.keep_teacher is not None:  # its vector of each sentence, pooled as the model pools
             encoder_inputs = {name: value for name, value in inputs.items() if name != "sentence_index"}
@@ -173,7 +189,10 @@ class GaussCSETrainer(Trainer):
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         self.train_started = time.perf_counter()
-        return super().train(*args, **kwargs)
+        output = super().train(*args, **kwargs)
+        if self.frozen_cache is not None:
+            logger.info("frozen-state cache: %s", self.frozen_cache.summary())
+        return output
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Trainer's ``log``, with the seconds since ``train`` began in this process as ``elapsed_seconds``."""
