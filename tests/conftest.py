@@ -7,8 +7,17 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from gausscse import GaussCSEModel
+from gausscse.evaluation.encoding_cache import CACHE_ENV
 
 from .helpers import MINILM_PATH, nli_rows, run_fresh_python, tiny_model, write_jsonl_gz
+
+
+@pytest.fixture(autouse=True)
+def private_encoding_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Every test its own folder of kept baseline encodings: none reads what another (or the user) left."""
+    folder = tmp_path_factory.mktemp("encodings")
+    monkeypatch.setenv(CACHE_ENV, str(folder))
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from gausscse.drawing.reports import plot_gaussians_2d, plot_generality_gap, plot_pr_curves
 from gausscse.evaluation.encoders import DEFAULT_BATCH_SIZE, load_encoder
+from gausscse.evaluation.encoding_cache import EncodingCache
 from gausscse.evaluation.report import Entry, markdown_report
 from gausscse.evaluation.suite import aggregate_seeds, flatten, run_encoder, significance_tests
 from gausscse.evaluation.tasks import (
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bf16", action="store_true", help="encode under bfloat16 autocast (KL stays float32)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no_plots", action="store_true", help="skip the PNGs")
+    cache_help = "folder of the baselines' kept encodings (default: $GAUSSCSE_CACHE_DIR or $HF_HOME/gausscse/encodings)"
+    parser.add_argument("--cache_dir", default=None, help=cache_help)
+    parser.add_argument("--no_cache", action="store_true", help="encode the baselines again (their entries replaced)")
     return parser
 
 
@@ -121,11 +125,13 @@ def main(argv: list[str] | None = None) -> dict:
     baselines = _labels(args.baseline, args.baseline_names, "--baseline_names", taken)
     jobs = list(zip(args.model + args.baseline, models + baselines, strict=True))
     runs, timings, pictures = {}, {}, []
+    baseline_cache = EncodingCache(args.cache_dir, refresh=args.no_cache)
     for path, label in tqdm(jobs, desc="Models", unit="model"):
         job_started = time.perf_counter()
         encoder = load_encoder(path, args.batch_size, args.max_length, bf16=args.bf16, device=args.device)
         encoder.name = label
-        runs[label] = run_encoder(encoder, data, show_progress_bar=True)
+        cache = baseline_cache if label in baselines else None  # a baseline does not change between runs
+        runs[label] = run_encoder(encoder, data, show_progress_bar=True, cache=cache)
         runs[label].results["path"] = path
         timings[label] = time.perf_counter() - job_started
         if not args.no_plots and runs[label].is_gaussian:
@@ -143,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     meta = {"command": ["gausscse-evaluate", *command], "tasks": list(tasks)}
     meta |= {key: getattr(args, key) for key in RUN_SETTINGS}
     meta |= {"torch_threads": torch.get_num_threads(), "platform": platform.platform()}
+    meta |= {"baselines_from_cache": baseline_cache.hits}
     meta |= {"seconds_per_model": timings, "seconds_total": time.perf_counter() - started, "units": UNITS}
     payload = {
         "meta": meta,

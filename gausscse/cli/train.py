@@ -283,8 +283,7 @@ def train_and_save(
         "eval_max_examples": data_args.eval_max_examples,  # SNLI-dev pairs behind the eval_* metrics (None: all)
         "dev_curve": curve,
         "data": data_stats.as_dict(),
-        **set_search_kl_weight(trainer, data_args),
-        **choose_entailment_score(trainer, data_args),
+        **choose_scores(trainer, data_args),
     }
     card = model_card_fields(model_args, data_args, trainer, metrics, data_stats)
     evaluator, figure = trainer.evaluator, None
@@ -383,45 +382,59 @@ def model_card_fields(model_args, data_args, trainer: GaussCSETrainer, metrics: 
     }
 
 
-def set_search_kl_weight(trainer: GaussCSETrainer, data_args: DataArguments) -> dict:
-    """Choose λ of the model's search score on the dev data's entailment retrieval, set
-    ``config.search_kl_weight`` and return the metrics to report (``{}`` without evaluation, without a KL reduction
-    or for a point encoder)."""
-    from gausscse.evaluation.search_weight import choose_kl_weight
-    from gausscse.evaluation.tasks import NLI_DEV, load_nli, retrieval_set
+def choose_scores(trainer: GaussCSETrainer, data_args: DataArguments) -> dict:
+    """At the end of training, on dev data: λ of the search score ([`set_search_kl_weight`]) and α and the threshold
+    of the entailment score ([`choose_entailment_score`]), set in the model's config; each distinct dev sentence is
+    encoded once for both. Returns what to report (``{}`` without evaluation or for a point encoder)."""
+    from gausscse.evaluation.encoders import GaussianEncoder
+    from gausscse.evaluation.entailment_weight import dev_pairs
+    from gausscse.evaluation.tasks import retrieval_set
     from gausscse.model.gaussian import KL_REDUCTIONS
 
     model, evaluator = trainer.model, trainer.evaluator
-    if evaluator is None or model.config.similarity_reduction not in KL_REDUCTIONS or model.config.point_embeddings:
+    if evaluator is None or model.config.point_embeddings:
         return {}
-    pairs = evaluator.pairs
-    if evaluator.name == "snli_dev":
-        pairs = load_nli(
-            "snli_dev", *NLI_DEV, data_dir=data_args.data_dir, max_examples=data_args.selection_max_examples
-        )
-    weight, curve = choose_kl_weight(model, retrieval_set(pairs), max_length=data_args.eval_max_seq_length)
+    entailment_pairs = dev_pairs(data_args.data_dir, max_examples=data_args.selection_max_examples)
+    search_pairs = None
+    if model.config.similarity_reduction in KL_REDUCTIONS:
+        search_pairs = evaluator.pairs
+        if evaluator.name == "snli_dev":  # the pairs the entailment score is chosen on too
+            search_pairs = entailment_pairs[0]
+    retrieval = None if search_pairs is None else retrieval_set(search_pairs)
+    sentences = [sentence for split in entailment_pairs for sentence in split.sentences]
+    encoder = GaussianEncoder(model, max_length=data_args.eval_max_seq_length)
+    encoded = encoder.encode_unique(sentences + ([] if retrieval is None else retrieval.sentences))
+    results = {}
+    if retrieval is not None:
+        results |= set_search_kl_weight(model, evaluator.name, retrieval, len(search_pairs), encoded)
+    return results | choose_entailment_score(model, entailment_pairs, data_args, encoded)
+
+
+def set_search_kl_weight(model, dev_name: str, retrieval, dev_pairs: int, encoded) -> dict:
+    """Choose λ of the model's search score on a dev set's entailment retrieval (its sentences in ``encoded``), set
+    ``config.search_kl_weight`` and return the metrics to report."""
+    from gausscse.evaluation.search_weight import choose_kl_weight
+
+    weight, curve = choose_kl_weight(model, retrieval, encoded=encoded)
     model.config.search_kl_weight = weight
     logger.info(
         "search score cos − λ·KL/d: λ = %g (%s retrieval nDCG@10 %.2f; cosine %.2f)",
-        *(weight, evaluator.name, curve[weight], curve[0.0]),
+        *(weight, dev_name, curve[weight], curve[0.0]),
     )
     return {
         "search_kl_weight": weight,
-        "search_dev_pairs": len(pairs.premises),  # the dev pairs λ was chosen on (--selection_max_examples)
-        f"{evaluator.name}_search_ndcg@10": curve[weight],
-        f"{evaluator.name}_cosine_ndcg@10": curve[0.0],
+        "search_dev_pairs": dev_pairs,  # the dev pairs λ was chosen on (--selection_max_examples)
+        f"{dev_name}_search_ndcg@10": curve[weight],
+        f"{dev_name}_cosine_ndcg@10": curve[0.0],
     }
 
 
-def choose_entailment_score(trainer: GaussCSETrainer, data_args: DataArguments) -> dict:
+def choose_entailment_score(model, pairs, data_args: DataArguments, encoded) -> dict:
     """Choose the entailment score binary NLI decides by (α and the threshold, set in the model's config) on SNLI dev
-    and LingNLI validation, and return what to report (``{}`` without evaluation or for a point encoder)."""
-    from gausscse.evaluation.entailment_weight import dev_pairs, set_entailment_score
+    and LingNLI validation (their sentences in ``encoded``), and return what to report."""
+    from gausscse.evaluation.entailment_weight import set_entailment_score
 
-    if trainer.evaluator is None or trainer.model.config.point_embeddings:
-        return {}
-    pairs = dev_pairs(data_args.data_dir, max_examples=data_args.selection_max_examples)
-    return set_entailment_score(trainer.model, pairs, max_length=data_args.eval_max_seq_length)
+    return set_entailment_score(model, pairs, max_length=data_args.eval_max_seq_length, encoded=encoded)
 
 
 def run() -> None:

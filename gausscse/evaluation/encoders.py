@@ -160,13 +160,15 @@ class GaussianEncoder:
         options = {name: getattr(self, name) for name in MODEL_ENCODE_OPTIONS}
         with torch.autocast(self.model.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
             embeddings = self.model.encode(distinct, show_progress_bar=show_progress_bar, **options)
-        if getattr(self.model.config, "point_embeddings", False):
-            return EncodedSentences(index_of(distinct), embeddings.mu, None)
+        return self.from_vectors(distinct, embeddings.mu, embeddings.logvar)
+
+    def from_vectors(self, distinct: list[str], mu: torch.Tensor, logvar: torch.Tensor | None) -> EncodedSentences:
+        """The :class:`EncodedSentences` of ``distinct`` from their vectors, scored as the model's config says now."""
         config = self.model.config
+        if getattr(config, "point_embeddings", False):
+            return EncodedSentences(index_of(distinct), mu, None)
         weights = [getattr(config, name, None) for name in ("search_kl_weight", "entailment_cosine_weight")]
-        return EncodedSentences(
-            index_of(distinct), embeddings.mu, embeddings.logvar, config.similarity_reduction, *weights
-        )
+        return EncodedSentences(index_of(distinct), mu, logvar, config.similarity_reduction, *weights)
 
 
 @dataclass(eq=False)
@@ -199,7 +201,11 @@ class PointEncoder:
         options = {name: getattr(self, name) for name in ("batch_size", "max_length", "bf16")}
         options["show_progress_bar"] = show_progress_bar
         pooled = encode_hidden(self.model, self.tokenizer, distinct, (self.pooling,), **options)[self.pooling]
-        return EncodedSentences(index_of(distinct), F.normalize(pooled, dim=-1) if self.normalize else pooled, None)
+        return self.from_vectors(distinct, F.normalize(pooled, dim=-1) if self.normalize else pooled, None)
+
+    def from_vectors(self, distinct: list[str], mu: torch.Tensor, logvar: None = None) -> EncodedSentences:
+        """The :class:`EncodedSentences` of ``distinct`` from their (pooled, normalised) vectors."""
+        return EncodedSentences(index_of(distinct), mu, None)
 
 
 def load_encoder(

@@ -18,6 +18,7 @@ import torch
 from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH
 from gausscse.model.gaussian import entailment_score_from, paired_similarity
 
+from .encoders import EncodedSentences, GaussianEncoder
 from .metrics import load_metric
 from .search_weight import saved_model_command
 from .tasks import NLI_DEV, NLIPairs, load_nli
@@ -39,10 +40,9 @@ def dev_pairs(data_dir: str | None = None, max_examples: int | None = None) -> l
     return pairs
 
 
-def score_parts(model, pairs: NLIPairs, batch_size: int, max_length: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sim(hyp‖pre), cos(μ_hyp, μ_pre))`` per pair of ``pairs``, float32."""
-    hypotheses = model.encode(pairs.hypotheses, batch_size=batch_size, max_length=max_length)
-    premises = model.encode(pairs.premises, batch_size=batch_size, max_length=max_length)
+def score_parts(model, pairs: NLIPairs, encoded: EncodedSentences) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sim(hyp‖pre), cos(μ_hyp, μ_pre))`` per pair of ``pairs`` from their Gaussians in ``encoded``, float32."""
+    hypotheses, premises = encoded.gaussians(pairs.hypotheses), encoded.gaussians(pairs.premises)
     reduction = model.config.similarity_reduction
     similarity = paired_similarity(hypotheses.mu, hypotheses.logvar, premises.mu, premises.logvar, reduction)
     cosine = torch.nn.functional.cosine_similarity(hypotheses.mu.float(), premises.mu.float(), dim=-1)
@@ -63,11 +63,19 @@ def weight_metrics(parts: Sequence[tuple[torch.Tensor, torch.Tensor]], labels: S
 
 
 def choose_cosine_weight(
-    model, pairs: Sequence[NLIPairs], batch_size: int = 128, max_length: int | None = DEFAULT_MAX_LENGTH
+    model,
+    pairs: Sequence[NLIPairs],
+    batch_size: int = 128,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    encoded: EncodedSentences | None = None,
 ) -> tuple[float, float, dict[float, float]]:
     """``(α, threshold, curve)``: the grid's α of the best objective (the module's rule), its SNLI-dev threshold and
-    the objective of every α."""
-    parts = [score_parts(model, split, batch_size, max_length) for split in pairs]
+    the objective of every α; ``encoded``: the pairs' Gaussians where they are already encoded (else each distinct
+    sentence is encoded once here)."""
+    if encoded is None:
+        encoder = GaussianEncoder(model, batch_size=batch_size, max_length=max_length)
+        encoded = encoder.encode_unique(sentence for split in pairs for sentence in split.sentences)
+    parts = [score_parts(model, split, encoded) for split in pairs]
     labels = [split.is_entailment for split in pairs]
     curve, thresholds = {}, {}
     for weight in COSINE_WEIGHT_GRID:
@@ -80,9 +88,15 @@ def choose_cosine_weight(
     return weight, thresholds[weight], curve
 
 
-def set_entailment_score(model, pairs: Sequence[NLIPairs], max_length: int | None = DEFAULT_MAX_LENGTH) -> dict:
-    """Choose α and the threshold on ``pairs``, write them into ``model.config`` and return what to report."""
-    weight, threshold, curve = choose_cosine_weight(model, pairs, max_length=max_length)
+def set_entailment_score(
+    model,
+    pairs: Sequence[NLIPairs],
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    encoded: EncodedSentences | None = None,
+) -> dict:
+    """Choose α and the threshold on ``pairs`` ([`choose_cosine_weight`]), write them into ``model.config`` and return
+    what to report."""
+    weight, threshold, curve = choose_cosine_weight(model, pairs, max_length=max_length, encoded=encoded)
     model.config.entailment_cosine_weight, model.config.entailment_threshold = weight, threshold
     names = "+".join(split.name for split in pairs)
     logger.info(

@@ -13,6 +13,7 @@ import torch
 from gausscse.model.encoding_gausscse import DEFAULT_MAX_LENGTH
 from gausscse.model.gaussian import KL_REDUCTIONS, cosine_matrix, kl_divergence_matrix, search_score_from
 
+from .encoders import EncodedSentences, GaussianEncoder
 from .tasks import NLI_DEV, RetrievalSet, load_nli, ranking_metrics, retrieval_set
 
 logger = logging.getLogger(__name__)
@@ -41,14 +42,21 @@ def best_kl_weight(curve: dict[float, float]) -> float:
 
 
 def choose_kl_weight(
-    model, retrieval: RetrievalSet, batch_size: int = 128, max_length: int | None = DEFAULT_MAX_LENGTH
+    model,
+    retrieval: RetrievalSet,
+    batch_size: int = 128,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    encoded: EncodedSentences | None = None,
 ):
-    """``(λ, curve)`` for a GaussCSE model of a KL reduction on ``retrieval``."""
+    """``(λ, curve)`` for a GaussCSE model of a KL reduction on ``retrieval``; ``encoded``: its sentences' Gaussians
+    where they are already encoded (each distinct sentence once, shared with the other end-of-training choices)."""
     reduction = model.config.similarity_reduction
     if reduction not in KL_REDUCTIONS:
         raise ValueError(f"the search score needs a KL reduction {KL_REDUCTIONS}, got {reduction!r}")
-    queries = model.encode(retrieval.queries, batch_size=batch_size, max_length=max_length)
-    corpus = model.encode(retrieval.corpus, batch_size=batch_size, max_length=max_length)
+    if encoded is None:
+        encoder = GaussianEncoder(model, batch_size=batch_size, max_length=max_length)
+        encoded = encoder.encode_unique(retrieval.sentences)
+    queries, corpus = encoded.gaussians(retrieval.queries), encoded.gaussians(retrieval.corpus)
     curve = kl_weight_curve(queries.mu, queries.logvar, corpus.mu, corpus.logvar, retrieval.relevant)
     return best_kl_weight(curve), curve
 

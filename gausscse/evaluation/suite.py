@@ -12,6 +12,7 @@ import numpy as np
 
 from .dev_evaluator import dev_metrics
 from .encoders import SentenceEncoder
+from .encoding_cache import EncodingCache
 from .metrics import load_metric, mean_and_std
 from .tasks import (
     DirectionResult,
@@ -47,9 +48,16 @@ def on_each_split(task: str, splits: Mapping[str, Any], compute: Callable[[Any],
     return results
 
 
-def run_encoder(encoder: SentenceEncoder, data: TaskData, show_progress_bar: bool = False) -> ModelRun:
-    """Encode all sentences of ``data`` once with ``encoder`` and compute every requested task."""
-    encoded = encoder.encode_unique(data.sentences(), show_progress_bar=show_progress_bar)
+def run_encoder(
+    encoder: SentenceEncoder, data: TaskData, show_progress_bar: bool = False, cache: EncodingCache | None = None
+) -> ModelRun:
+    """Encode all sentences of ``data`` once with ``encoder`` (or read them from ``cache``) and compute every
+    requested task."""
+    sentences = data.sentences()
+    if cache is not None:
+        encoded = cache.encode_unique(encoder, sentences, show_progress_bar=show_progress_bar)
+    else:
+        encoded = encoder.encode_unique(sentences, show_progress_bar=show_progress_bar)
     run = ModelRun(name=encoder.name, is_gaussian=encoded.is_gaussian)
     run.results["unique_sentences"] = len(encoded.index)
     if encoded.entailment_cosine_weight is not None:

@@ -25,7 +25,8 @@ from gausscse import GaussCSEModel
 from gausscse.cli import train as train_gausscse
 from gausscse.data.sources import BadRowError, build_examples, load_source
 from gausscse.data.tokenize import tokenize_examples
-from gausscse.evaluation.encoders import load_encoder
+from gausscse.evaluation.encoders import GaussianEncoder, load_encoder
+from gausscse.evaluation.entailment_weight import choose_cosine_weight
 from gausscse.evaluation.search_weight import choose_kl_weight
 from gausscse.evaluation.tasks import NLI_DEV, load_nli, retrieval_set
 from gausscse.loading import CHECKPOINT_COMPLETE, load_model
@@ -623,7 +624,7 @@ def test_continuing_a_gausscse_folder_keeps_its_config_and_rejects_contradicting
 
 
 def test_the_scores_are_chosen_on_the_first_selection_max_examples_dev_pairs(
-    make_tiny_model, minilm_tokenizer, tmp_path
+    make_tiny_model, minilm_tokenizer, tmp_path, monkeypatch
 ):
     """--selection_max_examples N: λ (search score) and α (entailment score) are chosen on the first N pairs of each
     dev set, exactly as on those pairs directly; without it on all of them."""
@@ -634,14 +635,26 @@ def test_the_scores_are_chosen_on_the_first_selection_max_examples_dev_pairs(
     trainer = SimpleNamespace(model=model, evaluator=SimpleNamespace(name="snli_dev", pairs=None))
     arguments = ["--output_dir", str(tmp_path / "out"), "--data_dir", str(tmp_path), "--selection_max_examples", "12"]
     _, data_args, _ = parse_arguments(arguments)
-    search = train_gausscse.set_search_kl_weight(trainer, data_args)
-    entailment = train_gausscse.choose_entailment_score(trainer, data_args)
-    assert search["search_dev_pairs"] == 12 and entailment["entailment_dev_pairs"] == [12, 12]
+    encodes = []
+    original = GaussianEncoder.encode_unique
+    monkeypatch.setattr(
+        GaussianEncoder, "encode_unique", lambda self, *a, **k: encodes.append(1) or original(self, *a, **k)
+    )
+    chosen_both = train_gausscse.choose_scores(trainer, data_args)
+    assert len(encodes) == 1  # every dev sentence of both choices encoded in one pass
+    assert chosen_both["search_dev_pairs"] == 12 and chosen_both["entailment_dev_pairs"] == [12, 12]
     first = load_nli("snli_dev", *NLI_DEV, data_dir=str(tmp_path), max_examples=12)
     chosen, curve = choose_kl_weight(model, retrieval_set(first), max_length=data_args.eval_max_seq_length)
-    assert search["search_kl_weight"] == chosen and search["snli_dev_search_ndcg@10"] == pytest.approx(curve[chosen])
+    assert chosen_both["search_kl_weight"] == chosen
+    assert chosen_both["snli_dev_search_ndcg@10"] == pytest.approx(curve[chosen])
+    lingnli = load_nli("lingnli_dev", "lingnli", "validation", data_dir=str(tmp_path), max_examples=12)
+    weight, threshold, objective = choose_cosine_weight(model, [first, lingnli])  # encoded on their own
+    assert chosen_both["entailment_cosine_weight"] == weight
+    assert chosen_both["entailment_threshold"] == pytest.approx(threshold, abs=1e-6)
+    assert chosen_both["entailment_dev_objective"] == pytest.approx(objective[weight], abs=1e-4)
     _, all_pairs, _ = parse_arguments(arguments[:4])
-    assert train_gausscse.set_search_kl_weight(trainer, all_pairs)["search_dev_pairs"] == 45  # 15 premises × 3 rows
-    assert train_gausscse.choose_entailment_score(trainer, all_pairs)["entailment_dev_pairs"] == [45, 30]
+    chosen_all = train_gausscse.choose_scores(trainer, all_pairs)
+    assert chosen_all["search_dev_pairs"] == 45  # 15 premises × 3 rows
+    assert chosen_all["entailment_dev_pairs"] == [45, 30]
     with pytest.raises(ValueError, match="--selection_max_examples must be a positive number of examples, got 0"):
         parse_arguments([*arguments[:4], "--selection_max_examples", "0"])
