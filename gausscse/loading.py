@@ -9,8 +9,9 @@ from pathlib import Path
 import torch
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
+from safetensors import SafetensorError
 from transformers import AutoTokenizer, PreTrainedConfig
-from transformers.utils import ADAPTER_CONFIG_NAME
+from transformers.utils import ADAPTER_CONFIG_NAME, SAFE_WEIGHTS_NAME
 from transformers.utils.peft_utils import find_adapter_config_file
 
 from gausscse.io import json_value
@@ -145,6 +146,11 @@ def load_model(
         )
     try:
         model = GaussCSEModel.from_pretrained(str(name_or_path), **hub_kwargs, **({"dtype": dtype} if dtype else {}))
+    except SafetensorError as error:  # says neither which file nor why
+        raise ModelLoadError(
+            f"{name_or_path}: its weights file ({SAFE_WEIGHTS_NAME} or a shard) is damaged or cut short ({error}); "
+            "save or download the model again"
+        ) from error
     except (OSError, ValueError, ImportError) as error:
         raise ModelLoadError(f"{name_or_path}: the GaussCSE model does not load ({error})") from error
     try:

@@ -93,6 +93,28 @@ def design_cost(variance_layers: int) -> tuple[float, float]:
     return total / encoder, run / layers
 
 
+def check_spec(file: Path, spec: Any) -> None:
+    """``ValueError`` naming ``file`` unless ``spec`` is a mapping with every key a study needs, its candidates a
+    mapping, and every candidate its rule names (``prefer``, ``eligible``'s ``candidate:``) one of them."""
+    if not isinstance(spec, dict):
+        raise ValueError(f"{file}: a study is a YAML mapping (title, candidates, rule, ...), got {type(spec).__name__}")
+    missing = [key for key in ("title", "output", "results", "recipe", "candidates", "sections") if key not in spec]
+    if missing:
+        raise ValueError(f"{file}: a study needs {', '.join(missing)}")
+    if not isinstance(spec["candidates"], dict) or not spec["candidates"]:
+        raise ValueError(f"{file}: candidates must be a mapping of candidate names to their flags")
+    rule = spec.get("rule") or {}
+    named = [("rule.prefer.candidate", (rule.get("prefer") or {}).get("candidate"))]
+    for condition in rule.get("eligible") or []:
+        bound = condition.get("at_least") if isinstance(condition, dict) else None
+        if isinstance(bound, dict):
+            named.append(("rule.eligible's at_least.candidate", bound.get("candidate")))
+    for where, name in named:
+        if name is not None and name not in spec["candidates"]:
+            candidates = ", ".join(spec["candidates"])
+            raise ValueError(f"{file}: {where} {name!r} is no candidate of the study (it has {candidates})")
+
+
 @dataclass
 class Study:
     """One study: its YAML ``spec`` (from ``file``) and what its ``results`` folder holds."""
@@ -106,9 +128,7 @@ class Study:
         if not file.is_absolute():
             file = (Path.cwd() / file) if (Path.cwd() / file).is_file() else REPO_ROOT / file
         spec = yaml.safe_load(file.read_text(encoding="utf-8"))
-        missing = [key for key in ("title", "output", "results", "recipe", "candidates", "sections") if key not in spec]
-        if missing:
-            raise ValueError(f"{file}: a study needs {', '.join(missing)}")
+        check_spec(file, spec)
         return cls(file, spec)
 
     @property

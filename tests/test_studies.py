@@ -213,6 +213,20 @@ def test_a_study_names_what_it_lacks_and_an_unknown_candidate(tmp_path):
         Study.load(tmp_path / "bad.yaml")
     with pytest.raises(KeyError, match=r"keep.yaml: no candidate 'nope' .*paper"):
         Study.load(REPO_ROOT / "studies/keep.yaml").flags("nope")
+    (tmp_path / "empty.yaml").write_text("")
+    with pytest.raises(ValueError, match=r"empty.yaml: a study is a YAML mapping .*, got NoneType"):
+        Study.load(tmp_path / "empty.yaml")
+    reduction = yaml.safe_load((REPO_ROOT / "studies/reduction.yaml").read_text())
+    reduction["rule"]["prefer"]["candidate"] = "mean-kl"  # a typo for mean_kl: it would have been skipped
+    (tmp_path / "prefer.yaml").write_text(yaml.safe_dump(reduction))
+    with pytest.raises(ValueError, match=r"prefer.yaml: rule.prefer.candidate 'mean-kl' is no candidate .*mean_kl"):
+        Study.load(tmp_path / "prefer.yaml")
+    keep = yaml.safe_load((REPO_ROOT / "studies/keep.yaml").read_text())
+    bounded = [condition for condition in keep["rule"]["eligible"] if "candidate" in condition.get("at_least", {})]
+    bounded[0]["at_least"]["candidate"] = "papr"
+    (tmp_path / "eligible.yaml").write_text(yaml.safe_dump(keep))
+    with pytest.raises(ValueError, match=r"eligible.yaml: rule.eligible's at_least.candidate 'papr' is no candidate"):
+        Study.load(tmp_path / "eligible.yaml")
 
 
 @pytest.fixture

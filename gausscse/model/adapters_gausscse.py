@@ -88,12 +88,21 @@ def check_base(adapter: str | Path, base: str, hub_kwargs: dict) -> None:
     recorded_file = cached_file(str(adapter), BASE_RECORD_FILE, **hub_kwargs, **MISSING_OK)
     if recorded_file is None:
         return
-    recorded = json.loads(Path(recorded_file).read_text(encoding="utf-8"))
-    was, now = recorded["sha256"], backbone_record(base)["sha256"]
+    try:
+        recorded = json.loads(Path(recorded_file).read_text(encoding="utf-8"))
+        was, named = recorded["sha256"], recorded["base_model_name_or_path"]
+        if not isinstance(was, dict):
+            raise TypeError(f"sha256 is a {type(was).__name__}")
+    except (ValueError, KeyError, TypeError) as error:  # JSON, a field missing, of another kind
+        raise ValueError(
+            f"{adapter}: its {BASE_RECORD_FILE} is damaged ({type(error).__name__}: {error}); it should be "
+            '{"base_model_name_or_path": ..., "sha256": {file: digest}}, as training wrote it'
+        ) from error
+    now = backbone_record(base)["sha256"]
     differing = sorted(name for name in {*was, *now} if was.get(name) != now.get(name))
     if differing:
         raise ValueError(
-            f"{adapter}: its adapter was trained on the base model {recorded['base_model_name_or_path']} "
+            f"{adapter}: its adapter was trained on the base model {named} "
             f"({BASE_RECORD_FILE}); the base loaded, {base}, is not that one: its {', '.join(differing)} differ by "
             f"SHA-256. Point {ADAPTER_CONFIG_NAME}'s base_model_name_or_path at the base the adapter was trained on"
         )

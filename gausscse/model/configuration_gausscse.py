@@ -34,6 +34,12 @@ HEAD_INITS = ("random", "identity")
 
 # the largest weight of a score term (λ, α): its product with any KL/d the log σ² clamp allows stays finite in float32
 MAX_SCORE_WEIGHT = 1e6
+# the scores' settings (chosen after training, or set by hand) and the largest value each takes
+SCORE_SETTING_MAXIMA = {
+    "search_kl_weight": MAX_SCORE_WEIGHT,
+    "entailment_cosine_weight": MAX_SCORE_WEIGHT,
+    "entailment_threshold": 1.0,
+}
 
 
 def check_number(name: str, value: Any, maximum: float) -> None:
@@ -42,7 +48,7 @@ def check_number(name: str, value: Any, maximum: float) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= maximum:
-        raise ValueError(f"{name} (the model's config.json) must be a number in [0, {maximum:g}], got {value!r}")
+        raise ValueError(f"{name} must be a number in [0, {maximum:g}], got {value!r}")
 
 
 def check_trunk_layers(config: GaussCSEConfig) -> None:
@@ -104,6 +110,28 @@ class GaussCSEConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
+        self.check()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs):
+        """``PreTrainedConfig.from_dict``, whose keyword overrides (``from_pretrained(path, search_kl_weight=…)``,
+        ``AutoModel``'s, sentence-transformers' ``config_kwargs``) are set after ``__init__``: checked again."""
+        encoder_config = config_dict.get("encoder_config")
+        if encoder_config is not None and not isinstance(encoder_config, (dict, PreTrainedConfig)):
+            kind = type(encoder_config).__name__
+            raise ValueError(f"encoder_config must be an object (the encoder's own config), got a {kind}")
+        loaded = super().from_dict(config_dict, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).check()
+        return loaded
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        """A score setting (λ, α, the threshold) is checked whenever it is set."""
+        if key in SCORE_SETTING_MAXIMA:
+            check_number(key, value, SCORE_SETTING_MAXIMA[key])
+        super().__setattr__(key, value)
+
+    def check(self) -> None:
+        """``ValueError`` naming the first field whose value a GaussCSE model cannot take."""
         for argument, valid in (
             ("pooling", POOLINGS),
             ("mean_activation", MEAN_ACTIVATIONS),
@@ -116,8 +144,7 @@ class GaussCSEConfig(PreTrainedConfig):
             bounds = f"-{LOGVAR_BOUND:g} <= logvar_min < logvar_max <= {LOGVAR_BOUND:g}"
             raise ValueError(f"need {bounds}, got logvar_min={self.logvar_min}, logvar_max={self.logvar_max}")
         check_trunk_layers(self)
-        for name, maximum in (("search_kl_weight", MAX_SCORE_WEIGHT), ("entailment_cosine_weight", MAX_SCORE_WEIGHT),
-                              ("entailment_threshold", 1.0)):  # fmt: skip
+        for name, maximum in SCORE_SETTING_MAXIMA.items():
             check_number(name, getattr(self, name), maximum)
         if self.embedding_size is None:
             self.embedding_size = self.encoder_config.hidden_size

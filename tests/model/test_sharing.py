@@ -718,6 +718,27 @@ def test_an_adapter_records_its_base_absolutely_and_checks_it(backbone, tmp_path
     assert "\n" not in str(refused.value)
     with pytest.raises(ValueError, match=message):
         AutoModel.from_pretrained(folder, trust_remote_code=True)
+    for damage in ("{not json", '{"base_model_name_or_path": "x"}', '{"base_model_name_or_path": "x", "sha256": 3}'):
+        (folder / "base_model.json").write_text(damage)
+        with pytest.raises(ModelLoadError, match=rf"{re.escape(str(folder))}: its base_model.json is damaged") as cut:
+            load_model(folder)
+        assert "\n" not in str(cut.value)
+
+
+def test_a_damaged_weights_file_or_config_is_one_line_naming_the_folder(spread_model_folder, tmp_path):
+    """A cut ``model.safetensors`` (safetensors' own error names no file) and an ``encoder_config`` that is no object
+    are a ``ModelLoadError`` naming the folder, on every tool that loads through ``load_model``."""
+    cut = tmp_path / "cut"
+    shutil.copytree(spread_model_folder, cut)
+    (cut / "model.safetensors").write_bytes((cut / "model.safetensors").read_bytes()[:1000])
+    with pytest.raises(ModelLoadError, match=rf"{re.escape(str(cut))}: its weights file \(model.safetensors"):
+        load_model(cut)
+    odd = tmp_path / "odd"
+    shutil.copytree(spread_model_folder, odd)
+    config = json.loads((odd / "config.json").read_text())
+    (odd / "config.json").write_text(json.dumps({**config, "encoder_config": 5}))
+    with pytest.raises(ModelLoadError, match=rf"{re.escape(str(odd))}: .*encoder_config must be an object.*got a int"):
+        load_model(odd)
 
 
 def test_a_full_save_over_an_adapter_folder_leaves_one_layout(backbone, tmp_path):
