@@ -17,11 +17,13 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer, PreTrainedConfig
 
 from gausscse import GaussCSEConfig, GaussCSEModel
+from gausscse.io import check_not_nested
 from gausscse.loading import adapter_base_of
 from gausscse.model.adapters_gausscse import (
     OLD_ADAPTER_FOLDER,
     OLD_HEADS_FILE,
     base_record,
+    check_base,
     is_adapter_model,
     remove_other_layout,
     write_adapter_extras,
@@ -103,24 +105,46 @@ def save_adapter_folder(model: PeftModel, folder: Path) -> None:
 
 
 def load_for_training(name_or_path: str | Path) -> PeftModel:
-    """An adapter folder as a ``PeftModel`` whose adapters and heads train again (the base it names, loaded)."""
-    base = GaussCSEModel.from_pretrained(adapter_base_of(name_or_path))
+    """An adapter folder as a ``PeftModel`` whose adapters and heads train again (the base it names, loaded after
+    [`check_base`]: a base whose files changed since the adapter was saved is refused, not trained on)."""
+    base_name = adapter_base_of(name_or_path)
+    check_base(name_or_path, base_name, {})
+    base = GaussCSEModel.from_pretrained(base_name)
     return PeftModel.from_pretrained(base, str(name_or_path), is_trainable=True)
+
+
+def check_conversion(old: Path, new: Path) -> None:
+    """``ValueError`` naming the folder, before any work, unless ``old`` is an adapter folder of the earlier layout
+    and ``new`` a folder to create (absent or empty, apart from ``old``)."""
+    if not old.is_dir():
+        raise ValueError(f"OLD {old}: no such folder")
+    if not (old / OLD_ADAPTER_FOLDER / "adapter_config.json").is_file() or not (old / OLD_HEADS_FILE).is_file():
+        if (old / "adapter_config.json").is_file():
+            what = "already a standard PEFT adapter folder: nothing to convert, load it as it is"
+        elif (old / "config.json").is_file():
+            what = "a whole model, not an adapter folder: nothing to convert"
+        else:
+            what = f"not an adapter folder of the earlier layout ({OLD_ADAPTER_FOLDER}/ + {OLD_HEADS_FILE})"
+        raise ValueError(f"OLD {old}: {what}")
+    if new.exists() and (not new.is_dir() or any(new.iterdir())):
+        raise ValueError(f"NEW {new} exists and is not an empty folder: give a new folder (nothing there is replaced)")
+    check_not_nested(old, "OLD", new, "NEW", "the converted folder goes elsewhere")
 
 
 def convert_adapter_folder(old: str | Path, new: str | Path) -> Path:
     """Convert an adapter folder of the earlier layout (LoRA on the encoder in ``adapter/``, the heads in
     ``heads.safetensors``) into a standard PEFT adapter folder ``new``, with its base in ``new/base-model``."""
     old, new = Path(old), Path(new)
+    check_conversion(old, new)
     encoder_adapter = json.loads((old / OLD_ADAPTER_FOLDER / "adapter_config.json").read_text(encoding="utf-8"))
     config = GaussCSEConfig.from_pretrained(old)
-    encoder = AutoModel.from_pretrained(encoder_adapter["base_model_name_or_path"])
+    encoder = AutoModel.from_pretrained(encoder_adapter["base_model_name_or_path"], trust_remote_code=False)
     model = GaussCSEModel(config, encoder=encoder)
     heads = load_file(str(old / OLD_HEADS_FILE))
     missing = model.load_state_dict(heads, strict=False)
     if missing.unexpected_keys:
         raise ValueError(f"{old / OLD_HEADS_FILE}: unexpected tensors {missing.unexpected_keys[:3]}")
-    model.get_tokenizer(AutoTokenizer.from_pretrained(old))
+    model.get_tokenizer(AutoTokenizer.from_pretrained(old, trust_remote_code=False))
     save_base(model, new / BASE_FOLDER)
     targets = encoder_adapter["target_modules"]
     targets = sorted(targets) if isinstance(targets, list) else None
@@ -153,7 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("old", help="the adapter folder of the earlier layout (adapter/ + heads.safetensors)")
     parser.add_argument("new", help="the folder to write (the standard PEFT adapter, its base in new/base-model)")
     args = parser.parse_args(argv)
-    print(convert_adapter_folder(args.old, args.new))
+    try:
+        print(convert_adapter_folder(args.old, args.new))
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
 
 
 if __name__ == "__main__":

@@ -630,6 +630,13 @@ def test_an_adapter_folder_continues_training_its_adapter(backbone, data_dir, tm
         json.loads((run / "adapter_config.json").read_text())["base_model_name_or_path"] for run in (first, second)
     ]
     assert bases == [str(first / "base-model")] * 2  # the same base: the first run's new model
+    weights = load_file(first / "base-model" / "model.safetensors")  # the base changes after the adapter was saved
+    changed = next(name for name in weights if name.endswith("query.weight"))
+    save_file({**weights, changed: weights[changed] + 0.5}, first / "base-model" / "model.safetensors",
+              metadata={"format": "pt"})  # fmt: skip
+    with pytest.raises(ValueError, match=r"first: its adapter was trained on the base model .*safetensors differ"):
+        train_gausscse.main(train_args(first, data_dir, tmp_path / "third", *flags))
+    assert not (tmp_path / "third").exists()
 
 
 def test_lora_on_a_gausscse_folder_names_that_folder_as_its_base(shared_folders, data_dir, tmp_path):
@@ -866,6 +873,43 @@ def test_an_adapter_folder_of_the_earlier_layout_is_refused_with_the_command_tha
     converted = load_model(tmp_path / "new").encode(SENTENCES)
     torch.testing.assert_close(converted.mu, expected.mu, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(converted.logvar, expected.logvar, rtol=1e-5, atol=1e-6)
+    # bad input, refused before any work, naming the folder: nothing written, nothing deleted
+    standard, whole = tmp_path / "new", tmp_path / "whole"
+    model.encoder = model.encoder.get_base_model()
+    GaussCSEModel.save_pretrained(model, whole)
+    kept = {path.name: path.read_bytes() for path in whole.iterdir() if path.is_file()}
+    for old_folder, new_folder, message in [
+        (tmp_path / "missing", tmp_path / "out1", r"OLD .*missing: no such folder"),
+        (standard, tmp_path / "out2", r"OLD .*new: already a standard PEFT adapter folder: nothing to convert"),
+        (whole, tmp_path / "out3", r"OLD .*whole: a whole model, not an adapter folder"),
+        (old, whole, r"NEW .*whole exists and is not an empty folder: give a new folder"),
+        (old, old / "inside", r"OLD .*old holds the folder of NEW"),
+    ]:
+        done = subprocess.run([sys.executable, "-m", "gausscse.training.lora", str(old_folder), str(new_folder)],
+                              capture_output=True, text=True, env=fresh_env(tmp_path), timeout=300)  # fmt: skip
+        assert done.returncode == 2 and re.search(message, done.stderr), done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
+        assert not (tmp_path / new_folder.name).exists() or new_folder == whole
+    assert {path.name: path.read_bytes() for path in whole.iterdir() if path.is_file()} == kept
+
+
+def test_the_converter_never_runs_an_encoders_code(backbone, tmp_path, monkeypatch):
+    """The converter loads the old adapter's encoder with trust_remote_code=False: a base that ships code is refused
+    without the "run the custom code?" prompt (answered "y" here), and its code never runs."""
+    from gausscse.training.lora import convert_adapter_folder
+
+    marker = tmp_path / "marker.txt"
+    folder = backbone_with_code(backbone, tmp_path / "with-code", marker, model_type="marked-bert")
+    old = tmp_path / "old"
+    (old / "adapter").mkdir(parents=True)
+    (old / "adapter/adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(folder)}))
+    (old / "heads.safetensors").write_bytes(b"")
+    GaussCSEModel.from_backbone(str(backbone)).config.save_pretrained(old)
+    asked: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "y")
+    with pytest.raises(ValueError, match=r"with-code contains custom code|trust_remote_code"):
+        convert_adapter_folder(old, tmp_path / "new")
+    assert asked == [] and not marker.exists()
 
 
 def test_loading_never_runs_a_folders_code(backbone, tmp_path, monkeypatch):
