@@ -283,3 +283,51 @@ def test_cli_builds_and_queries_a_pgvector_index(tiny_model_folder, tmp_path):
         assert [hit["sentence"] for hit in claim_hits] == [distinct[hit["id"]] for hit in claim_hits]
         best = scores[row].argsort(descending=True)[:3].tolist()
         assert [hit["id"] for hit in claim_hits] == best
+
+
+def test_a_password_in_the_uri_is_never_written(server_folder, tmp_path):
+    """The uri's password (user part or ``password=``) stays out of the index folder: ``index_config.json`` names the
+    server without it, and the folder reopens (the password then comes from ``PGPASSWORD`` / ``~/.pgpass``; this
+    local server trusts its socket)."""
+    socket_uri = local_server(server_folder).get_uri()  # postgresql://postgres:@/postgres?host=<socket folder>
+    table = f"t{uuid.uuid4().hex[:12]}"
+    secret_uri = socket_uri.replace("postgres:@", "postgres:s3cret-pw@") + f"&password=other-secret#{table}"
+    index = GaussianIndex(12, "sum", "pgvector", uri=secret_uri)
+    index.add(gaussians(6, seed=21))
+    folder = tmp_path / "ix"
+    index.save(folder)
+    written = b"".join(path.read_bytes() for path in folder.rglob("*") if path.is_file())
+    assert b"s3cret-pw" not in written and b"other-secret" not in written
+    recorded = json.loads((folder / "index_config.json").read_text())["uri"]
+    assert recorded.startswith("postgresql://postgres@/postgres?host=") and recorded.endswith(f"#{table}")
+    assert len(GaussianIndex.load(folder)) == 6
+
+
+def test_a_table_name_postgresql_would_cut_is_refused(new_uri, server_folder):
+    """PostgreSQL keeps 63 bytes of a name: the index's ANN tables (``<name>_ann_entailed_by``) must fit whole, or both
+    directions would land on one cut name. The longest name allowed builds and searches both directions."""
+    with pytest.raises(ValueError, match=r"#x{48}: a table name is at most 47 characters .*got 48"):
+        GaussianIndex(8, "sum", "pgvector-hnsw", uri=f"{server_folder}#{'x' * 48}")
+    longest = "y" * 40 + uuid.uuid4().hex[:7]
+    index = GaussianIndex(8, "sum", "pgvector-hnsw", uri=f"{server_folder}#{longest}")
+    items = random_gaussians(600, seed=22, dim=8)
+    index.add(items)
+    exact = GaussianIndex(8, "sum")
+    exact.add(items)
+    queries = random_gaussians(5, seed=23, dim=8)
+    for direction in ("entailing", "entailed_by"):
+        assert recall_at_10(index, exact, queries, direction) >= 0.9, direction
+    assert set(index.engine.table.ann_tables()) == {"entailing", "entailed_by"}
+
+
+@pytest.mark.parametrize("rows", ["abc", -3, 2.5, True, [1]])
+def test_a_damaged_row_count_names_the_table_and_the_setting(rows, new_uri):
+    uri = new_uri()
+    index = GaussianIndex(12, "sum", "pgvector", uri=uri)
+    index.add(gaussians(4, seed=24))
+    table = index.engine.table
+    settings = table.stored_settings()
+    table.write_settings({**settings, "rows": rows})
+    name = uri.split("#")[1]
+    with pytest.raises(ValueError, match=rf"table '{name}' say rows=.*not a row count: the index is damaged"):
+        GaussianIndex.open("pgvector", uri)

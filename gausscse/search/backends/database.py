@@ -127,6 +127,11 @@ class DatabaseStore:
         return str(Path(uri).resolve())
 
     @classmethod
+    def shareable(cls, uri: str) -> str:
+        """``uri`` as files and messages may show it: without a password (an engine whose uris carry one removes it)."""
+        return uri
+
+    @classmethod
     def local_path(cls, uri: str | Path) -> Path | None:
         """The local folder or file of the database at ``uri`` (``None``: a server, an in-memory store)."""
         return Path(uri)
@@ -464,7 +469,12 @@ class CollectionStore(DatabaseStore):
         """The complete rows: the count the last finished add recorded in the settings (``stored``: as just read; a
         collection written before counts kept theirs: all rows)."""
         rows = (self.stored_settings() if stored is None else stored).get("rows")
-        return self.row_count(self.name) if rows is None else int(rows)
+        if rows is None:
+            return self.row_count(self.name)
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            where = f"the GaussianIndex settings of the {self.kind} {self.name!r}"
+            raise ValueError(f"{self.uri}: {where} say rows={rows!r}, not a row count: the index is damaged")
+        return rows
 
     def changed(self, known_rows: int, stored: dict[str, Any]) -> bool:
         return self.committed_rows(stored) != known_rows
@@ -546,7 +556,8 @@ class DatabaseBackend(SearchBackend):
             self.table = self.store_class.create(self.uri, settings)
 
     def settings(self) -> dict[str, Any]:
-        return {"uri": self.uri, "nprobes": self.nprobes, "table_id": self.table.table_id}
+        """What the index folder records: the uri without secrets (``shareable``), ``nprobes``, the table's id."""
+        return {"uri": self.store_class.shareable(self.uri), "nprobes": self.nprobes, "table_id": self.table.table_id}
 
     def add(self, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None) -> None:
         with self.table.writing():  # ids after the table's last row, whoever wrote it

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import logging
 import re
+import urllib.parse
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,12 +24,16 @@ from typing import Any
 import numpy as np
 
 from gausscse.io import first_line
+from gausscse.model.gaussian import SEARCH_DIRECTIONS
 from gausscse.search.backends import database
 from gausscse.search.backends.base import HNSW_EF_CONSTRUCTION, HNSW_NEIGHBOURS, engine_module
 from gausscse.search.backends.database import CollectionStore
 
 PGVECTOR, PGVECTOR_HNSW = "pgvector", "pgvector-hnsw"
 REGISTRY = "gausscse_indexes"  # the settings table: one row per index table and per ANN table
+POSTGRES_NAME_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer identifier is cut
+LONGEST_ANN_SUFFIX = max((f"_ann_{direction}" for direction in SEARCH_DIRECTIONS), key=len)  # CollectionStore's
+MAX_TABLE_NAME = POSTGRES_NAME_BYTES - len(LONGEST_ANN_SUFFIX)
 TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # unquoted PostgreSQL identifiers, as written
 MAX_EF_SEARCH = 1000  # pgvector's largest hnsw.ef_search: an HNSW scan returns at most this many rows
 ROWS_PER_READ = 4096
@@ -117,6 +122,31 @@ class PgStore(CollectionStore):
             raise ValueError(f"uri {place}: a PostgreSQL database is a postgresql:// URL or a local folder")
         if not TABLE_NAME.fullmatch(name) or name == REGISTRY:
             raise ValueError(f"uri {place}#{name}: a table name is lower-case letters, digits and '_', not {REGISTRY}")
+        if len(name) > MAX_TABLE_NAME:  # PostgreSQL cuts names at 63 bytes: the ANN tables' would collide
+            raise ValueError(
+                f"uri {cls.shareable(place)}#{name}: a table name is at most {MAX_TABLE_NAME} characters (its ANN "
+                f"tables add '{LONGEST_ANN_SUFFIX}', PostgreSQL keeps {POSTGRES_NAME_BYTES} bytes), got {len(name)}"
+            )
+
+    @classmethod
+    def shareable(cls, uri: str) -> str:
+        """``uri`` without a password (in the user part or a ``password=`` parameter): what the index writes into its
+        settings and messages; the connection then takes the password from ``PGPASSWORD`` or ``~/.pgpass``."""
+        if not database.is_server(uri):
+            return uri
+        parts = urllib.parse.urlsplit(uri)
+        netloc = parts.netloc
+        if "@" in netloc:
+            user, host = netloc.rsplit("@", 1)
+            netloc = f"{user.split(':', 1)[0]}@{host}"
+        query = urllib.parse.urlencode(
+            [
+                (key, value)
+                for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+                if key != "password"
+            ]
+        )
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 
     def identifier(self, name: str | None = None):
         return sql_module().Identifier(name or self.name)
