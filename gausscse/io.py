@@ -138,7 +138,8 @@ def check_replaceable(folder: str | Path, marker: str, flag: str = "") -> None:
 
 def check_output_location(path: str | Path, flag: str) -> Path:
     """The absolute path of the output folder ``path`` (argument ``flag``); ``ValueError`` naming ``flag`` when it is a
-    file, is or holds the working directory, or its nearest existing parent takes no new entries (for staging)."""
+    file, is or holds the working directory, or its nearest existing parent (for staging) or the folder itself, where
+    it exists (files are moved into it), takes no new entries."""
     target = Path(path).expanduser().absolute()
     if target.exists() and not target.is_dir():
         raise ValueError(f"{flag} {path} is a file, not a folder")
@@ -150,10 +151,11 @@ def check_output_location(path: str | Path, flag: str) -> Path:
         parent = parent.parent
     if not parent.is_dir():
         raise ValueError(f"{flag} {path}: {parent} is a file, not a folder")
-    try:
-        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".gausscse-write-check."))
-    except OSError as error:
-        raise ValueError(f"{flag} {path}: cannot write in {parent} ({error.strerror or error})") from None
+    for place in (parent, *([resolved] if resolved.is_dir() else [])):  # staged beside it, then moved into it
+        try:
+            os.rmdir(tempfile.mkdtemp(dir=place, prefix=".gausscse-write-check."))
+        except OSError as error:
+            raise ValueError(f"{flag} {path}: cannot write in {place} ({error.strerror or error})") from None
     return target
 
 
@@ -163,6 +165,14 @@ def check_not_nested(first: str | Path, first_flag: str, second: str | Path, sec
     if one == other or one in other.parents or other in one.parents:
         relation = "is" if one == other else "holds" if one in other.parents else "lies inside"
         raise ValueError(f"{first_flag} {first} {relation} the folder of {second_flag} {second}: {why}")
+
+
+def check_not_inside(path: str | Path, flag: str, folder: str | Path, folder_flag: str, why: str) -> None:
+    """``ValueError``, saying ``why``, when ``path`` (argument ``flag``; a file or folder that exists) is ``folder``
+    or lies inside it."""
+    inner, outer = Path(path).resolve(), Path(folder).resolve()
+    if Path(path).exists() and (inner == outer or outer in inner.parents):
+        raise ValueError(f"{flag} {path} lies inside {folder_flag} {folder}: {why}")
 
 
 @contextmanager

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from gausscse.io import atomic_path, current_umask, write_atomic, write_json
+from gausscse.io import atomic_path, check_output_location, current_umask, write_atomic, write_json
 
 
 def test_a_failed_write_leaves_the_earlier_file_and_no_temporary(tmp_path):
@@ -59,3 +61,46 @@ def test_the_shipped_atomic_write_keeps_concurrent_writers_apart(tmp_path):
     assert target.read_bytes() in payloads
     assert not list(target.parent.glob(".*.tmp"))
     assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~current_umask())
+
+
+def test_an_existing_output_folder_that_takes_no_new_files_is_refused_up_front(tmp_path, monkeypatch):
+    """A save stages beside its folder and then moves files into it: the folder itself must take new entries too (it
+    was only the parent that was tried, so a whole run trained and then lost its model at the save)."""
+    locked = tmp_path / "out"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        if os.access(locked, os.W_OK):  # root writes anywhere: the folder refuses as a read-only mount would
+            real = tempfile.mkdtemp
+
+            def refuse(*args, dir=None, **kwargs):
+                if dir is not None and Path(dir).resolve() == locked.resolve():
+                    raise PermissionError(13, "Permission denied")
+                return real(*args, dir=dir, **kwargs)
+
+            monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+        with pytest.raises(ValueError, match=rf"--output_dir {locked}: cannot write in {locked} \(Permission denied\)"):
+            check_output_location(locked, "--output_dir")
+        assert check_output_location(tmp_path / "new" / "folder", "--output_dir") == tmp_path / "new" / "folder"
+    finally:
+        locked.chmod(0o755)
+
+
+def test_gausscse_search_refuses_a_corpus_or_model_inside_the_index_it_replaces(tmp_path):
+    """``build --corpus IX/corpus.txt --index IX`` read the corpus, then the save replaced IX and deleted it: refused
+    before any work, the corpus kept."""
+    from gausscse.cli.search import main as search
+
+    index = tmp_path / "ix"
+    index.mkdir()
+    (index / "index_config.json").write_text("{}")  # an earlier index: the save would replace the folder
+    corpus = index / "corpus.txt"
+    corpus.write_text("A man plays a guitar.\n")
+    with pytest.raises(ValueError, match=rf"--corpus {corpus} lies inside --index {index}: saving the index replaces"):
+        search(["build", "--model", str(tmp_path / "no-model"), "--corpus", str(corpus), "--index", str(index)])
+    (tmp_path / "corpus.txt").write_text("A man plays a guitar.\n")
+    (index / "model").mkdir()
+    with pytest.raises(ValueError, match=rf"--model {index / 'model'} lies inside --index {index}"):
+        search(["build", "--model", str(index / "model"), "--corpus", str(tmp_path / "corpus.txt"), "--index",
+                str(index)])  # fmt: skip
+    assert corpus.read_text() == "A man plays a guitar.\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from gausscse.data.sources import read_table
-from gausscse.io import check_not_nested, check_output_location, check_replaceable
+from gausscse.io import check_not_inside, check_not_nested, check_output_location, check_replaceable
 from gausscse.loading import ModelLoadError, load_model
 from gausscse.model import GaussCSEModel
 from gausscse.search.backends import BACKENDS, uri_usage
@@ -121,6 +121,8 @@ def build_index(args: argparse.Namespace) -> None:
     """``build``: check the output places, read the corpus, encode it (here or on Ray), index it, save the index."""
     check_output_location(args.index, "--index")
     check_replaceable(args.index, SETTINGS_FILE, "--index")
+    for flag, path in (("--corpus", args.corpus), ("--model", args.model)):  # read from where the save replaces
+        check_not_inside(path, flag, args.index, "--index", "saving the index replaces that folder: move it out first")
     if args.ray is not None and args.ray_workers < 1:
         raise ValueError(f"--ray_workers must be at least 1 (Ray workers, one model each), got {args.ray_workers}")
     index_kwargs = {}
