@@ -137,14 +137,23 @@ def resolve_shape(
     raise DataError(f"{location}: missing column(s) for the {candidates[0]} shape: {', '.join(missing)}; {columns_are}")
 
 
+MAX_REPEATS = 100  # --train_dataset_repeats: more copies of a set than this is a typo, not a recipe
+
+
 def parse_repeats(pairs: Sequence[str] | None) -> dict[str, int]:
-    """``["lingnli=2", ...]`` → ``{"lingnli": 2, ...}`` (from ``--train_dataset_repeats``; counts ≥ 1)."""
+    """``["lingnli=2", ...]`` → ``{"lingnli": 2, ...}`` (from ``--train_dataset_repeats``; counts in
+    [1, ``MAX_REPEATS``], each name once)."""
     repeats: dict[str, int] = {}
     for pair in pairs or ():
         name, separator, count = pair.partition("=")
-        if not separator or not count.strip().isdigit() or int(count) < 1:
-            raise DataError(f"--train_dataset_repeats expects name=count items with a count >= 1, got {pair!r}")
-        repeats[name.strip()] = int(count)
+        name = name.strip()
+        if not separator or not name or not count.strip().isdigit() or not 1 <= int(count) <= MAX_REPEATS:
+            raise DataError(
+                f"--train_dataset_repeats expects name=count items with a count from 1 to {MAX_REPEATS}, got {pair!r}"
+            )
+        if name in repeats:
+            raise DataError(f"--train_dataset_repeats names {name!r} twice ({name}={repeats[name]}, {pair!r}): once")
+        repeats[name] = int(count)
     return repeats
 
 

@@ -216,9 +216,12 @@ def test_a_sources_examples_are_repeated_as_asked(data_dir):
         example: 1 if example[2] is not None else 2
         for example in single  # mnli's examples have no contradiction
     }
-    for bad in (["mnli"], ["mnli=0"], ["mnli=x"]):
-        with pytest.raises(DataError, match=r"--train_dataset_repeats expects name=count items with a count >= 1"):
+    for bad in (["mnli"], ["mnli=0"], ["mnli=x"], ["=2"], ["mnli=99999999999"], ["mnli=101"]):
+        with pytest.raises(DataError, match=r"--train_dataset_repeats expects name=count items with a count from 1 to"):
             parse_repeats(bad)
+    assert parse_repeats(["mnli=100", " lingnli =2"]) == {"mnli": 100, "lingnli": 2}
+    with pytest.raises(DataError, match=r"--train_dataset_repeats names 'mnli' twice \(mnli=2, 'mnli=3'\): once"):
+        parse_repeats(["mnli=2", "mnli=3"])  # the last one won, silently
     with pytest.raises(DataError, match=r"--train_dataset_repeats names \['lingnli'\], which --train_datasets does"):
         load_training_examples(DataSpec(train_datasets=["snli"], data_dir=data_dir, repeats={"lingnli": 2}))
 
