@@ -73,7 +73,7 @@ def test_with_mean_kl_it_ranks_as_the_search_score_of_lambda_one_over_alpha():
     ],
 )
 def test_the_config_refuses_a_weight_or_threshold_out_of_range(field, bad):
-    with pytest.raises(ValueError, match=rf"{field} \(the model's config.json\) must be a number in \[0, "):
+    with pytest.raises(ValueError, match=rf"{field} must be a number in \[0, "):
         GaussCSEConfig(**{field: bad})
 
 

@@ -74,9 +74,7 @@ def test_equal_ndcg_picks_the_smallest_weight_and_the_grids_top_is_logged(caplog
 
 @pytest.mark.parametrize("bad", [-0.5, 1e300, float("inf"), float("nan"), "0.5", True, [0.5]])
 def test_the_config_refuses_a_weight_that_is_no_number_or_breaks_the_scores(bad):
-    with pytest.raises(
-        ValueError, match=r"search_kl_weight \(the model's config.json\) must be a number in \[0, 1e\+06\]"
-    ):
+    with pytest.raises(ValueError, match=r"search_kl_weight must be a number in \[0, 1e\+06\]"):
         GaussCSEConfig(search_kl_weight=bad)
 
 
@@ -92,7 +90,7 @@ def test_a_hand_edited_config_json_is_refused_on_every_route(spread_model_folder
         (folder / "config.json").write_text(json.dumps({**config, "search_kl_weight": bad}))
         for load in (lambda: AutoModel.from_pretrained(folder, trust_remote_code=True),
                      lambda: SentenceTransformer(str(folder), trust_remote_code=True)):  # fmt: skip
-            with pytest.raises(ValueError, match=r"search_kl_weight \(the model's config.json\) must be a number"):
+            with pytest.raises(ValueError, match=r"search_kl_weight must be a number"):
                 load()
     (folder / "config.json").write_text(json.dumps({**config, "search_kl_weight": 1e6}))
     loaded = AutoModel.from_pretrained(folder, trust_remote_code=True)
