@@ -4,6 +4,7 @@ model goes into ``--output_dir`` itself, checkpoints into ``<output_dir>/checkpo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import sys
@@ -37,6 +38,7 @@ from gausscse.training.arguments import (
 from gausscse.training.batch import TripletCollator, packs_by_default
 from gausscse.training.lora import BASE_FOLDER, apply_lora, load_for_training, lora_config, save_base
 from gausscse.training.losses import uses_contradictions
+from gausscse.training.progress import JobEstimateCallback
 from gausscse.training.run_lock import OutputDirLockedError, RunLock
 from gausscse.training.save import check_hub_push, push_model_folder, save_model_folder
 from gausscse.training.trainer import RUN_ARGUMENTS_FILE, GaussCSETrainer
@@ -362,7 +364,30 @@ def build_trainer(
         evaluator=evaluator,
         run_arguments=fixed,
     )
+    chooses = evaluator is not None and not model.config.point_embeddings  # the end-of-training choices of λ and α
+    sentences = functools.partial(choice_sentences, data_args) if chooses else None
+    trainer.add_callback(JobEstimateCallback(sentences, functools.partial(encode_now, trainer, data_args)))
     return trainer, data_stats
+
+
+def choice_sentences(data_args: DataArguments) -> list[str]:
+    """The distinct dev sentences the end-of-training choices encode ([`choose_scores`])."""
+    from gausscse.evaluation.encoders import unique_sentences
+    from gausscse.evaluation.entailment_weight import dev_pairs
+
+    pairs = dev_pairs(data_args.data_dir, max_examples=data_args.selection_max_examples)
+    return unique_sentences(sentence for split in pairs for sentence in split.sentences)
+
+
+def encode_now(trainer: GaussCSETrainer, data_args: DataArguments, sentences: list[str]) -> None:
+    """Encode ``sentences`` with the model as it is mid-training (in eval mode for it, its mode kept)."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    training = model.training
+    model.eval()
+    try:
+        model.encode(sentences, max_length=data_args.eval_max_seq_length)
+    finally:
+        model.train(training)
 
 
 def model_card_fields(model_args, data_args, trainer: GaussCSETrainer, metrics: dict, data_stats: DataStats) -> dict:
