@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -117,10 +117,12 @@ def remove_entry(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def move_in(staging: Path, folder: Path, names: Iterable[str]) -> None:
+def move_in(staging: Path, folder: Path, names: Iterable[str], before_first: Callable[[], None] | None = None) -> None:
     """Move each entry ``names`` of ``staging`` into ``folder`` by ``os.replace``, in order (each file appears whole);
-    a folder already there under a name is deleted first."""
+    a folder already there under a name is deleted first; ``before_first`` is called right before the first move."""
     folder.mkdir(parents=True, exist_ok=True)
+    if before_first is not None:
+        before_first()
     for name in names:
         if (folder / name).is_dir():
             remove_entry(folder / name)

@@ -49,6 +49,7 @@ from .gaussian import (
 )
 from .onnx_gausscse import OnnxMixin, OnnxSessions, remove_stale_graphs
 from .shipped_gausscse import SENTENCE_TRANSFORMERS_MODULE, copy_shipped_files
+from .utils_gausscse import load_whole
 
 PUSH_ARGUMENTS = ("repo_id", "token", "private", "commit_message", "revision", "create_pr", "commit_description")
 Sentences = GaussianEmbeddings | Sequence[str]
@@ -152,8 +153,12 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
         that do not fit and adapter folders of the earlier layout (with the command that converts them)."""
         check_not_old_layout(pretrained_model_name_or_path, kwargs)
         wants_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(
-            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        folder = Path(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
+        model, info = load_whole(  # never a mix of two saves: the old model or the new one, or refused
+            folder,
+            lambda: super(GaussCSEModel, cls).from_pretrained(
+                pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+            ),
         )
         check_loading_info(pretrained_model_name_or_path, info)
         if kwargs.get("subfolder") and Path(pretrained_model_name_or_path, kwargs["subfolder"]).is_dir():

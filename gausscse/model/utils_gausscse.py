@@ -1,6 +1,7 @@
 """File and fingerprint utilities of a GaussCSE folder (ships with the weights as Hub custom code): files written
-whole through a temporary file and ``os.replace``, and the weights' fingerprint that ONNX graphs, encode pools and
-search indexes record."""
+whole through a temporary file and ``os.replace``, the save-state file that makes a folder's model either the old one
+or the new one whole (or refused, naming the cut save), and the weights' fingerprint that ONNX graphs, encode pools
+and search indexes record."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import hashlib
 import json
 import os
 import tempfile
+import time
+import uuid
 import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -30,6 +35,60 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     except BaseException:
         Path(partial).unlink(missing_ok=True)
         raise
+
+
+SAVE_STATE_FILE = ".gausscse-save.json"  # {"save": id, "state": "moving" | "done"}: a save that moves files in
+LOAD_ATTEMPTS = 30  # a load tried again while a save moves its files in (each move is one rename: milliseconds)
+LOAD_PAUSE = 0.1  # seconds between those tries
+Loaded = TypeVar("Loaded")
+
+
+class CutSaveError(ValueError):
+    """A folder whose last save stopped while moving its files in: its files may be a mix of two models."""
+
+
+@contextmanager
+def moving_in(folder: str | Path) -> Iterator[Callable[[], None]]:
+    """A save's files moved into ``folder`` one by one: the block gets ``mark()``, to call right before the first
+    move, which marks the folder as being written ([`load_whole`] waits); a clean exit marks it done. A save killed
+    (or failing) after ``mark()`` leaves the mark, so every loader refuses the mix instead of loading it; one that
+    stops before it leaves the old model as it was."""
+    folder, save = Path(folder), uuid.uuid4().hex
+    yield lambda: write_json_atomic(folder / SAVE_STATE_FILE, {"save": save, "state": "moving"})
+    write_json_atomic(folder / SAVE_STATE_FILE, {"save": save, "state": "done"})
+
+
+def save_state(folder: Path) -> dict | None:
+    """The folder's save-state record (``None``: none, or not a local folder); an unreadable one counts as moving."""
+    try:
+        state = json.loads((folder / SAVE_STATE_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"state": "moving", "save": None}
+    return state if isinstance(state, dict) else {"state": "moving", "save": None}
+
+
+def load_whole(folder: str | Path, load: Callable[[], Loaded]) -> Loaded:
+    """``load()`` of the model in ``folder`` when no save is moving files into it, from start to end (loaded again
+    where a save came in between); [`CutSaveError`] naming the folder where a save's mark stays (a save killed while
+    moving its files in). Not a local folder (a Hub id): ``load()``."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return load()
+    for attempt in range(LOAD_ATTEMPTS):
+        if attempt:
+            time.sleep(LOAD_PAUSE)
+        before = save_state(folder)
+        if before is not None and before.get("state") != "done":
+            continue
+        loaded = load()
+        if save_state(folder) == before:
+            return loaded
+    raise CutSaveError(
+        f"{folder}: a save into this folder stopped while moving its files in ({SAVE_STATE_FILE} says so): its files "
+        "may be a mix of two models, so it is not loaded. Save or train the model into it again"
+    )
 
 
 def write_json_atomic(path: str | Path, content: Any) -> None:

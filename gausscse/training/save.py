@@ -21,6 +21,7 @@ from gausscse.io import first_line, move_in, remove_entry, resolved_target, stag
 from gausscse.loading import is_hub_id
 from gausscse.model.adapters_gausscse import remove_other_layout
 from gausscse.model.onnx_gausscse import remove_stale_graphs
+from gausscse.model.utils_gausscse import moving_in
 
 from .lora import is_lora, merge_lora
 from .trainer import add_adapter_extras, check_finite_weights
@@ -76,11 +77,13 @@ def save_model_folder(
         (staging / FINAL_FILES_LIST).write_text(json.dumps(written), encoding="utf-8")
         manifest = model_dir / FINAL_FILES_LIST
         earlier = set(json.loads(manifest.read_text(encoding="utf-8"))) if manifest.is_file() else set()
-        move_in(staging, model_dir, [*written, FINAL_FILES_LIST])
-        for name in sorted(earlier - set(written)):
-            remove_entry(model_dir / name)
-        remove_other_layout(model_dir, adapter)  # a model saved here without the manifest, of the other layout
-        remove_stale_graphs(model_dir, model)
+        model_dir.mkdir(parents=True, exist_ok=True)
+        with moving_in(model_dir) as mark:  # a save killed once files move leaves its mark: loaders refuse the mix
+            move_in(staging, model_dir, [*written, FINAL_FILES_LIST], before_first=mark)
+            for name in sorted(earlier - set(written)):
+                remove_entry(model_dir / name)
+            remove_other_layout(model_dir, adapter)  # a model saved here without the manifest, of the other layout
+            remove_stale_graphs(model_dir, model)
     return model_dir
 
 

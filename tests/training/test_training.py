@@ -449,7 +449,7 @@ def test_a_final_save_that_fails_leaves_the_old_model_and_a_finished_one_the_new
     torch.manual_seed(1)
     new = GaussCSEModel.from_backbone(str(backbone))
 
-    def dies(*args):
+    def dies(*args, **kwargs):
         raise KeyboardInterrupt("killed before the files move in")
 
     monkeypatch.setattr("gausscse.training.save.move_in", dies)
