@@ -247,9 +247,9 @@ def test_each_final_save_stages_in_a_folder_of_its_own_and_leaves_other_runs_sta
     staged = []
     move_in = save_model_folder.__globals__["move_in"]
 
-    def spying_move_in(staging, target, names):
+    def spying_move_in(staging, target, names, before_first=None):
         staged.append(staging)
-        return move_in(staging, target, names)
+        return move_in(staging, target, names, before_first)
 
     monkeypatch.setattr("gausscse.training.save.move_in", spying_move_in)
     torch.manual_seed(0)
