@@ -22,6 +22,19 @@ TRAIN_MAX_LENGTH = 32
 # from, and what using a tokenizer changes (a BPE cache, the warnings given, the switch to target texts).
 _BACKEND_SOURCES = frozenset({"_tokenizer", "_vocab", "_merges"})
 _USE_STATE = frozenset({"cache", "deprecation_warnings", "_in_target_context_manager"})
+# init_kwargs that say where and how the tokenizer was loaded (local_files_only follows HF_HUB_OFFLINE), not its ids
+_LOADING_KWARGS = frozenset(
+    {
+        "local_files_only",
+        "cache_dir",
+        "force_download",
+        "proxies",
+        "token",
+        "revision",
+        "trust_remote_code",
+        "_from_auto",
+    }
+)
 
 
 def text_id(text: str) -> int:
@@ -62,6 +75,9 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
         digest.update(json.dumps(kept, ensure_ascii=False).encode())
         left_out |= _BACKEND_SOURCES
     python_state = {name: value for name, value in state.items() if name not in left_out}
+    if isinstance(python_state.get("init_kwargs"), dict):  # how it was loaded (HF_HUB_OFFLINE, ...), not its ids
+        kwargs = python_state["init_kwargs"]
+        python_state["init_kwargs"] = {key: value for key, value in kwargs.items() if key not in _LOADING_KWARGS}
     digest.update(b"\x00" + Hasher.hash(python_state).encode())
     return digest.hexdigest()
 

@@ -15,7 +15,6 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 import torch
 from huggingface_hub import constants
@@ -39,21 +38,6 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path(constants.HF_HOME) / "gausscse" / "encodings")
 
 
-def tokenizer_identity(tokenizer: Any) -> str:
-    """SHA-256 of what decides a tokenizer's ids, the same in every process: a fast tokenizer's serialised backend
-    (less the truncation and padding each call sets) and its special tokens and sides; a slow one's
-    ``tokenizer_fingerprint``."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return tokenizer_fingerprint(tokenizer)
-    serialised = {
-        key: value for key, value in json.loads(backend.to_str()).items() if key not in ("truncation", "padding")
-    }
-    settings = [type(tokenizer).__qualname__, tokenizer.padding_side, tokenizer.truncation_side]
-    identity = json.dumps([serialised, settings, tokenizer.special_tokens_map], sort_keys=True, default=str)
-    return hashlib.sha256(identity.encode()).hexdigest()
-
-
 def encoder_identity(encoder: SentenceEncoder) -> dict | None:
     """What decides ``encoder``'s vectors but the sentences; ``None`` for an encoder kind the cache does not know."""
     if isinstance(encoder, PointEncoder):
@@ -68,7 +52,7 @@ def encoder_identity(encoder: SentenceEncoder) -> dict | None:
         "format": CACHE_FORMAT,
         "kind": type(encoder).__name__,
         "model": model_fingerprint(model),
-        "tokenizer": tokenizer_identity(tokenizer),
+        "tokenizer": tokenizer_fingerprint(tokenizer),
         "max_length": encoder.max_length,
         "batch_size": encoder.batch_size,
         "bf16": encoder.bf16,

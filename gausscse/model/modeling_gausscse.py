@@ -51,6 +51,11 @@ from .onnx_gausscse import OnnxMixin, OnnxSessions, remove_stale_graphs
 from .shipped_gausscse import SENTENCE_TRANSFORMERS_MODULE, copy_shipped_files
 from .utils_gausscse import load_whole
 
+
+class _ReachedLayer(Exception):
+    """Raised by ``GaussCSEModel.frozen_part``'s hook to stop the encoder at the first trained layer."""
+
+
 PUSH_ARGUMENTS = ("repo_id", "token", "private", "commit_message", "revision", "create_pr", "commit_description")
 Sentences = GaussianEmbeddings | Sequence[str]
 
@@ -240,21 +245,24 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
             raise ValueError("this model has no frozen part below a trained layer (see GaussCSEModel.cached_from)")
         sentence_index = inputs.pop("sentence_index", None)
         layers = self.encoder.get_submodule(self._layers_path)
+        frozen_mean = self.config.frozen_mean
         caught: dict = {}
 
         def catch(module, args, layer_kwargs):
             caught["hidden"] = args[0]
+            if not frozen_mean:  # a learning μ: nothing above this layer is frozen, so the encoder stops here
+                raise _ReachedLayer
 
         hook = layers[start].register_forward_pre_hook(catch, with_kwargs=True)
         training = self.training
-        self.encoder.eval()  # a learning μ's top layers run here too (unused): no dropout, no random numbers drawn
-        try:  # the whole encoder, as in forward
+        self.encoder.eval()  # as in training, where the frozen layers stay in eval mode: no dropout drawn
+        try:
             last_hidden_state = self.encoder(**inputs, return_dict=True).last_hidden_state
+        except _ReachedLayer:
+            return caught["hidden"], None
         finally:
             hook.remove()
             self.train(training)
-        if not self.config.frozen_mean:
-            return caught["hidden"], None
         return caught["hidden"], self.gaussian_mean(
             self.pool(last_hidden_state, inputs.get("attention_mask"), sentence_index)
         )

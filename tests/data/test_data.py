@@ -615,7 +615,7 @@ print(tokenizer_fingerprint(slow.from_pretrained(path)) if slow else "")
 
 def test_the_same_tokenizer_loaded_again_hits_the_cache(tmp_path):
     """Two loads of one tokenizer (in this process, after one of them was used, or in a process with another string
-    hash seed) give one cache key: the rerun loads the cached ids."""
+    hash seed and the other HF_HUB_OFFLINE) give one cache key: the rerun loads the cached ids."""
     examples = datasets.Dataset.from_list(CASED_EXAMPLES)
     first, second = (AutoTokenizer.from_pretrained(MINILM_PATH) for _ in range(2))
     keys = [tokenizer_fingerprint(first)]
@@ -630,7 +630,8 @@ def test_the_same_tokenizer_loaded_again_hits_the_cache(tmp_path):
         {tokenizer_fingerprint(slow_class.from_pretrained(MINILM_PATH)) for _ in range(2)} if slow_class else set()
     )
     seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"  # another order of the sets of strings
-    env = {**os.environ, "PYTHONHASHSEED": seed, "HF_HUB_OFFLINE": "1"}
+    offline = "0" if os.environ.get("HF_HUB_OFFLINE") == "1" else "1"  # loaded offline or not: one tokenizer
+    env = {**os.environ, "PYTHONHASHSEED": seed, "HF_HUB_OFFLINE": offline}
     code = FINGERPRINT_CODE.format(path=str(MINILM_PATH))
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
