@@ -57,20 +57,23 @@ class GaussianEncoder:
 
 class GaussianWriter(GaussianEncoder):
     """A ``map_batches`` class like [`GaussianEncoder`] that writes where it encodes: each worker opens the database
-    index (``backend``, ``uri``: a table or collection every worker reaches) once and adds each batch's Gaussians and
-    sentences to it, returning only ``written`` (the batch's row count): no Gaussian travels back to the driver."""
+    index (``backend``, ``uri``: a table or collection every worker reaches) once and writes each batch's Gaussians and
+    sentences as the rows ``first_id + row`` (the sentences' input positions, reserved by [`write_on_ray`]), over any
+    rows of those ids: a batch Ray runs again writes the same rows, never a second copy. Returns only ``written`` (the
+    batch's row count): no Gaussian travels back to the driver."""
 
-    def __init__(self, model_path: str, *, backend: str, uri: str, **encoder_kwargs):
+    def __init__(self, model_path: str, *, backend: str, uri: str, first_id: int, **encoder_kwargs):
         super().__init__(model_path, **encoder_kwargs)
         from gausscse.search.index import GaussianIndex
 
         self.index = GaussianIndex.open(backend, uri)
+        self.first_id = first_id
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         encoded = super().__call__(batch)
         sentences = batch[self.text_column].tolist()
         gaussians = GaussianEmbeddings(torch.from_numpy(encoded["mean"]), torch.from_numpy(encoded["logvar"]))
-        self.index.add(gaussians, sentences)
+        self.index.engine.put(self.first_id + batch[ROW_COLUMN], gaussians, sentences)
         return {"written": np.array([len(sentences)], dtype=np.int64)}
 
 
@@ -163,14 +166,19 @@ def encode_on_ray(model_path: str | Path, sentences: Sequence[str], **ray_option
 
 
 def write_on_ray(model_path: str | Path, sentences: Sequence[str], backend: str, uri: str, **ray_options: Any) -> int:
-    """Encode ``sentences`` on Ray (as [`encode_on_ray`], the same ``ray_options``) and have each worker add its
-    batches, with their sentences, to the database index at ``uri`` (``backend``: a database backend every worker
-    reaches, its table already made, e.g. by ``GaussianIndex(..., backend, uri=uri)``); only row counts come back.
-    Returns the rows written; the ids follow the order the batches arrive in (a database index reads a hit's sentence
-    back from its row)."""
-    worker_kwargs = {"backend": backend, "uri": uri}
-    written = mapped_on_ray(GaussianWriter, worker_kwargs, model_path, sentences, **ray_options)
-    total = sum(int(batch["written"].sum()) for batch in written.iter_batches(batch_format="numpy", batch_size=None))
-    if total != len(sentences):
-        raise RuntimeError(f"Ray wrote {total} rows for {len(sentences)} sentences")
-    return total
+    """Encode ``sentences`` on Ray (as [`encode_on_ray`], the same ``ray_options``) and have each worker write its
+    batches, with their sentences, into the database index at ``uri`` (``backend``: a database backend every worker
+    reaches, e.g. a server or a local PostgreSQL, its table already made, e.g. by ``GaussianIndex(..., backend,
+    uri=uri)``); only row counts come back. Sentence i becomes row ``len(index) + i``: this process holds the index's
+    write lock meanwhile, and the rows become visible once the table holds exactly one per sentence (counted in the
+    table: a batch Ray retried is written over itself). Returns the rows written."""
+    from gausscse.search.index import GaussianIndex
+
+    sentences = check_sentences("sentences", sentences)
+    engine = GaussianIndex.open(backend, uri).engine
+    with engine.reserved(len(sentences)) as first_id:
+        worker_kwargs = {"backend": backend, "uri": uri, "first_id": first_id}
+        written = mapped_on_ray(GaussianWriter, worker_kwargs, model_path, sentences, **ray_options)
+        for _ in written.iter_batches(batch_format="numpy", batch_size=None):
+            pass  # the row counts: the table's own count is what reserved() checks
+    return len(sentences)

@@ -152,8 +152,8 @@ def test_the_cli_has_each_ray_worker_write_into_pgvector_and_answers_as_a_local_
     local_ray, model_folder, tmp_path, monkeypatch
 ):
     """gausscse-search build --ray --backend pgvector: the workers add their batches to the PostgreSQL table (no
-    Gaussian comes back to this process: encode_on_ray is never called), and the index answers as one built here
-    (ids follow the workers' order, so hits are compared by sentence and score)."""
+    Gaussian comes back to this process: encode_on_ray is never called) as the rows of their input positions, and the
+    index answers as one built here: the same ids, sentences and scores."""
     from gausscse.cli.search import main as search_main
     from gausscse.search import ray_encode
 
@@ -173,6 +173,7 @@ def test_the_cli_has_each_ray_worker_write_into_pgvector_and_answers_as_a_local_
         )
         for ray_row, here_row in zip(on_ray, here, strict=True):
             assert [hit["sentence"] for hit in ray_row] == [hit["sentence"] for hit in here_row], flag
+            assert [hit["id"] for hit in ray_row] == [hit["id"] for hit in here_row], flag
             torch.testing.assert_close(
                 torch.tensor([hit["score"] for hit in ray_row]), torch.tensor([hit["score"] for hit in here_row]),
                 **ACROSS_PROCESSES,

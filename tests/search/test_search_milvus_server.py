@@ -17,7 +17,7 @@ from gausscse import GaussianEmbeddings
 from gausscse.search import GaussianIndex
 
 from .test_search import check_against_brute_force, gaussians
-from .test_search_pgvector import check_two_writers, start_large_add
+from .test_search_pgvector import check_retried_writes, check_two_writers, start_large_add
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +38,11 @@ def test_two_writer_processes_at_once_number_their_rows_apart(new_uri, tmp_path)
     lock collection gone with the last writer."""
     store = check_two_writers("milvus", new_uri(), tmp_path).engine.table
     assert store.read_holder(f"{store.name}_writer") is None
+
+
+def test_a_batch_written_again_is_one_row_per_gaussian_and_the_table_is_counted(new_uri):
+    """``check_retried_writes``: Milvus upserts a row over the row of its id."""
+    check_retried_writes("milvus", new_uri())
 
 
 def test_a_writer_killed_mid_add_leaves_nothing_served_and_the_next_add_goes_on(new_uri, tmp_path):

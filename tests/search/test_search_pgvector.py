@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 
+import numpy as np
 import pytest
 import torch
 from pgserver.postgres_server import pg_ctl
@@ -199,6 +200,40 @@ def check_two_writers(engine: str, uri: str, tmp_path) -> GaussianIndex:
 
 def test_two_writer_processes_at_once_number_their_rows_apart(new_uri, tmp_path):
     check_two_writers("pgvector", new_uri(), tmp_path)
+
+
+def check_retried_writes(engine: str, uri: str) -> None:
+    """Rows written by position in another handle (as ``write_on_ray``'s workers write): a batch written twice (Ray
+    running it again after its worker died) leaves one row per Gaussian, at ``first_id + position``; the reserving
+    writer counts the table's rows, makes nothing visible when they are not one per Gaussian, and the next one clears
+    the rows such a build left."""
+    index = GaussianIndex(8, "sum", engine, uri=uri)
+    index.add(gaussians(2, seed=30, dim=8), ["a", "b"])
+    worker = GaussianIndex.open(engine, uri).engine  # a worker's own handle
+    batch, texts = gaussians(8, seed=31, dim=8), [f"row {k}" for k in range(8)]
+    with index.engine.reserved(8) as first_id:
+        assert first_id == 2
+        worker.put(first_id + np.arange(8), batch, texts)
+        worker.put(first_id + np.arange(4, 8), batch[4:], texts[4:])  # a batch of it run again
+    table = index.engine.table
+    assert len(index) == 10 and table.row_count(table.name) == 10
+    assert index.engine.sentences(list(range(10))) == ["a", "b", *texts]
+    torch.testing.assert_close(index.embeddings.mu[2:], batch.mu, rtol=0, atol=0)
+    ids = index.entailing(batch[:3], 10)[1]
+    assert all(len(set(row.tolist())) == 10 for row in ids)  # each hit once
+    with pytest.raises(RuntimeError, match="holds 3 new rows for 5 sentences written"):
+        with index.engine.reserved(5) as first_id:
+            worker.put(first_id + np.arange(3), batch[:3], texts[:3])  # the other batch lost
+    assert len(index) == 10 and len(GaussianIndex.open(engine, uri)) == 10  # nothing of it made visible
+    with index.engine.reserved(1) as first_id:
+        assert first_id == 10
+        worker.put(np.array([first_id]), batch[7:], ["last"])
+    assert len(index) == 11 and table.row_count(table.name) == 11  # the lost build's rows cleared
+    assert index.engine.sentences([10]) == ["last"]
+
+
+def test_a_batch_written_again_is_one_row_per_gaussian_and_the_table_is_counted(new_uri):
+    check_retried_writes("pgvector", new_uri())
 
 
 def start_large_add(engine: str, uri: str, rows: int, cwd) -> subprocess.Popen:

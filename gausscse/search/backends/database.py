@@ -92,9 +92,11 @@ class DatabaseStore:
     ``holds(uri)`` (whether a local database holds an index), ``check_new(uri)`` (``FileExistsError`` where one is); and
     ``writing()`` (the writers' lock), ``stored_settings()`` (``ValueError`` once they cannot be read),
     ``changed(known_rows, stored)`` (whether other handles wrote; ``stored``: the settings just read), ``insert(ids,
-    columns, table=None)`` (into the index's table or an ANN one), ``read(first_id=0)`` (Gaussians and sentences in id
-    order), ``search(vectors, count, direction, first_id=0, ann=None, options=None)`` (per query the ids of largest raw
-    ⟨query map, stored map⟩ from ``first_id`` on, or nearest through the ANN index of ``ann``), ``find_ann(direction)``
+    columns, table=None)`` (into the index's table or an ANN one), ``replace(ids, columns)`` (the rows ``ids`` written
+    over any of those ids, in one request or transaction; engines other processes share: ``shared``),
+    ``read(first_id=0)`` (Gaussians and sentences in id order), ``search(vectors, count, direction, first_id=0,
+    ann=None, options=None)`` (per query the ids of largest raw ⟨query map, stored map⟩ from ``first_id`` on, or nearest
+    through the ANN index of ``ann``), ``find_ann(direction)``
     (``(handle, metadata)`` or ``None``) and ``new_ann_table(direction, ids, vectors, metadata)`` (its handle)."""
 
     kind: ClassVar[str]  # what the engine calls it, for messages: "LanceDB table", "Qdrant collection", ...
@@ -156,6 +158,21 @@ class DatabaseStore:
     def append(self, embeddings: GaussianEmbeddings, first_id: int, sentences: Sequence[str] | None) -> None:
         """Rows ``first_id, ...`` (under the lock, every earlier row read): μ, log σ², sentence, the stored maps;
         ``ValueError`` unless ``sentences`` is ``None`` or one string per Gaussian that the engine keeps."""
+        columns = self.columns(embeddings, sentences)
+        self.discard_from(first_id)  # rows of an add that never finished
+        self.insert(np.arange(first_id, first_id + len(embeddings)), columns)
+        self.commit(first_id + len(embeddings))  # written last: until then, readers see the rows before
+
+    def put(self, ids: np.ndarray, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None) -> None:
+        """Rows ``ids`` written over whatever the table holds at those ids, without the lock or a commit: a batch a
+        Ray worker writes by its input positions, so that a batch written again (Ray retrying it) leaves the same
+        rows, never a second copy; the writer that reserved the ids (``DatabaseBackend.reserved``) makes them
+        visible."""
+        self.replace(ids, self.columns(embeddings, sentences))
+
+    def columns(self, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None) -> dict[str, Any]:
+        """The columns of rows holding ``embeddings`` and ``sentences``: μ, log σ², sentence, the stored maps;
+        ``ValueError`` unless ``sentences`` is ``None`` or one string per Gaussian that the engine keeps."""
         mu, logvar, limit = embeddings.mu.cpu(), embeddings.logvar.cpu(), self.max_sentence_bytes
         if sentences is not None and (isinstance(sentences, str) or len(sentences) != len(mu)):
             raise ValueError(f"sentences must be a list of {len(mu)} strings, one per Gaussian")
@@ -168,9 +185,13 @@ class DatabaseStore:
         columns = {"mu": mu.numpy(), "logvar": logvar.numpy(), "sentence": sentences}
         for direction, field in self.map_fields.items():
             columns[field] = stored_map(mu, logvar, direction, self.kl_weight).float().numpy()
-        self.discard_from(first_id)  # rows of an add that never finished
-        self.insert(np.arange(first_id, first_id + len(mu)), columns)
-        self.commit(first_id + len(mu))  # written last: until then, readers see the rows before
+        return columns
+
+    def reserving(self) -> contextlib.AbstractContextManager[None]:
+        """The writers' lock while other processes write rows that this one counts and commits
+        (``DatabaseBackend.reserved``): ``writing()``, which an engine whose ``writing`` is one transaction replaces by
+        a lock outside any."""
+        return self.writing()
 
     def discard_from(self, first_id: int) -> None:
         """Remove the rows of id ``first_id`` on (an engine's hook: where an add is several requests)."""
@@ -564,6 +585,32 @@ class DatabaseBackend(SearchBackend):
             self.sync()
             self.table.append(embeddings, self.rows, sentences)
             self.rows += len(embeddings)
+
+    @contextlib.contextmanager
+    def reserved(self, count: int) -> Iterator[int]:
+        """The ids ``first_id, ..., first_id + count - 1`` for rows that other processes write by position
+        ([`put`]: Ray workers): yields ``first_id`` under the write lock (the rows there of an earlier such write that
+        never finished removed); on exit the table's rows are counted, not the writers' reports, and they become
+        visible once exactly those ``count`` rows are there (``RuntimeError`` otherwise, nothing made visible)."""
+        if not self.store_class.shared(self.uri):
+            kind = self.store_class.kind
+            raise ValueError(f"{self.uri}: other processes cannot write into this {kind} at once (a server can)")
+        with self.table.reserving():
+            self.sync()
+            first_id = self.rows
+            self.table.delete_from(first_id)
+            yield first_id
+            found = self.table.row_count(self.table.name) - first_id
+            if found != count:
+                kind = self.store_class.kind
+                raise RuntimeError(f"{self.uri}: the {kind} holds {found} new rows for {count} sentences written")
+            self.table.commit(first_id + count)
+            self.rows = first_id + count
+
+    def put(self, ids: np.ndarray, embeddings: GaussianEmbeddings, sentences: Sequence[str] | None) -> None:
+        """Write checked ``embeddings`` (with ``sentences``) as the rows ``ids`` reserved by [`reserved`] in another
+        process, over any rows of those ids: writing a batch again changes nothing."""
+        self.table.put(ids, self.index.checked(embeddings, "embeddings"), sentences)
 
     def sync(self) -> None:
         if self.table.refresh(self.rows):

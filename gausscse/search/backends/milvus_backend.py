@@ -8,6 +8,7 @@ import contextlib
 import functools
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,11 +147,20 @@ class MilvusStore(CollectionStore):
 
     def insert(self, ids: np.ndarray, columns: dict[str, Any], table: str | None = None) -> None:
         """Rows ``ids`` with their ``columns``, ``ROWS_PER_REQUEST`` per insert."""
+        self.send(self.client.insert, table or self.name, ids, columns)
+
+    def replace(self, ids: np.ndarray, columns: dict[str, Any]) -> None:
+        """Rows ``ids`` with their ``columns``, ``ROWS_PER_REQUEST`` per upsert (a row of the same id replaced)."""
+        self.send(self.client.upsert, self.name, ids, columns)
+
+    @staticmethod
+    def send(request: Callable[[str, list[dict[str, Any]]], Any], table: str, ids: np.ndarray, columns: dict) -> None:
+        """``request(table, rows)`` (Milvus' insert or upsert) for the rows ``ids``, ``ROWS_PER_REQUEST`` at a time."""
         columns = {name: values.tolist() if name in ("mu", "logvar") else values for name, values in columns.items()}
         for start in range(0, len(ids), ROWS_PER_REQUEST):
             rows = range(start, min(start + ROWS_PER_REQUEST, len(ids)))
             chunk = [{"id": int(ids[row]), **{name: values[row] for name, values in columns.items()}} for row in rows]
-            self.client.insert(table or self.name, chunk)
+            request(table, chunk)
 
     def read_page(self, first_id: int, cursor: int | None) -> tuple[list[dict[str, Any]], int | None]:
         """Rows in id ranges of ``MAX_HITS`` (the most rows a Milvus query returns)."""

@@ -159,6 +159,17 @@ class PgStore(CollectionStore):
             self.client.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(self.name.encode()),))
             yield
 
+    @contextlib.contextmanager
+    def reserving(self) -> Iterator[None]:
+        """The same advisory lock held by this connection outside any transaction, so that the rows it removes and the
+        count it commits are seen by the Ray workers writing meanwhile (a transaction would hold their rows' ids)."""
+        key = zlib.crc32(self.name.encode())
+        self.client.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            yield
+        finally:
+            self.client.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
     def new_collection(self, settings: dict[str, Any]) -> None:
         sql = sql_module()
         columns = [sql.SQL("id bigint PRIMARY KEY"), sql.SQL("sentence text")]
@@ -213,8 +224,20 @@ class PgStore(CollectionStore):
     def discard_from(self, first_id: int) -> None:
         """Nothing: an add is one transaction, so no row of an unfinished one was ever committed."""
 
+    def delete_from(self, first_id: int) -> None:
+        """Remove the rows of id ``first_id`` on (those of a Ray build whose workers wrote, then died uncounted)."""
+        query = sql_module().SQL("DELETE FROM {} WHERE id >= %s").format(self.identifier())
+        self.client.execute(query, (first_id,))
+
     def holds_unfinished(self, rows: int) -> bool:
-        return False  # an add is one transaction
+        return True  # Ray workers commit rows before the count does; bounding the scan by id costs nothing in SQL
+
+    def replace(self, ids: np.ndarray, columns: dict[str, Any]) -> None:
+        """One transaction: the rows of ``ids`` removed, then copied in."""
+        query = sql_module().SQL("DELETE FROM {} WHERE id = ANY(%s)").format(self.identifier())
+        with self.client.transaction():
+            self.client.execute(query, ([int(row_id) for row_id in ids],))
+            self.insert(ids, columns)
 
     def row_count(self, table: str) -> int:
         return self.client.execute(

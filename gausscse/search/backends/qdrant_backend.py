@@ -126,6 +126,10 @@ class QdrantStore(CollectionStore):
             )
             self.client.upsert(table or self.name, points=batch, wait=True)
 
+    def replace(self, ids: np.ndarray, columns: dict[str, Any]) -> None:
+        """[`insert`]: Qdrant's upsert already writes a point over the point of the same id."""
+        self.insert(ids, columns)
+
     def read_page(self, first_id: int, cursor: Any) -> tuple[list[dict[str, Any]], Any]:
         page, cursor = self.client.scroll(
             self.name,
