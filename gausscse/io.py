@@ -118,9 +118,14 @@ def remove_entry(path: Path) -> None:
 
 
 def move_in(staging: Path, folder: Path, names: Iterable[str], before_first: Callable[[], None] | None = None) -> None:
-    """Move each entry ``names`` of ``staging`` into ``folder`` by ``os.replace``, in order (each file appears whole);
-    a folder already there under a name is deleted first; ``before_first`` is called right before the first move."""
+    """Move each entry ``names`` of ``staging`` into ``folder`` by ``os.replace``, in order (each file appears whole,
+    with the umask's permissions whatever wrote it: safetensors' ``save_file`` makes 0600); a folder already there
+    under a name is deleted first; ``before_first`` is called right before the first move."""
     folder.mkdir(parents=True, exist_ok=True)
+    names, mode = list(names), 0o666 & ~current_umask()
+    for name in names:
+        if (staging / name).is_file() and not (staging / name).is_symlink():
+            os.chmod(staging / name, mode)
     if before_first is not None:
         before_first()
     for name in names:

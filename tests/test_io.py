@@ -33,6 +33,25 @@ def test_written_files_follow_the_umask_and_json_is_strict(tmp_path):
     assert json.loads(path.read_text()) == {"auprc": None, "3": [1.5]}
 
 
+def test_a_saved_index_gets_the_umask_s_permissions(tmp_path):
+    """Every file a folder save moves in (``move_in``: an index's ``gaussians.safetensors``, which safetensors writes
+    0600, beside its JSON files) has the permissions the umask gives."""
+    import torch
+
+    from gausscse import GaussianEmbeddings
+    from gausscse.search import GaussianIndex
+
+    index = GaussianIndex(4, "sum")
+    index.add(GaussianEmbeddings(torch.zeros(3, 4), torch.zeros(3, 4)))
+    previous = os.umask(0o027)
+    try:
+        index.save(tmp_path / "index")
+    finally:
+        os.umask(previous)
+    modes = {path.name: path.stat().st_mode & 0o777 for path in (tmp_path / "index").iterdir()}
+    assert "gaussians.safetensors" in modes and set(modes.values()) == {0o640}, modes
+
+
 def test_the_shipped_atomic_write_keeps_concurrent_writers_apart(tmp_path):
     """The model folder's own atomic write (ONNX graphs, modules.json, config files): two writers of one path at once
     each succeed and the file is always one writer's bytes, whole (a shared temporary name made one fail with

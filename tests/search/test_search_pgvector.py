@@ -111,11 +111,14 @@ def test_hnsw_recall_at_10_and_the_exact_rescore(new_uri):
     index.ef_search = 1001  # beyond pgvector's hnsw.ef_search: refused, never clipped silently
     with pytest.raises(ValueError, match=r"ef_search=1001: the PostgreSQL table's HNSW search is at most 1,000 wide"):
         index.entailing(queries, 10)
-    wide = GaussianIndex(32, "sum", "pgvector-hnsw", uri=new_uri(), ef_search=1001)
-    wide.add(items[:2000])
+    uri = new_uri()
     with pytest.raises(ValueError, match="search exactly \\(backend='pgvector'\\)"):
-        wide.entailing(queries, 10)
-    assert wide.engine.table.ann_tables() == {}  # refused before its graphs were built
+        GaussianIndex(32, "sum", "pgvector-hnsw", uri=uri, ef_search=1001)  # refused where it is given
+    assert not index.engine.table.exists(index.engine.table.client, uri.partition("#")[2])  # no table made
+    reopened = GaussianIndex.open("pgvector-hnsw", index.engine.uri)
+    reopened.ef_search = 1001
+    with pytest.raises(ValueError, match="search exactly \\(backend='pgvector'\\)"):
+        reopened.entailing(queries, 10)
 
 
 def test_the_servers_advice_reaches_the_log(new_uri, caplog):

@@ -572,9 +572,19 @@ class DatabaseBackend(SearchBackend):
         self.nprobes = options["nprobes"]
         self.table = options.get("table")
         self.rows = 0  # the table's complete rows when this handle last looked (its only per-index state)
+        self.check_ef_search()
         if self.table is None:
             settings = {**index.base_settings(), "nprobes": self.nprobes, "table_id": uuid.uuid4().hex}
             self.table = self.store_class.create(self.uri, settings)
+
+    def check_ef_search(self) -> None:
+        """``ValueError`` for an approximate search wider than the engine's HNSW search allows."""
+        widest = self.store_class.max_ef_search
+        if self.approximate and widest is not None and self.index.ef_search > widest:
+            raise ValueError(
+                f"ef_search={self.index.ef_search}: the {self.store_class.kind}'s HNSW search is at most "
+                f"{widest:,} wide; for more recall, search exactly (backend={self.name.removesuffix('-hnsw')!r})"
+            )
 
     def settings(self) -> dict[str, Any]:
         """What the index folder records: the uri without secrets (``shareable``), ``nprobes``, the table's id."""
@@ -643,12 +653,7 @@ class DatabaseBackend(SearchBackend):
             end_id = len(self.index) if self.table.holds_unfinished(len(self.index)) else None
             ids = self.table.hits(vectors, count, direction, end_id=end_id)
         else:
-            widest = self.store_class.max_ef_search
-            if widest is not None and self.index.ef_search > widest:  # refused before any graph is built
-                raise ValueError(
-                    f"ef_search={self.index.ef_search}: the {self.store_class.kind}'s HNSW search is at most "
-                    f"{widest:,} wide; for more recall, search exactly (backend={self.name.removesuffix('-hnsw')!r})"
-                )
+            self.check_ef_search()  # again: ef_search may have been set since (refused before any graph is built)
             options = {"nprobes": self.nprobes, "ef_search": self.index.ef_search}
             ids = self.table.ann_candidates(queries, count, direction, self.rows, self.stored, **options)
         return ids.masked_fill(ids >= len(self.index), -1)  # rows of an add still under way: not served yet
