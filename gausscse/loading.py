@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from huggingface_hub import is_offline_mode, try_to_load_from_cache
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 from safetensors import SafetensorError
 from transformers import AutoTokenizer, PreTrainedConfig
-from transformers.utils import ADAPTER_CONFIG_NAME, SAFE_WEIGHTS_NAME
+from transformers.utils import ADAPTER_CONFIG_NAME, CONFIG_NAME, SAFE_WEIGHTS_NAME
 from transformers.utils.peft_utils import find_adapter_config_file
 
 from gausscse.io import json_value
@@ -95,6 +96,12 @@ def check_model_reference(name_or_path: str | Path) -> None:
             validate_repo_id(str(name_or_path))
         except HFValidationError as error:
             raise ModelLoadError(f"{name_or_path}: no such folder, and not a Hub repo id ({error})") from None
+        if is_offline_mode() and not isinstance(try_to_load_from_cache(str(name_or_path), CONFIG_NAME), str):
+            raise ModelLoadError(
+                f"{name_or_path}: no such folder, and the Hub is offline (HF_HUB_OFFLINE=1) with no copy of that repo "
+                f"in the Hugging Face cache: pass a local folder, or download it where the Hub is reachable (hf "
+                f"download {name_or_path})"
+            )
 
 
 def load_model(

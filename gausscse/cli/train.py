@@ -24,7 +24,14 @@ from gausscse import GaussCSEModel
 from gausscse.data.sources import DataError, DataSpec, DataStats, load_file_source, load_training_examples, source_rows
 from gausscse.data.tokenize import tokenize_examples
 from gausscse.io import check_not_nested, check_output_location, json_value
-from gausscse.loading import adapter_base_of, is_complete_checkpoint, latest_complete_checkpoint, load_model
+from gausscse.loading import (
+    ModelLoadError,
+    adapter_base_of,
+    check_model_reference,
+    is_complete_checkpoint,
+    latest_complete_checkpoint,
+    load_model,
+)
 from gausscse.model.backbone_gausscse import local_backbone
 from gausscse.model.modeling_gausscse import resolve_max_length
 from gausscse.training.arguments import (
@@ -244,6 +251,10 @@ def main(argv: list[str] | None = None) -> Path:
         check_hub_push(training_args.hub_model_id, training_args.hub_token, base)
     training_args.push_to_hub = False  # push the final folder only, not every checkpoint
     output_dir, model_path = training_args.output_dir, Path(model_args.model_name_or_path)
+    try:  # a missing folder, or a Hub id the offline Hub cannot give: one line now, not transformers' traceback later
+        check_model_reference(model_args.model_name_or_path)
+    except ModelLoadError as error:
+        raise FileNotFoundError(f"--model_name_or_path {error}") from None
     check_output_location(output_dir, "--output_dir")
     if model_path.exists():  # a local model: the final save must not overwrite it (nor an adapter's backbone)
         why = "the final model would overwrite the model the run starts from; choose an --output_dir outside it"

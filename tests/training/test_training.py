@@ -564,6 +564,39 @@ def test_training_refuses_an_output_dir_that_is_its_backbone(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["link-to-bb2", "models"]  # no lock or folder left
 
 
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("{tmp}/no/such/folder", "--model_name_or_path {tmp}/no/such/folder: no such folder, and not a Hub repo id"),
+        ("{tmp}", "--model_name_or_path {tmp}: no config.json in this folder, so no model"),
+        (
+            "gausscse-tests/not-in-any-cache",
+            "--model_name_or_path gausscse-tests/not-in-any-cache: no such folder, and the Hub is offline "
+            "(HF_HUB_OFFLINE=1) with no copy of that repo in the Hugging Face cache",
+        ),
+    ],
+)
+def test_a_backbone_that_cannot_load_ends_training_in_one_line(model, message, data_dir, tmp_path, monkeypatch, capsys):
+    """A missing local folder, a folder without a model, or (offline) a Hub id with no cached copy: one line naming
+    --model_name_or_path, exit status 2, before any data is read (not transformers' traceback after it)."""
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the data was read before --model_name_or_path was checked")
+
+    monkeypatch.setattr(train_gausscse, "load_training_examples", no_training)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    (tmp_path / "empty").mkdir()
+    model = model.format(tmp=tmp_path / "empty")
+    argv = train_args(Path(model), data_dir, tmp_path / "out", "--max_steps", "1")
+    monkeypatch.setattr(sys, "argv", ["gausscse-train", *argv])
+    with pytest.raises(SystemExit) as stopped:
+        train_gausscse.run()
+    error = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and error.splitlines() == [error]
+    assert error.startswith(f"gausscse-train: error: {message.format(tmp=tmp_path / 'empty')}"), error
+    assert not (tmp_path / "out").exists()
+
+
 def test_training_refuses_an_output_dir_that_is_the_base_of_its_adapter_folder(backbone, data_dir, tmp_path,
                                                                                 monkeypatch):  # fmt: skip
     """Continuing an adapter folder into its base model's folder would replace the base's weights and leave both
