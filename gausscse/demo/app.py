@@ -200,10 +200,16 @@ def build_app(model_name: str | None = None, answers: Answers | None = None) -> 
 
 def main() -> None:
     """``gausscse-demo [MODEL]``: the app on MODEL (a folder or Hub id; default as [`build_app`]), served by Gradio
-    (``$GRADIO_SERVER_NAME`` / ``$GRADIO_SERVER_PORT``, default 127.0.0.1:7860) until interrupted."""
+    (``$GRADIO_SERVER_NAME`` / ``$GRADIO_SERVER_PORT``, default 127.0.0.1:7860) until interrupted. A model that does
+    not load ends it at once, in one line with exit status 2 (a Space, built by ``app.py``, shows it on its page)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="gausscse-demo", description=main.__doc__.split("\n")[0])
     parser.add_argument("model", nargs="?", default=None, help="a GaussCSE folder or Hub id (default: $GAUSSCSE_MODEL, "
                         f"else {core.DEFAULT_MODEL})")  # fmt: skip
-    build_app(parser.parse_args().model).launch()
+    model_name = parser.parse_args().model or os.environ.get("GAUSSCSE_MODEL") or core.DEFAULT_MODEL
+    try:
+        answers = Answers(core.load_model(model_name))
+    except DemoError as error:
+        parser.exit(2, f"gausscse-demo: error: {error}\n")
+    build_app(model_name, answers).launch()

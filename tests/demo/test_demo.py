@@ -169,6 +169,20 @@ def test_bad_input_and_a_missing_model_give_clear_messages(model, tmp_path):
         load_model(str(tmp_path / "missing"))
 
 
+def test_gausscse_demo_without_a_model_ends_at_start_in_one_line(tmp_path, monkeypatch, capsys):
+    """The command, on a folder with no model: one line naming it, exit status 2, and no server started (it used to
+    start and fail at the first request)."""
+    from gausscse.demo import app
+
+    monkeypatch.setattr(gr.Blocks, "launch", lambda *args, **kwargs: pytest.fail("the server started"))
+    monkeypatch.setattr(sys, "argv", ["gausscse-demo", str(tmp_path / "missing")])
+    with pytest.raises(SystemExit) as stopped:
+        app.main()
+    error = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and error.splitlines() == [error]
+    assert error.startswith(f"gausscse-demo: error: No GaussCSE model at '{tmp_path / 'missing'}'"), error
+
+
 @pytest.mark.parametrize(
     ("claim", "k", "message"),
     [
