@@ -287,8 +287,11 @@ def train_and_save(
         scores = {name.removeprefix("eval_"): value for name, value in entry.items() if name.startswith("eval_")}
         if scores:
             curve.append({"step": entry["step"], "elapsed_seconds": entry.get("elapsed_seconds"), **scores})
-    choosing = time.perf_counter()
-    chosen = choose_scores(trainer, data_args)
+    choosing, failed = time.perf_counter(), None
+    try:
+        chosen = choose_scores(trainer, data_args)
+    except Exception as error:  # the trained model is saved first (without what was not chosen), then the error
+        chosen, failed = {}, error
     chosen["choice_seconds"] = time.perf_counter() - choosing  # the end-of-training choices' wall time
     results = {
         **train_output.metrics,
@@ -312,6 +315,10 @@ def train_and_save(
             figure = plot_dev_summary(evaluator.last_encoded, evaluator.pairs, title, Path(scratch) / "evaluation.png")
         save_model_folder(trainer, model_dir, card, results, merge=model_args.merge_lora, figure=figure)
     logger.info("Final model saved to %s", model_dir)
+    if failed is not None:
+        unset = "its search score's λ and entailment score's α and threshold may be unset"
+        kind = next((kind for kind in (FileNotFoundError, ValueError) if isinstance(failed, kind)), RuntimeError)
+        raise kind(f"the trained model is saved in {model_dir}, but {unset}: {failed}") from failed
     if push:
         args = training_args
         url = push_model_folder(model_dir, args.hub_model_id, args.hub_token, args.hub_private_repo)
@@ -376,18 +383,27 @@ def build_trainer(
         run_arguments=fixed,
     )
     chooses = evaluator is not None and not model.config.point_embeddings  # the end-of-training choices of λ and α
-    sentences = functools.partial(choice_sentences, data_args) if chooses else None
+    sentences = functools.partial(choice_sentences, data_args, evaluator) if chooses else None
     trainer.add_callback(JobEstimateCallback(sentences, functools.partial(encode_now, trainer, data_args)))
     return trainer, data_stats
 
 
-def choice_sentences(data_args: DataArguments) -> list[str]:
-    """The distinct dev sentences the end-of-training choices encode ([`choose_scores`])."""
-    from gausscse.evaluation.encoders import unique_sentences
+def choice_pairs(data_args: DataArguments, evaluator) -> list:
+    """The dev pairs the end-of-training choice of α and the threshold is made on: the labelled rows of
+    ``--validation_file`` where one is given (a user's own data serves every choice), else SNLI dev and LingNLI
+    validation from the data folder (their first ``--selection_max_examples`` pairs)."""
     from gausscse.evaluation.entailment_weight import dev_pairs
 
-    pairs = dev_pairs(data_args.data_dir, max_examples=data_args.selection_max_examples)
-    return unique_sentences(sentence for split in pairs for sentence in split.sentences)
+    if evaluator.name == "validation":
+        return [evaluator.pairs]
+    return dev_pairs(data_args.data_dir, max_examples=data_args.selection_max_examples)
+
+
+def choice_sentences(data_args: DataArguments, evaluator) -> list[str]:
+    """The distinct dev sentences the end-of-training choices encode ([`choose_scores`])."""
+    from gausscse.evaluation.encoders import unique_sentences
+
+    return unique_sentences(sentence for split in choice_pairs(data_args, evaluator) for sentence in split.sentences)
 
 
 def encode_now(trainer: GaussCSETrainer, data_args: DataArguments, sentences: list[str]) -> None:
@@ -427,14 +443,20 @@ def choose_scores(trainer: GaussCSETrainer, data_args: DataArguments) -> dict:
     of the entailment score ([`choose_entailment_score`]), set in the model's config; each distinct dev sentence is
     encoded once for both. Returns what to report (``{}`` without evaluation or for a point encoder)."""
     from gausscse.evaluation.encoders import GaussianEncoder
-    from gausscse.evaluation.entailment_weight import dev_pairs
     from gausscse.evaluation.tasks import retrieval_set
     from gausscse.model.gaussian import KL_REDUCTIONS
 
     model, evaluator = trainer.model, trainer.evaluator
-    if evaluator is None or model.config.point_embeddings:
+    if model.config.point_embeddings:
         return {}
-    entailment_pairs = dev_pairs(data_args.data_dir, max_examples=data_args.selection_max_examples)
+    if evaluator is None:
+        logger.warning(
+            "evaluation is off (--eval_strategy no): the search score's λ and the entailment score's α and threshold "
+            "are not chosen (the model ranks by its similarity); choose them later on dev data with "
+            "`python -m gausscse.evaluation.entailment_weight --model OUTPUT_DIR`"
+        )
+        return {}
+    entailment_pairs = choice_pairs(data_args, evaluator)
     search_pairs = None
     if model.config.similarity_reduction in KL_REDUCTIONS:
         search_pairs = evaluator.pairs
@@ -442,8 +464,14 @@ def choose_scores(trainer: GaussCSETrainer, data_args: DataArguments) -> dict:
             search_pairs = entailment_pairs[0]
     retrieval = None if search_pairs is None else retrieval_set(search_pairs)
     sentences = [sentence for split in entailment_pairs for sentence in split.sentences]
+    sentences += [] if retrieval is None else retrieval.sentences
+    sets = ", ".join(f"{split.name} ({len(split.premises):,} pairs)" for split in entailment_pairs)
+    logger.info(
+        "Choosing λ and α at the end of training: encoding %s distinct sentences of %s",
+        f"{len(set(sentences)):,}", sets,
+    )  # fmt: skip
     encoder = GaussianEncoder(model, max_length=data_args.eval_max_seq_length)
-    encoded = encoder.encode_unique(sentences + ([] if retrieval is None else retrieval.sentences))
+    encoded = encoder.encode_unique(sentences, show_progress_bar=True)
     results = {}
     if retrieval is not None:
         results |= set_search_kl_weight(model, evaluator.name, retrieval, len(search_pairs), encoded)

@@ -227,9 +227,12 @@ def fresh_process_mu(model_dir: Path, sentences: list[str]) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("shape", ["triplets.csv", "nli.jsonl"])
-def test_training_on_a_users_file_leaves_a_loadable_model_in_output_dir(shape, backbone, tmp_path):
+def test_training_on_a_users_file_leaves_a_loadable_model_in_output_dir(shape, backbone, tmp_path, monkeypatch):
     """The issue's acceptance runs: --train_file triplets.csv (anchor, positive, negative) and --train_file
-    nli.jsonl (premise, hypothesis, integer label), evaluated on a --validation_file; bf16 autocast on the CPU."""
+    nli.jsonl (premise, hypothesis, integer label), evaluated on a --validation_file; bf16 autocast on the CPU. With
+    no data folder to be found, the user's files are enough: λ, α and the threshold are chosen on the validation
+    file."""
+    monkeypatch.setenv("GAUSSCSE_DATA_DIR", str(tmp_path / "no-data-here"))
     rows = nli_rows(12)
     if shape == "triplets.csv":
         by_premise: dict[str, dict] = {}
@@ -257,6 +260,9 @@ def test_training_on_a_users_file_leaves_a_loadable_model_in_output_dir(shape, b
     results = json.loads((output / "train_results.json").read_text())
     assert results["data"]["examples"] == 12 and results["data"]["complete_triplets"] == 12
     assert "eval_validation_auprc" in results and results["best_model_checkpoint"].startswith(str(output))
+    assert results["entailment_dev_sets"] == ["validation"] and "validation_search_ndcg@10" in results
+    config = json.loads((output / "config.json").read_text())
+    assert config["entailment_threshold"] is not None and config["search_kl_weight"] is not None
     # the dev evaluations during training, against the seconds since training began (not the final re-evaluation)
     curve = results["dev_curve"]
     assert [point["step"] for point in curve] == [2, 4] and all("validation_auprc" in point for point in curve)
@@ -267,6 +273,29 @@ def test_training_on_a_users_file_leaves_a_loadable_model_in_output_dir(shape, b
     encoded = load_encoder(str(output)).encode_unique(sentences)  # what `gausscse-evaluate --model out` loads
     assert encoded.is_gaussian
     torch.testing.assert_close(encoded.mu, expected)
+
+
+def test_a_choice_that_fails_after_training_saves_the_trained_model_first(backbone, data_dir, tmp_path, monkeypatch,
+                                                                          capsys):  # fmt: skip
+    """The end-of-training choice of α failing (its dev data gone): the trained model is saved and loads, and the run
+    ends in one line saying so and why, exit status 2."""
+
+    def gone(*args, **kwargs):
+        raise FileNotFoundError("snli/validation: no such file")
+
+    monkeypatch.setattr(train_gausscse, "choose_entailment_score", gone)
+    argv = train_args(backbone, data_dir, tmp_path / "out", "--max_steps", "2", "--save_strategy", "no")
+    argv += ["--load_best_model_at_end", "false"]
+    monkeypatch.setattr(sys, "argv", ["gausscse-train", *argv, "--eval_strategy", "steps", "--eval_steps", "2"])
+    with pytest.raises(SystemExit) as stopped:
+        train_gausscse.run()
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gausscse-train: error:")]
+    assert stopped.value.code == 2 and len(errors) == 1
+    error = errors[0]
+    assert error.startswith(f"gausscse-train: error: the trained model is saved in {tmp_path / 'out'}, but"), error
+    assert error.endswith("snli/validation: no such file")
+    model = load_model(tmp_path / "out")
+    assert model.config.entailment_threshold is None and model.encode(["a dog runs"]).mu.shape[0] == 1
 
 
 def test_a_simcse_run_is_evaluated_as_a_point_model(backbone, data_dir, tmp_path):
