@@ -23,6 +23,7 @@ from .shipped_gausscse import copy_shipped_files
 from .utils_gausscse import write_json_atomic
 
 BASE_RECORD_FILE = "base_model.json"
+ADAPTER_SETTINGS = ("search_kl_weight", "entailment_cosine_weight", "entailment_threshold")  # chosen after training
 OLD_ADAPTER_FOLDER = "adapter"  # the earlier layout: LoRA on the encoder in adapter/, the heads in heads.safetensors
 OLD_HEADS_FILE = "heads.safetensors"
 CONVERT_COMMAND = "python -m gausscse.training.lora"
@@ -55,9 +56,10 @@ def remove_other_layout(folder: Path, adapter: bool) -> None:
     shutil.rmtree(folder / OLD_ADAPTER_FOLDER, ignore_errors=True)
 
 
-def write_adapter_extras(folder: Path, record: dict | None) -> None:
+def write_adapter_extras(folder: Path, record: dict | None, config) -> None:
     """What an adapter folder holds beside peft's files: the sentence-transformers files, the code and the base's
-    record (``None``: none); the weights get the mode of the config peft wrote (safetensors writes 0600)."""
+    record (``None``: none) with the ``ADAPTER_SETTINGS`` of ``config`` (the adapter's model's) that are set; the
+    weights get the mode of the config peft wrote (safetensors writes 0600)."""
     weights = folder / ADAPTER_SAFE_WEIGHTS_NAME
     if weights.is_file():
         weights.chmod((folder / ADAPTER_CONFIG_NAME).stat().st_mode & 0o777)
@@ -65,7 +67,8 @@ def write_adapter_extras(folder: Path, record: dict | None) -> None:
         write_json_atomic(folder / name, content)
     copy_shipped_files(folder)
     if record is not None:
-        write_json_atomic(folder / BASE_RECORD_FILE, record)
+        settings = {name: getattr(config, name) for name in ADAPTER_SETTINGS if getattr(config, name, None) is not None}
+        write_json_atomic(folder / BASE_RECORD_FILE, {**record, "settings": settings})
 
 
 def check_loading_info(name_or_path: str | Path, info: dict) -> None:
@@ -83,21 +86,34 @@ def base_record(base: str | None) -> dict | None:
     return None if base is None else backbone_record(base)
 
 
-def check_base(adapter: str | Path, base: str, hub_kwargs: dict) -> None:
-    """``ValueError`` unless ``base`` has the files ``adapter``'s ``BASE_RECORD_FILE`` (if any) records."""
+def read_base_record(adapter: str | Path, hub_kwargs: dict) -> dict | None:
+    """``adapter``'s ``BASE_RECORD_FILE`` (``None``: it has none), checked: ``ValueError`` naming it when damaged."""
     recorded_file = cached_file(str(adapter), BASE_RECORD_FILE, **hub_kwargs, **MISSING_OK)
     if recorded_file is None:
-        return
+        return None
     try:
         recorded = json.loads(Path(recorded_file).read_text(encoding="utf-8"))
-        was, named = recorded["sha256"], recorded["base_model_name_or_path"]
-        if not isinstance(was, dict):
-            raise TypeError(f"sha256 is a {type(was).__name__}")
+        was, _, settings = recorded["sha256"], recorded["base_model_name_or_path"], recorded.get("settings", {})
+        for field, value in (("sha256", was), ("settings", settings)):
+            if not isinstance(value, dict):
+                raise TypeError(f"{field} is a {type(value).__name__}")
+        unknown = sorted(set(settings) - set(ADAPTER_SETTINGS))
+        if unknown:
+            raise KeyError(f"settings {unknown}: not among {list(ADAPTER_SETTINGS)}")
     except (ValueError, KeyError, TypeError) as error:  # JSON, a field missing, of another kind
         raise ValueError(
             f"{adapter}: its {BASE_RECORD_FILE} is damaged ({type(error).__name__}: {error}); it should be "
-            '{"base_model_name_or_path": ..., "sha256": {file: digest}}, as training wrote it'
+            '{"base_model_name_or_path": ..., "sha256": {file: digest}, "settings": {...}}, as training wrote it'
         ) from error
+    return recorded
+
+
+def check_base(adapter: str | Path, base: str, hub_kwargs: dict) -> None:
+    """``ValueError`` unless ``base`` has the files ``adapter``'s ``BASE_RECORD_FILE`` (if any) records."""
+    recorded = read_base_record(adapter, hub_kwargs)
+    if recorded is None:
+        return
+    was, named = recorded["sha256"], recorded["base_model_name_or_path"]
     now = backbone_record(base)["sha256"]
     differing = sorted(name for name in {*was, *now} if was.get(name) != now.get(name))
     if differing:
@@ -128,7 +144,27 @@ class AdapterMixin:
             ) from error
         if info is not None:  # peft only warns of adapter weights that do not fit
             check_loading_info(peft_model_id, info.to_dict())
+        if peft_model_id is not None:
+            self.apply_adapter_settings(peft_model_id, kwargs.get("adapter_kwargs") or {}, check=False)
         return info
+
+    def apply_adapter_settings(self, adapter: str | Path, hub_kwargs: dict | None = None, check: bool = True) -> None:
+        """Set the ``ADAPTER_SETTINGS`` the adapter folder ``adapter`` records (those chosen at the end of its
+        training: the search score's λ, the entailment score's α and threshold) in this model's config, over its
+        base's; each checked as the config checks it (``ValueError`` naming the file); with ``check``, this model
+        checked first to be the base the adapter was trained on ([`check_base`]). ``AutoModel``,
+        ``SentenceTransformer`` and ``load_model`` do both when they load an adapter; after
+        ``PeftModel.from_pretrained(base, adapter)`` (peft's route, which reads only peft's files) call
+        ``peft_model.get_base_model().apply_adapter_settings(adapter)``."""
+        hub_kwargs = {key: value for key, value in (hub_kwargs or {}).items() if key in HUB_KWARGS}
+        if check and self.name_or_path:
+            check_base(adapter, self.name_or_path, hub_kwargs)
+        recorded = read_base_record(adapter, hub_kwargs)
+        for name, value in (recorded or {}).get("settings", {}).items():
+            try:
+                setattr(self.config, name, value)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"{adapter}: its {BASE_RECORD_FILE} sets {name}={value!r}: {error}") from None
 
     def adapter_base(self) -> str | None:
         """The base model the active adapter names (``base_model_name_or_path``)."""

@@ -185,7 +185,7 @@ class GaussCSEModel(EncodeMixin, OnnxMixin, BackboneMixin, AdapterMixin, PreTrai
         remove_other_layout(folder, adapter)
         super().save_pretrained(folder, *args, **kwargs)
         if adapter:  # transformers wrote peft's files only
-            write_adapter_extras(folder, base_record(self.adapter_base()))
+            write_adapter_extras(folder, base_record(self.adapter_base()), self.config)
         self.save_tokenizer(folder)
         written = "adapter_config.json" if adapter else "config.json"
         for path in folder.glob("*model*.safetensors"):  # safetensors writes 0600: the mode of the config just written

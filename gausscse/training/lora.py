@@ -101,7 +101,7 @@ def save_adapter_folder(model: PeftModel, folder: Path) -> None:
     remove_other_layout(folder, adapter=True)
     model.save_pretrained(folder)
     model.get_base_model().save_tokenizer(folder)
-    write_adapter_extras(folder, base_record(base_name))
+    write_adapter_extras(folder, base_record(base_name), model.get_base_model().config)
 
 
 def load_for_training(name_or_path: str | Path) -> PeftModel:

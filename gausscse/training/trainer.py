@@ -97,7 +97,7 @@ def add_adapter_extras(folder: Path, model: PeftModel, record: dict | None = Non
     code and the base's record (``record``, else hashed here; returned); peft's placeholder card goes."""
     (folder / "README.md").unlink(missing_ok=True)
     record = record or base_record(model.peft_config["default"].base_model_name_or_path)
-    write_adapter_extras(folder, record)
+    write_adapter_extras(folder, record, model.get_base_model().config)
     return record
 
 

@@ -19,7 +19,7 @@ import torch
 from huggingface_hub import ModelCard
 from PIL import Image
 from safetensors.torch import load_file
-from transformers import AutoTokenizer
+from transformers import AutoModel, AutoTokenizer
 
 from gausscse import GaussCSEModel
 from gausscse.cli import train as train_gausscse
@@ -542,8 +542,46 @@ def test_lora_training_run_merges_into_a_plain_folder(backbone, data_dir, tmp_pa
 
 
 def test_an_unmerged_lora_run_loads_as_its_card_says_and_evaluates(backbone, data_dir, tmp_path):
-    extra = ("--max_steps", "2", "--eval_strategy", "no", "--save_strategy", "no", "--lora_r", "4")
-    model_dir = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "adapter", *extra))
+    """An adapter folder keeps the λ, α and threshold chosen at the end of its training: AutoModel (the card's
+    route, also in a fresh process without gausscse), load_model, SentenceTransformer and PeftModel (with
+    apply_adapter_settings) all load them over its base's unset ones."""
+    extra = ("--max_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2", "--save_strategy", "no")
+    extra += ("--load_best_model_at_end", "false")
+    model_dir = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "adapter", *extra, "--lora_r", "4"))
+    results = json.loads((model_dir / "train_results.json").read_text())
+    chosen = {name: results[name] for name in ("search_kl_weight", "entailment_cosine_weight")}
+    chosen["entailment_threshold"] = results["entailment_threshold"]
+    assert (
+        None not in chosen.values()
+        and GaussCSEModel.from_pretrained(model_dir / "base-model").config.entailment_threshold is None
+    )
+    from peft import PeftModel
+    from sentence_transformers import SentenceTransformer
+
+    peft_route = PeftModel.from_pretrained(GaussCSEModel.from_pretrained(model_dir / "base-model"), str(model_dir))
+    peft_route.get_base_model().apply_adapter_settings(model_dir)
+    other_base = GaussCSEModel.from_pretrained(model_dir / "base-model")
+    other_base.logvar_head.bias.data += 1.0
+    other_base.save_pretrained(tmp_path / "other-base")
+    on_other = PeftModel.from_pretrained(GaussCSEModel.from_pretrained(tmp_path / "other-base"), str(model_dir))
+    with pytest.raises(ValueError, match="its adapter was trained on the base model"):  # peft's route, checked
+        on_other.get_base_model().apply_adapter_settings(model_dir)
+    configs = [
+        AutoModel.from_pretrained(model_dir, trust_remote_code=True).config,
+        load_model(model_dir).config,
+        SentenceTransformer(str(model_dir), trust_remote_code=True)[0].model.config,
+        peft_route.get_base_model().config,
+    ]
+    for config in configs:
+        assert {name: getattr(config, name) for name in chosen} == chosen
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import sys, json\nsys.modules['gausscse'] = None\nfrom transformers import AutoModel\n"
+         f"c = AutoModel.from_pretrained({str(model_dir)!r}, trust_remote_code=True).config\n"
+         f"print(json.dumps({{n: getattr(c, n) for n in {list(chosen)!r}}}))"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert json.loads(fresh.stdout.strip().splitlines()[-1]) == chosen
     assert (model_dir / "adapter_config.json").is_file() and not (model_dir / "config.json").exists()  # an adapter
     assert "auto_map" in json.loads((model_dir / "base-model" / "config.json").read_text())  # on its saved base
     card = (model_dir / "README.md").read_text()
