@@ -3,9 +3,13 @@ numbers an independent computation gives."""
 
 import ast
 import copy
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from gausscse import GaussCSEConfig, GaussianEmbeddings
@@ -95,3 +99,29 @@ def test_readme_sentence_transformers_example_prints_the_search_scores(minilm_ga
     expected = reference_search_score(gaussians[claim], gaussians[passage], 0.2, "entailing")
     torch.testing.assert_close(torch.tensor(scores, dtype=torch.float64), expected, rtol=1e-5, atol=1e-6)
     assert best == expected.argmax(dim=1).tolist()
+
+
+def python_blocks() -> list[str]:
+    """Every Python code block of the README, in order."""
+    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+@pytest.mark.parametrize("index", range(len(python_blocks())))
+def test_every_readme_python_block_runs_as_written(index, minilm_gausscse, tmp_path):
+    """Each Python block of the README, unchanged, as a script in a fresh process (offline), beside a saved model at
+    ``outputs/quickstart`` that states λ, α and a threshold as a quickstart run's does."""
+    model = copy.deepcopy(minilm_gausscse)
+    model.config.search_kl_weight, model.config.entailment_cosine_weight, model.config.entailment_threshold = (
+        0.1,
+        2.0,
+        0.3,
+    )
+    model.save_pretrained(tmp_path / "outputs" / "quickstart")
+    model.get_tokenizer().save_pretrained(tmp_path / "outputs" / "quickstart")
+    script = tmp_path / f"block_{index}.py"
+    script.write_text(python_blocks()[index], encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"},
+    )  # fmt: skip
+    assert done.returncode == 0, f"README block {index + 1}:\n{python_blocks()[index]}\n{done.stderr[-3000:]}"

@@ -84,6 +84,8 @@ def build_model(
         model = load_model(name).train()
         model.name_or_path = local_backbone(str(name))  # what an adapter on it records as its base
     else:
+        if model_args.lora_r > 0 and model_args.variance_layers is None:
+            overrides["variance_layers"] = 0  # LoRA adapts a whole encoder for log σ²: not a copied top layer
         encoder_kwargs = {"trust_remote_code": model_args.trust_remote_code}
         model = GaussCSEModel.from_backbone(name, start=model_args.start, encoder_kwargs=encoder_kwargs, **overrides)
     if model_args.freeze_backbone:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -282,8 +283,12 @@ def test_a_writer_killed_mid_add_leaves_nothing_and_the_next_add_goes_on(new_uri
 def test_an_existing_table_is_never_overwritten_and_errors_are_named(new_uri, server_folder, tmp_path):
     uri = new_uri()
     GaussianIndex(12, "sum", "pgvector", uri=uri).add(gaussians(5, seed=17))
-    with pytest.raises(FileExistsError, match=r"already holds a collection 't\w+': reopen a GaussianIndex there with"):
+    with pytest.raises(
+        FileExistsError, match=r"already holds a collection 't\w+': reopen a GaussianIndex there with"
+    ) as refused:
         GaussianIndex(12, "sum", "pgvector", uri=uri)
+    hint = re.search(r"with (GaussianIndex\.open\('pgvector', '[^']+'\)),", str(refused.value)).group(1)
+    assert len(eval(hint)) == 5  # the hint's own code reopens the index
     assert len(GaussianIndex.open("pgvector", uri)) == 5
     name = f"t{uuid.uuid4().hex[:12]}"  # someone's own table, not an index
     GaussianIndex.open("pgvector", uri).engine.table.client.execute(f"CREATE TABLE {name} (id int)")

@@ -531,6 +531,16 @@ def test_lora_adapter_and_merged_folders_reload(backbone, tmp_path):
     torch.testing.assert_close(merged.encode(sentences, tokenizer=tokenizer).mu, expected.mu, rtol=1e-5, atol=1e-6)
 
 
+def test_lora_on_a_sentence_transformers_start_needs_no_further_flag(backbone, data_dir, tmp_path):
+    """--lora_r on the "backbone" start (the packaged MiniLM's, under --start auto) adapts a whole σ² encoder (no
+    copied top layer unless --variance_layers says so, which is refused with --lora_r)."""
+    extra = ("--start", "backbone", "--max_steps", "1", "--eval_strategy", "no", "--lora_r", "4", "--merge_lora")
+    model = load_model(train_gausscse.main(train_args(backbone, data_dir, tmp_path / "lora", *extra)))
+    assert model.config.frozen_mean and model.variance_layers is None
+    with pytest.raises(ValueError, match="--lora_r with --variance_layers"):
+        train_gausscse.main(train_args(backbone, data_dir, tmp_path / "k1", *extra, "--variance_layers", "1"))
+
+
 def test_lora_training_run_merges_into_a_plain_folder(backbone, data_dir, tmp_path):
     extra = ("--max_steps", "4", "--eval_steps", "2", "--save_steps", "2", "--lora_r", "4", "--merge_lora")
     model_dir = train_gausscse.main(train_args(backbone, data_dir, tmp_path / "lora", *extra))

@@ -321,6 +321,7 @@ class CollectionStore(DatabaseStore):
     where one of that name exists) and ``lock_holder(name)`` (that text, ``None``: no such collection). An add is
     visible once complete: its row count is written into the settings last."""
 
+    backend_name: ClassVar[str]  # the exact backend's name (``backend=``): "qdrant", "milvus", "pgvector"
     lock_collection: ClassVar[bool] = True  # writers lock through a collection (else the engine's own ``writing``)
     lock_timeout: ClassVar[float] = 600.0  # how long a writer waits for another machine's writer, in seconds
 
@@ -421,9 +422,9 @@ class CollectionStore(DatabaseStore):
         if local is not None and not cls.is_database(local):
             check_unused(local, cls.new_place)
         if (local is None or local.exists()) and cls.exists(cls.client_of(place), name):
-            reopen = f"GaussianIndex.open({cls.kind.split()[0].lower()!r}, {str(uri)!r})"  # 'qdrant', 'milvus'
+            reopen = f"GaussianIndex.open({cls.backend_name!r}, {cls.shareable(str(uri))!r})"
             message = f"reopen a GaussianIndex there with {reopen}, remove it or pass another uri or #collection"
-            raise FileExistsError(f"{uri} already holds a collection {name!r}: {message}")
+            raise FileExistsError(f"{cls.shareable(str(uri))} already holds a collection {name!r}: {message}")
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:

@@ -61,6 +61,7 @@ class LanceTable(DatabaseStore):
     """The ``gaussians`` table of a LanceDB database folder; another handle's write shows as a new table version."""
 
     kind = "LanceDB table"
+
     default_suffix = ".lancedb"
     place = "the LanceDB database folder"
 

@@ -35,6 +35,8 @@ class MilvusStore(CollectionStore):
     """One index's collection in a Milvus database (module docstring)."""
 
     kind = "Milvus collection"
+
+    backend_name = "milvus"
     default_suffix = ".milvus.db"
     place = "a Milvus Lite file ending in .db or a server URL, with an optional #collection"
     max_shortlist = MAX_HITS

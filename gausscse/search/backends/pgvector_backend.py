@@ -71,6 +71,8 @@ class PgStore(CollectionStore):
     """One index's table in a PostgreSQL database with pgvector (module docstring)."""
 
     kind = "PostgreSQL table"
+
+    backend_name = PGVECTOR
     default_suffix = ".pgdata"
     place = "a postgresql:// server URL or a local PostgreSQL database folder, with an optional #table"
     max_shortlist = MAX_EF_SEARCH

@@ -30,6 +30,8 @@ class QdrantStore(CollectionStore):
     """One index's collection in a Qdrant database (module docstring)."""
 
     kind = "Qdrant collection"
+
+    backend_name = "qdrant"
     default_suffix = ".qdrant"
     place = "a Qdrant folder, ':memory:' or server URL, with an optional #collection"
     map_fields = MAP_VECTORS
