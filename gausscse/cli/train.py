@@ -424,6 +424,7 @@ def model_card_fields(model_args, data_args, trainer: GaussCSETrainer, metrics: 
     training_args = trainer.args
     return {
         "model_name": training_args.hub_model_id or Path(training_args.output_dir).name,
+        "load_name": training_args.hub_model_id or str(training_args.output_dir),  # what the card's snippets load
         "base_model": model_args.model_name_or_path,
         "datasets": [*(data_args.train_datasets or ()), *(data_args.dataset_name or ())],  # the card names Hub ids
         "metrics": {name.removeprefix("eval_"): value for name, value in metrics.items()},
@@ -432,12 +433,20 @@ def model_card_fields(model_args, data_args, trainer: GaussCSETrainer, metrics: 
             **dataclasses.asdict(data_args),
             **training_args.to_sanitized_dict(),
             **{name: getattr(trainer.model.config, name) for name in MODEL_FIELDS},  # as the model resolved them
+            "start": resolved_start(model_args.start, trainer.model.config),
             "world_size": training_args.world_size,
             "retrieval_weight": getattr(trainer.loss_fn, "retrieval_weight", None),  # as the loss used it
             "pack_sequences": trainer.data_collator.pack,  # as the collator packed (unset: by device)
         },
         "data_stats": data_stats.as_dict(),
     }
+
+
+def resolved_start(start: str, config) -> str:
+    """What ``--start`` set up, as the model's config shows it: ``"backbone"`` (the backbone's own embedding as μ,
+    identity μ head) or ``"paper"`` (fresh heads); under ``"auto"``, which of the two it chose."""
+    ran = "backbone" if config.head_init == "identity" else "paper"
+    return ran if start != "auto" else f"{ran} (auto)"
 
 
 def choose_scores(trainer: GaussCSETrainer, data_args: DataArguments) -> dict:

@@ -27,7 +27,7 @@ TEMPLATE = Path(__file__).with_name("model_card_template.md")
 TAGS = ["sentence-transformers", "sentence-similarity", "feature-extraction", "gausscse", "gaussian-embeddings",
         "natural-language-inference"]  # fmt: skip
 FIGURE_FILE = "evaluation.png"  # the final evaluation's figure, saved beside the weights and shown in the card
-EXAMPLE_CLAIM = "A man is playing music."  # the snippets' and the Hub widget's example; the first passage entails it
+EXAMPLE_CLAIM = "A man is playing music."  # the snippets' example; the first passage entails it
 EXAMPLE_PASSAGES = ["A man is playing a guitar on stage.", "A woman is slicing a tomato.", "Two dogs run in the snow."]
 LOADING_CALL = re.compile(r"""(?:SentenceTransformer|from_pretrained)\(\s*["']([^"']+)["']""")
 FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.S)
@@ -236,6 +236,7 @@ def training_setup(arguments: Mapping[str, Any], reduction: str) -> dict[str, st
         "keep term weight": get("keep_weight") or None,
         "auxiliary SimCSE term weight": get("simcse_weight") or None,
         "start": get("start"),
+        "log σ² from a trained copy of the encoder's top layers": get("variance_layers") or None,
         "pooling": get("pooling"),
         "frozen μ path": get("frozen_mean"),
         "μ learns in the encoder's top layers": get("mean_layers") or None,
@@ -276,8 +277,10 @@ def render_model_card(
     search_kl_weight: float | None = None,
     entailment_cosine_weight: float | None = None,
     entailment_threshold: float | None = None,
+    load_name: str | None = None,
 ) -> str:
-    """The ``README.md`` text of a model folder: ``model_name`` (Hub repo id or folder name) is what the snippets load;
+    """The ``README.md`` text of a model folder: ``model_name`` (Hub repo id or folder name) titles it, ``load_name``
+    (the Hub repo id, or the folder's path as the run was given it; default ``model_name``) is what the snippets load;
     ``base_model`` is ``--model_name_or_path``; ``datasets`` the built-in and Hub sources trained on; ``metrics`` the
     training's final dev metrics (``snli_dev_auprc``, ...); ``training_arguments`` the run's arguments (``train_file``,
     ``validation_file``, ``eval_max_examples`` too); ``data_stats`` is ``DataStats.as_dict()``; ``reduction``,
@@ -319,15 +322,16 @@ def render_model_card(
         datasets=list(dict.fromkeys(filter(None, map(dataset_id, datasets)))) or None,
         model_name=model_name if results else None,  # the model-index's name; no such field without one
         eval_results=results or None,
-        widget=[{"source_sentence": EXAMPLE_CLAIM, "sentences": EXAMPLE_PASSAGES}],
     )
+    load_name = load_name or model_name
     card = ModelCard.from_template(
         metadata,
         template_path=str(TEMPLATE),
         model_name=model_name,
+        load_name=load_name,
         base_id=base_id,
         adapter=adapter,
-        st_usage=sentence_transformers_usage(model_name, reduction, embedding_size, search_kl_weight),
+        st_usage=sentence_transformers_usage(load_name, reduction, embedding_size, search_kl_weight),
         reduction=reduction,
         weight=None if search_kl_weight is None else f"{search_kl_weight:g}",
         alpha=f"{entailment_cosine_weight:g}" if entailment_cosine_weight else None,

@@ -65,9 +65,7 @@ def test_the_card_carries_a_sentence_transformers_models_metadata():
     assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
     assert data.datasets == ["stanfordnlp/snli", "nyu-mll/glue"]  # where the data loader reads them from
     assert data.model_name == NAME
-    (widget,) = data.widget  # the Hub's sentence-similarity widget: a source sentence against others
-    assert isinstance(widget["source_sentence"], str) and len(widget["sentences"]) >= 2
-    assert all(isinstance(sentence, str) for sentence in widget["sentences"])
+    assert "widget" not in data.to_dict() and "hosted inference widget runs no custom code" in parsed.text
     assert "![" in parsed.text and "](evaluation.png)" in parsed.text
     assert sentence_transformers_usage(NAME, "sum", 384) in parsed.text
     assert (
@@ -111,7 +109,7 @@ def test_the_card_states_the_entailment_score_binary_nli_decides_by():
     assert "Binary NLI is decided by sim(hyp‖pre)." in plain and "model.entails" not in plain
     text = card(entailment_cosine_weight=0.5623, entailment_threshold=0.412)
     assert "entailment score 1 / (1/sim(hyp‖pre) + 0.5623·(1 − cos(μ_hyp, μ_pre)))" in text
-    assert "at least 0.412 (the SNLI-dev best" in text
+    assert "at least 0.412 (this score's SNLI-dev best" in text
     assert "print(model.entails(premises, hypotheses))               # score ≥ 0.412" in text
     ModelCard(text)  # still a valid card
 

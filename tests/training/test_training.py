@@ -595,8 +595,8 @@ def test_an_unmerged_lora_run_loads_as_its_card_says_and_evaluates(backbone, dat
     assert (model_dir / "adapter_config.json").is_file() and not (model_dir / "config.json").exists()  # an adapter
     assert "auto_map" in json.loads((model_dir / "base-model" / "config.json").read_text())  # on its saved base
     card = (model_dir / "README.md").read_text()
-    snippet = card.split("```python\n", 1)[1].split("```", 1)[0]
-    snippet = snippet.replace(f'"{model_dir.name}"', repr(str(model_dir)))  # the card names the Hub repo
+    snippet = card.split("```python\n", 1)[1].split("```", 1)[0]  # as written: it loads the run's --output_dir
+    assert "| start | paper (auto) |" in card and f'AutoModel.from_pretrained("{model_dir}"' in snippet
     namespace: dict = {}
     exec(snippet.split("premises =")[0], namespace)  # the card's own loading lines: AutoModel, trust_remote_code
     sentences = ["a man is playing a red guitar"]
