@@ -263,6 +263,20 @@ def training_setup(arguments: Mapping[str, Any], reduction: str) -> dict[str, st
     return {name: setting(value) for name, value in setup.items() if value is not None}
 
 
+def card_sources(datasets: Sequence[str], train_files: Sequence[str]) -> str:
+    """The card's training-data line: Hub datasets linked by id, local ones and own files by their base names."""
+    sources = []
+    for name in datasets:
+        hub_id = dataset_id(name)
+        link = f"[{hub_id}](https://huggingface.co/datasets/{hub_id})"
+        if name in LOCAL_ONLY:  # no Hub copy: its authors' files
+            sources.append(f"{name} ([{LOCAL_ONLY[name]}]({LOCAL_ONLY[name]}), local files)")
+            continue
+        sources.append(local_name(name) if hub_id is None else link if hub_id == name else f"{name} ({link})")
+    sources += [f"`{Path(path).name}` (own file)" for path in train_files]
+    return ", ".join(sources) or "not recorded"
+
+
 def render_model_card(
     model_name: str,
     base_model: str,
@@ -298,15 +312,6 @@ def render_model_card(
     results = dev_eval_results(dev_scores, dataset)  # not the epoch, runtime, ... the Trainer adds
     data_rows = [(key.replace("_", " "), value) for key, value in data_stats.items() if key != "per_source"]
     data_rows += [(f"rows from {local_name(source)}", n) for source, n in data_stats.get("per_source", {}).items()]
-    sources = []  # Hub datasets linked by id, local ones and own files by their base names
-    for name in datasets:
-        hub_id = dataset_id(name)
-        link = f"[{hub_id}](https://huggingface.co/datasets/{hub_id})"
-        if name in LOCAL_ONLY:  # no Hub copy: its authors' files
-            sources.append(f"{name} ([{LOCAL_ONLY[name]}]({LOCAL_ONLY[name]}), local files)")
-            continue
-        sources.append(local_name(name) if hub_id is None else link if hub_id == name else f"{name} ({link})")
-    sources += [f"`{Path(path).name}` (own file)" for path in training_arguments.get("train_file") or ()]
     versions = {"gausscse": __version__, "Python": platform.python_version()}
     for package in ("torch", "transformers", "sentence-transformers", "tokenizers", *(("peft",) if adapter else ())):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):  # the installed ones
@@ -340,7 +345,7 @@ def render_model_card(
         claims=json.dumps([EXAMPLE_CLAIM]),
         evaluation=evaluation_section(results),
         figure=figure,
-        sources=", ".join(sources) or "not recorded",
+        sources=card_sources(datasets, training_arguments.get("train_file") or ()),
         data_rows=data_rows,
         setup=training_setup(training_arguments, reduction),
         versions=versions,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from .onnx_gausscse import TOKEN_INPUTS, OnnxGaussianEncoder
 from .utils_gausscse import model_fingerprint, write_json_atomic
 
 try:
-    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import SentenceTransformer, SentenceTransformerModelCardData
     from sentence_transformers.base.modules import InputModule
 except ImportError as error:  # in a try block, so transformers' import check lets AutoModel users load without it
     raise ImportError("GaussCSE's sentence-transformers face needs `pip install 'sentence-transformers>=6'`") from error
@@ -199,6 +200,11 @@ class GaussCSETransformer(InputModule):
                 "package `transformers.dynamic_module_utils.get_class_from_dynamic_module("
                 "'sentence_transformer_gausscse.GaussCSESentenceTransformer', MODEL)`"
             )
+        if type(model.model_card_data) is SentenceTransformerModelCardData:  # not a card data the user chose
+            fields = dataclasses.fields(model.model_card_data)
+            given = {item.name: getattr(model.model_card_data, item.name) for item in fields if item.init}
+            model.model_card_data = GaussCSEModelCardData(**given)
+            model.model_card_data.register_model(model)
         self.fill_card_data(model.model_card_data)
 
     def fill_card_data(self, card_data) -> None:
@@ -226,6 +232,25 @@ class GaussCSETransformer(InputModule):
                 f"Saved {output_path} without {self.onnx_encoder.file_name}: the model changed since it was exported"
             )
         self.save_config(output_path)
+
+
+class GaussCSEModelCardData(SentenceTransformerModelCardData):
+    """sentence-transformers' card data for a GaussCSE model (what its save writes into ``README.md``, e.g. after
+    ``SentenceTransformerTrainer``): the usage snippet loads the model with ``trust_remote_code=True``, which its
+    code shipped beside the weights needs, and ranks passages by the model's score."""
+
+    def generate_usage_snippet(self) -> str:
+        model_id = self.model_id or getattr(self, "save_dir", None) or "path/or/hub-id-of-this-model"  # saved folder
+        return f"""```python
+from sentence_transformers import SentenceTransformer
+
+model = SentenceTransformer("{model_id}", trust_remote_code=True)  # GaussCSE's code ships beside the weights
+claims = ["A man is playing music."]
+passages = ["A man is playing a guitar on stage.", "Two dogs run through a snowy field."]
+scores = model.similarity(model.encode_query(claims), model.encode_document(passages))  # dot: the model's score
+print(scores)  # per claim, the passages that entail it score highest
+points = model.encode(passages)  # μ: compare by cosine similarity (STS, clustering)
+```"""
 
 
 class GaussCSESentenceTransformer(SentenceTransformer):

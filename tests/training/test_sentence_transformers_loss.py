@@ -74,6 +74,13 @@ def test_sentence_transformer_trainer_trains_a_gausscse_model(spread_model_folde
     torch.testing.assert_close(again.encode(sentences, convert_to_tensor=True), expected, rtol=1e-5, atol=1e-6)
     model = GaussCSEModel.from_pretrained(tmp_path / "saved").eval()
     torch.testing.assert_close(model.encode(sentences).mu, expected, rtol=1e-5, atol=1e-6)
+    # the card sentence-transformers writes after training: its usage code loads the folder as written
+    card = (tmp_path / "saved" / "README.md").read_text(encoding="utf-8")
+    snippet = card.split("```python\n", 1)[1].split("```", 1)[0]
+    assert f'SentenceTransformer("{tmp_path / "saved"}", trust_remote_code=True)' in snippet
+    namespace: dict = {}
+    exec(snippet, namespace)
+    assert namespace["scores"].shape == (1, 2)
 
 
 def test_a_model_that_is_not_gausscse_and_a_one_column_batch_are_refused(spread_model_folder):
