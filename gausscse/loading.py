@@ -17,6 +17,7 @@ from transformers.utils.peft_utils import find_adapter_config_file
 
 from gausscse.io import json_value
 from gausscse.model import GaussCSEModel
+from gausscse.model.adapters_gausscse import BASE_FOLDER
 
 CHECKPOINT_PREFIX = "checkpoint-"  # Trainer's checkpoint-N folders inside an output folder
 # Written into checkpoint-N last, when everything else of it is on disk: a checkpoint without it was cut short.
@@ -134,6 +135,10 @@ def load_model(
             f"{name_or_path} is a LoRA adapter on the base model {base!r}, itself an adapter: point "
             f"{ADAPTER_CONFIG_NAME}'s base_model_name_or_path at the GaussCSE model the adapter is on"
         )
+    own_base = Path(name_or_path) / BASE_FOLDER  # where a run keeps the base it made: beside the adapter
+    moved = base is not None and not Path(base).exists() and not valid_repo_id(base) and own_base.is_dir()
+    if moved:  # the adapter folder was moved since training: the base it names is gone, its own copy is here
+        base = str(own_base)
     try:  # the config as JSON: AutoConfig would offer to run the code of a folder whose model type it does not know
         config, _ = PreTrainedConfig.get_config_dict(str(base or name_or_path), **({} if base else hub_kwargs))
     except (OSError, ValueError) as error:
@@ -152,7 +157,12 @@ def load_model(
             "GaussCSEModel.from_backbone or gausscse-train --model_name_or_path"
         )
     try:
-        model = GaussCSEModel.from_pretrained(str(name_or_path), **hub_kwargs, **({"dtype": dtype} if dtype else {}))
+        options = {**hub_kwargs, **({"dtype": dtype} if dtype else {})}
+        if moved:  # its own base, then the adapter (checked against the base's record, its settings applied)
+            model = GaussCSEModel.from_pretrained(base, **({"dtype": dtype} if dtype else {}))
+            model.load_adapter(str(name_or_path))
+        else:
+            model = GaussCSEModel.from_pretrained(str(name_or_path), **options)
     except SafetensorError as error:  # says neither which file nor why
         raise ModelLoadError(
             f"{name_or_path}: its weights file ({SAFE_WEIGHTS_NAME} or a shard) is damaged or cut short ({error}); "

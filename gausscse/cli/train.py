@@ -32,6 +32,7 @@ from gausscse.loading import (
     latest_complete_checkpoint,
     load_model,
 )
+from gausscse.model.adapters_gausscse import BASE_FOLDER
 from gausscse.model.backbone_gausscse import local_backbone
 from gausscse.model.modeling_gausscse import resolve_max_length
 from gausscse.training.arguments import (
@@ -43,7 +44,7 @@ from gausscse.training.arguments import (
     run_fixed_flags,
 )
 from gausscse.training.batch import TripletCollator, packs_by_default
-from gausscse.training.lora import BASE_FOLDER, apply_lora, load_for_training, lora_config, save_base
+from gausscse.training.lora import apply_lora, load_for_training, lora_config, save_base
 from gausscse.training.losses import uses_contradictions
 from gausscse.training.progress import JobEstimateCallback
 from gausscse.training.run_lock import OutputDirLockedError, RunLock

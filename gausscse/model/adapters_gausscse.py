@@ -23,6 +23,7 @@ from .shipped_gausscse import copy_shipped_files
 from .utils_gausscse import write_json_atomic
 
 BASE_RECORD_FILE = "base_model.json"
+BASE_FOLDER = "base-model"  # in an adapter folder: the GaussCSE model its adapter is on, where the run made it new
 ADAPTER_SETTINGS = ("search_kl_weight", "entailment_cosine_weight", "entailment_threshold")  # chosen after training
 OLD_ADAPTER_FOLDER = "adapter"  # the earlier layout: LoRA on the encoder in adapter/, the heads in heads.safetensors
 OLD_HEADS_FILE = "heads.safetensors"

@@ -20,6 +20,7 @@ from gausscse import GaussCSEConfig, GaussCSEModel
 from gausscse.io import check_not_nested
 from gausscse.loading import adapter_base_of
 from gausscse.model.adapters_gausscse import (
+    BASE_FOLDER,
     OLD_ADAPTER_FOLDER,
     OLD_HEADS_FILE,
     base_record,
@@ -29,8 +30,6 @@ from gausscse.model.adapters_gausscse import (
     write_adapter_extras,
 )
 from gausscse.model.backbone_gausscse import local_backbone
-
-BASE_FOLDER = "base-model"  # in --output_dir: the GaussCSE model an unmerged run's adapter is on, when it is new
 
 
 def default_target_modules(model: GaussCSEModel) -> list[str]:

@@ -576,8 +576,9 @@ def test_an_unmerged_lora_run_loads_as_its_card_says_and_evaluates(backbone, dat
     on_other = PeftModel.from_pretrained(GaussCSEModel.from_pretrained(tmp_path / "other-base"), str(model_dir))
     with pytest.raises(ValueError, match="its adapter was trained on the base model"):  # peft's route, checked
         on_other.get_base_model().apply_adapter_settings(model_dir)
+    configs_model = AutoModel.from_pretrained(model_dir, trust_remote_code=True).eval()
     configs = [
-        AutoModel.from_pretrained(model_dir, trust_remote_code=True).config,
+        configs_model.config,
         load_model(model_dir).config,
         SentenceTransformer(str(model_dir), trust_remote_code=True)[0].model.config,
         peft_route.get_base_model().config,
@@ -603,6 +604,11 @@ def test_an_unmerged_lora_run_loads_as_its_card_says_and_evaluates(backbone, dat
     loaded = namespace["model"].eval().encode(sentences)  # its tokenizer came with it
     encoder = load_encoder(str(model_dir))  # what gausscse-evaluate --model loads
     torch.testing.assert_close(encoder.encode_unique(sentences).mu, loaded.mu)
+    expected = configs_model.encode(["a dog runs"]).mu
+    moved = shutil.move(model_dir, tmp_path / "moved")  # the base it names is gone; its own copy moved with it
+    reloaded = load_model(moved)
+    assert {name: getattr(reloaded.config, name) for name in chosen} == chosen
+    torch.testing.assert_close(reloaded.encode(["a dog runs"]).mu, expected)
 
 
 @pytest.mark.parametrize(
