@@ -347,3 +347,16 @@ def test_a_command_whose_extra_is_missing_names_it_in_one_line(script, missing, 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == f"{script}: error: {missing} is not installed: pip install 'gausscse[{extra}]'"
+
+
+def test_every_search_backend_class_is_written_out_in_its_module():
+    """No class made at run time (``type(...)``): each backend's class statement is in its module's source, so a
+    search for ``class QdrantHnsw`` finds it."""
+    import inspect
+
+    from gausscse.search.backends import BACKENDS
+
+    for name, backend in BACKENDS.items():
+        source = inspect.getsource(backend)  # OSError for a class made by type(): no source of its own
+        assert source.startswith(f"class {backend.__name__}(") and f'backend="{name}"' in source, name
+        assert f"class {backend.__name__}(" in Path(inspect.getfile(backend)).read_text(encoding="utf-8")

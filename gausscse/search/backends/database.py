@@ -694,15 +694,3 @@ class DatabaseBackend(SearchBackend):
         )
         index.engine.rows = table.row_total()  # the rows stay in the database: read per search, as the search needs
         return index
-
-
-def backend_classes(
-    store: type[DatabaseStore], flat: tuple[str, str], approximate: tuple[str, str]
-) -> tuple[type[DatabaseBackend], type[DatabaseBackend]]:
-    """An engine's two backends on its ``store``: ``flat`` and ``approximate`` are (class name, ``backend=`` name)."""
-    flat_class = type(flat[0], (DatabaseBackend,), {"name": flat[1], "store_class": store})
-    approximate_class = type(approximate[0], (flat_class,), {"name": approximate[1], "approximate": True})
-    for backend, how in ((flat_class, "a flat raw inner-product scan"), (approximate_class, "its ANN index")):
-        backend.__module__ = store.__module__
-        backend.__doc__ = f'``backend="{backend.name}"``: the {store.kind} at the ``uri`` option, searched by {how}.'
-    return flat_class, approximate_class

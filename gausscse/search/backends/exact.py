@@ -4,7 +4,7 @@ from .base import SearchBackend
 
 
 class ExactScan(SearchBackend):
-    """Scores every stored item: [`SearchBackend.candidates`] returns ``None``."""
+    """``backend="torch"``: scores every stored item ([`SearchBackend.candidates`] returns ``None``)."""
 
     name = "torch"
     cpu_only = False

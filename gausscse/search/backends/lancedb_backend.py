@@ -20,8 +20,8 @@ from gausscse.search.backends.database import (
     ANN_KEY,
     MAP_FIELDS,
     SETTINGS_KEY,
+    DatabaseBackend,
     DatabaseStore,
-    backend_classes,
     check_unused,
     id_range,
     in_id_order,
@@ -206,4 +206,16 @@ class LanceTable(DatabaseStore):
         return np.split(found["id"].to_numpy()[order], np.searchsorted(owner[order], np.arange(1, len(vectors))))
 
 
-LanceFlat, LanceAnn = backend_classes(LanceTable, ("LanceFlat", LANCEDB), ("LanceAnn", LANCEDB_ANN))
+class LanceFlat(DatabaseBackend):
+    """``backend="lancedb"``: the LanceDB table at the ``uri`` option, searched by a flat raw inner-product scan."""
+
+    name = LANCEDB
+    store_class = LanceTable
+
+
+class LanceAnn(LanceFlat):
+    """``backend="lancedb-ann"``: the LanceDB table at the ``uri`` option, searched by its ANN index (IVF) on the lifted
+    maps."""
+
+    name = LANCEDB_ANN
+    approximate = True

@@ -16,7 +16,7 @@ import numpy as np
 
 from gausscse.search.backends import database
 from gausscse.search.backends.base import HNSW_EF_CONSTRUCTION, HNSW_NEIGHBOURS, engine_module
-from gausscse.search.backends.database import CollectionStore
+from gausscse.search.backends.database import CollectionStore, DatabaseBackend
 
 MILVUS, MILVUS_HNSW = "milvus", "milvus-hnsw"
 MAX_SENTENCE_BYTES = 65535  # Milvus's longest VARCHAR
@@ -202,4 +202,16 @@ class MilvusStore(CollectionStore):
         return [[hit["id"] for hit in row] for row in found]
 
 
-MilvusFlat, MilvusHnsw = database.backend_classes(MilvusStore, ("MilvusFlat", MILVUS), ("MilvusHnsw", MILVUS_HNSW))
+class MilvusFlat(DatabaseBackend):
+    """``backend="milvus"``: the Milvus collection at the ``uri`` option, searched by a flat raw inner-product scan."""
+
+    name = MILVUS
+    store_class = MilvusStore
+
+
+class MilvusHnsw(MilvusFlat):
+    """``backend="milvus-hnsw"``: the Milvus collection at the ``uri`` option, searched by its HNSW index on the lifted
+    maps."""
+
+    name = MILVUS_HNSW
+    approximate = True

@@ -27,7 +27,7 @@ from gausscse.io import first_line
 from gausscse.model.gaussian import SEARCH_DIRECTIONS
 from gausscse.search.backends import database
 from gausscse.search.backends.base import HNSW_EF_CONSTRUCTION, HNSW_NEIGHBOURS, engine_module
-from gausscse.search.backends.database import CollectionStore
+from gausscse.search.backends.database import CollectionStore, DatabaseBackend
 
 PGVECTOR, PGVECTOR_HNSW = "pgvector", "pgvector-hnsw"
 REGISTRY = "gausscse_indexes"  # the settings table: one row per index table and per ANN table
@@ -299,6 +299,16 @@ class PgStore(CollectionStore):
         return found
 
 
-PgvectorFlat, PgvectorHnsw = database.backend_classes(
-    PgStore, ("PgvectorFlat", PGVECTOR), ("PgvectorHnsw", PGVECTOR_HNSW)
-)
+class PgvectorFlat(DatabaseBackend):
+    """``backend="pgvector"``: the PostgreSQL table at the ``uri`` option, searched by a flat raw inner-product scan."""
+
+    name = PGVECTOR
+    store_class = PgStore
+
+
+class PgvectorHnsw(PgvectorFlat):
+    """``backend="pgvector-hnsw"``: the PostgreSQL table at the ``uri`` option, searched by pgvector's HNSW index on the
+    lifted maps."""
+
+    name = PGVECTOR_HNSW
+    approximate = True

@@ -14,7 +14,7 @@ import numpy as np
 from gausscse.model.gaussian import SEARCH_DIRECTIONS
 from gausscse.search.backends import database
 from gausscse.search.backends.base import HNSW_EF_CONSTRUCTION, HNSW_NEIGHBOURS, engine_module
-from gausscse.search.backends.database import MEMORY, CollectionStore
+from gausscse.search.backends.database import MEMORY, CollectionStore, DatabaseBackend
 
 QDRANT, QDRANT_HNSW = "qdrant", "qdrant-hnsw"
 POINTS_PER_REQUEST = 512
@@ -173,4 +173,16 @@ class QdrantStore(CollectionStore):
         return [[point.id for point in hits.points] for hits in self.client.query_batch_points(collection, requests)]
 
 
-QdrantFlat, QdrantHnsw = database.backend_classes(QdrantStore, ("QdrantFlat", QDRANT), ("QdrantHnsw", QDRANT_HNSW))
+class QdrantFlat(DatabaseBackend):
+    """``backend="qdrant"``: the Qdrant collection at the ``uri`` option, searched by a flat raw inner-product scan."""
+
+    name = QDRANT
+    store_class = QdrantStore
+
+
+class QdrantHnsw(QdrantFlat):
+    """``backend="qdrant-hnsw"``: the Qdrant collection at the ``uri`` option, searched by its HNSW index on the lifted
+    maps."""
+
+    name = QDRANT_HNSW
+    approximate = True
