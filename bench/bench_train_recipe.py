@@ -38,6 +38,11 @@ RECIPES = {
         "μ learns in the top layer (+ SimCSE term), the frozen-state cache",
         ["--frozen_mean", "false", "--mean_layers", "1", "--simcse_weight", "1"],
     ),
+    "mu1_stop_cache": (
+        "μ learns in the top layer from the SimCSE and retrieval terms (the GaussCSE term's gradient into μ stopped), "
+        "the frozen-state cache (results/MEAN_FULL.md: mu1_stop)",
+        ["--frozen_mean", "false", "--mean_layers", "1", "--simcse_weight", "1", "--kl_mean_gradient", "0"],
+    ),
 }
 
 

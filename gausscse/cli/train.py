@@ -44,7 +44,7 @@ from gausscse.training.arguments import (
     run_fixed_flags,
 )
 from gausscse.training.batch import TripletCollator, packs_by_default
-from gausscse.training.lora import apply_lora, load_for_training, lora_config, save_base
+from gausscse.training.lora import apply_lora, load_for_training
 from gausscse.training.losses import uses_contradictions
 from gausscse.training.progress import JobEstimateCallback
 from gausscse.training.run_lock import OutputDirLockedError, RunLock
@@ -94,12 +94,12 @@ def build_model(
         if model.variance_layers is not None:
             model.variance_layers.requires_grad_(False)
     if model_args.lora_r > 0:
-        lora_config(model, 1, 1.0, 0.0, model_args.lora_target_modules)  # refused before anything is written
+        base_folder = None  # an unmerged run on a new model saves that model as its adapter's base
         if config.model_type != "gausscse" and not model_args.merge_lora and output_dir is not None:
             model.get_tokenizer(tokenizer)
-            save_base(model, output_dir / BASE_FOLDER)
+            base_folder = output_dir / BASE_FOLDER
         args = model_args
-        return apply_lora(model, args.lora_r, args.lora_alpha, args.lora_dropout, args.lora_target_modules)
+        return apply_lora(model, args.lora_r, args.lora_alpha, args.lora_dropout, args.lora_target_modules, base_folder)
     return model
 
 

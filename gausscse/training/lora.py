@@ -59,10 +59,20 @@ def lora_config(
 
 
 def apply_lora(
-    model: GaussCSEModel, r: int, alpha: float, dropout: float, target_modules: list[str] | None = None
+    model: GaussCSEModel,
+    r: int,
+    alpha: float,
+    dropout: float,
+    target_modules: list[str] | None = None,
+    base_folder: Path | None = None,
 ) -> PeftModel:
-    """``model`` as a ``PeftModel`` with LoRA adapters ([`lora_config`]; the backbone weights frozen)."""
-    return get_peft_model(model, lora_config(model, r, alpha, dropout, target_modules))
+    """``model`` as a ``PeftModel`` with LoRA adapters ([`lora_config`], checked before anything is written; the
+    backbone weights frozen); ``base_folder``: where ``model`` is first saved as the base its adapter folders name
+    ([`save_base`]: an unmerged run on a new model)."""
+    config = lora_config(model, r, alpha, dropout, target_modules)
+    if base_folder is not None:
+        save_base(model, base_folder)
+    return get_peft_model(model, config)
 
 
 def merge_lora(model: PeftModel) -> GaussCSEModel:
