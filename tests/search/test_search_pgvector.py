@@ -256,6 +256,20 @@ print("finished", flush=True)
     return process
 
 
+def test_a_stopped_server_is_one_error_naming_the_table(tmp_path):
+    """An add (and a search) after the server stopped: a ValueError naming the table and what to do, not psycopg's
+    OperationalError."""
+    folder = tmp_path / "own.pgdata"
+    index = GaussianIndex(12, "sum", "pgvector", uri=f"{folder}#stopped")
+    index.add(gaussians(3, seed=40))
+    pg_ctl(["-w", "stop", "-m", "fast"], pgdata=folder, user=local_server(str(folder)).system_user)
+    with pytest.raises(ValueError, match=r"own\.pgdata#stopped: the connection to the PostgreSQL server of table "
+                                         r"'stopped' failed \(.*\): start the server again"):  # fmt: skip
+        index.add(gaussians(2, seed=41))
+    with pytest.raises(ValueError, match=r"'stopped' cannot be read any more"):
+        index.entailing(gaussians(1, seed=42), 2)
+
+
 def test_a_writer_killed_mid_add_leaves_nothing_and_the_next_add_goes_on(new_uri, tmp_path):
     uri = new_uri()
     first = gaussians(10, seed=14)

@@ -154,10 +154,22 @@ class PgStore(CollectionStore):
         return sql_module().Identifier(name or self.name)
 
     @contextlib.contextmanager
+    def connected(self) -> Iterator[None]:
+        """The server's connection errors (a server stopped or gone since the index was opened) as one ``ValueError``
+        naming the table, not psycopg's ``OperationalError``."""
+        try:
+            yield
+        except engine_module("psycopg", INSTALL).OperationalError as error:
+            where = f"{self.shareable(self.uri)}: the connection to the PostgreSQL server of table {self.name!r} failed"
+            raise ValueError(
+                f"{where} ({first_line(error)}): start the server again, then open the index again"
+            ) from None
+
+    @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
         """One transaction holding the server's advisory lock of this table: every writer, on any machine, waits for
         it; the add is committed whole at the end, or rolled back (a writer that dies releases it)."""
-        with self.client.transaction():
+        with self.connected(), self.client.transaction():
             self.client.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(self.name.encode()),))
             yield
 
@@ -166,11 +178,12 @@ class PgStore(CollectionStore):
         """The same advisory lock held by this connection outside any transaction, so that the rows it removes and the
         count it commits are seen by the Ray workers writing meanwhile (a transaction would hold their rows' ids)."""
         key = zlib.crc32(self.name.encode())
-        self.client.execute("SELECT pg_advisory_lock(%s)", (key,))
-        try:
-            yield
-        finally:
-            self.client.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        with self.connected():
+            self.client.execute("SELECT pg_advisory_lock(%s)", (key,))
+            try:
+                yield
+            finally:
+                self.client.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
     def new_collection(self, settings: dict[str, Any]) -> None:
         sql = sql_module()
