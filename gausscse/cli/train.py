@@ -309,6 +309,7 @@ def train_and_save(
         **chosen,
     }
     card = model_card_fields(model_args, data_args, trainer, metrics, data_stats)
+    card["alpha_at_grid_top"] = bool(chosen.get("entailment_at_grid_edge"))  # the card says what the log warned
     evaluator, figure = trainer.evaluator, None
     with tempfile.TemporaryDirectory() as scratch:
         if evaluator is not None and evaluator.last_encoded is not None:  # the final evaluation's figure for the card

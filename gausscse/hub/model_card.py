@@ -292,9 +292,11 @@ def render_model_card(
     entailment_cosine_weight: float | None = None,
     entailment_threshold: float | None = None,
     load_name: str | None = None,
+    alpha_at_grid_top: bool = False,
 ) -> str:
     """The ``README.md`` text of a model folder: ``model_name`` (Hub repo id or folder name) titles it, ``load_name``
-    (the Hub repo id, or the folder's path as the run was given it; default ``model_name``) is what the snippets load;
+    (the Hub repo id, or the folder's path as the run was given it; default ``model_name``) is what the snippets load
+    (``alpha_at_grid_top``: α is the top of the grid it was chosen from, which the card says);
     ``base_model`` is ``--model_name_or_path``; ``datasets`` the built-in and Hub sources trained on; ``metrics`` the
     training's final dev metrics (``snli_dev_auprc``, ...); ``training_arguments`` the run's arguments (``train_file``,
     ``validation_file``, ``eval_max_examples`` too); ``data_stats`` is ``DataStats.as_dict()``; ``reduction``,
@@ -340,6 +342,7 @@ def render_model_card(
         reduction=reduction,
         weight=None if search_kl_weight is None else f"{search_kl_weight:g}",
         alpha=f"{entailment_cosine_weight:g}" if entailment_cosine_weight else None,
+        alpha_at_grid_top=alpha_at_grid_top,
         threshold=None if entailment_threshold is None else f"{entailment_threshold:g}",
         passages=json.dumps(EXAMPLE_PASSAGES),
         claims=json.dumps([EXAMPLE_CLAIM]),

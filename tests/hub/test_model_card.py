@@ -111,6 +111,8 @@ def test_the_card_states_the_entailment_score_binary_nli_decides_by():
     assert "entailment score 1 / (1/sim(hyp‖pre) + 0.5623·(1 − cos(μ_hyp, μ_pre)))" in text
     assert "at least 0.412 (this score's SNLI-dev best" in text
     assert "print(model.entails(premises, hypotheses))               # score ≥ 0.412" in text
+    assert "the top of the grid searched" not in text
+    assert "the top of the grid searched" in card(entailment_cosine_weight=1000.0, alpha_at_grid_top=True)
     ModelCard(text)  # still a valid card
 
 
