@@ -187,6 +187,16 @@ def test_the_quickstart_is_the_onepass_selection_on_the_nli_selection_data():
     assert quickstart["max_steps"] == nli.get("max_steps", 1600)
 
 
+def test_the_quickstart_is_the_mean_full_selection_on_the_frozen_recipe_it_replaced():
+    """configs/quickstart.yaml = configs/study_frozen.yaml (the recipe the NLI and μ studies started from) with the
+    flags of the candidate results/MEAN_FULL.md selects (mu1_stop: μ learns in the top layer)."""
+    study = Study.load(REPO_ROOT / "studies/mean_full.yaml")
+    assert selected("mean_full") == "mu1_stop" and study.spec["recipe"] == "configs/study_frozen.yaml"
+    assert config("quickstart") == {**config("study_frozen"), **study.flags(selected("mean_full"))}
+    for name in ("nli", "mean"):
+        assert Study.load(REPO_ROOT / f"studies/{name}.yaml").spec["recipe"] == "configs/study_frozen.yaml"
+
+
 def test_release_yaml_is_the_selected_candidate_for_the_hour():
     """configs/release.yaml = the studies' base recipe with the change of the candidate results/RELEASE.md selects, for
     3,000 s of that configuration's probed seconds per step (rounded down to a multiple of 100), on the model and
