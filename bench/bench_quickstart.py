@@ -1,9 +1,10 @@
-"""The main job, side by side: today's quickstart (no frozen-state cache, the baseline encoded by every evaluation)
-against the new one (the cache, the baseline's kept vectors), each part timed on the same CPU, one after the other in
-fresh processes — training (the Trainer's loop, the cache's first computations inside), the end-of-training choices
-of λ and α, and ``gausscse-evaluate`` of the model beside the backbone. A shortened run (``--steps``, evaluation on
-the first ``--max_examples`` rows of every split) keeps the ratios; the figures of the two runs are compared (same
-seed: the same model to float32 rounding).
+"""The main job, side by side: the quickstart as it was (frozen μ, no frozen-state cache, the baseline encoded by every
+evaluation) against today's (``mu1_stop_cache``: μ learning in the top layer, the cache, the baseline's kept
+vectors), each part timed on the same CPU, one after the other in fresh processes — training (the Trainer's loop, the
+cache's first computations inside), the end-of-training choices of λ and α, and ``gausscse-evaluate`` of the model
+beside the backbone. A shortened run (``--steps``, evaluation on the first ``--max_examples`` rows of every split)
+keeps the ratios; the largest difference between the two runs' figures is reported (the committed run compared the
+frozen μ with and without the cache: the same model to float32 rounding).
 
 The new recipe's evaluation comes second and reads the backbone's vectors the first one kept (its cache folder
 fresh for this bench): "a second gausscse-evaluate of another model with the same backbone".
@@ -30,7 +31,7 @@ from gausscse.evaluation.suite import flatten
 from gausscse.io import write_json
 from gausscse.training.precision import cpu_name
 
-JOBS = {"today": "today", "new": "frozen_cache"}  # the job → its training recipe (bench_train_recipe.RECIPES)
+JOBS = {"today": "today", "new": "mu1_stop_cache"}  # the job → its training recipe (bench_train_recipe.RECIPES)
 
 
 def evaluate(model: Path, output: Path, cache: Path, max_examples: int, fresh: bool) -> tuple[float, dict]:

