@@ -157,12 +157,12 @@ def load_model(
             "GaussCSEModel.from_backbone or gausscse-train --model_name_or_path"
         )
     try:
-        options = {**hub_kwargs, **({"dtype": dtype} if dtype else {})}
+        weights = {"dtype": dtype} if dtype else {}
         if moved:  # its own base, then the adapter (checked against the base's record, its settings applied)
-            model = GaussCSEModel.from_pretrained(base, **({"dtype": dtype} if dtype else {}))
+            model = GaussCSEModel.from_pretrained(base, **weights)
             model.load_adapter(str(name_or_path))
         else:
-            model = GaussCSEModel.from_pretrained(str(name_or_path), **options)
+            model = GaussCSEModel.from_pretrained(str(name_or_path), **hub_kwargs, **weights)
     except SafetensorError as error:  # says neither which file nor why
         raise ModelLoadError(
             f"{name_or_path}: its weights file ({SAFE_WEIGHTS_NAME} or a shard) is damaged or cut short ({error}); "
